@@ -1,0 +1,320 @@
+//! Finding `leechcore.so` and resolving its functions, once.
+
+use crate::*;
+use std::collections::HashMap;
+use std::ffi::{CStr, OsStr, OsString};
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// How to get LeechCore, shown with every load failure.
+pub const SETUP_HINT: &str = "get LeechCore with `make setup` (installs it into target/leechcore/), \
+or run `pip download --no-deps leechcorepyc==2.23.3` and unzip the wheel; keep leechcore.so \
+beside its leechcore_device_*.so plugins and point LEECHCORE_LIB (or the lib= / --lib option) at it";
+
+/// Environment variable naming the `leechcore.so` to load.
+pub const ENV_VAR: &str = "LEECHCORE_LIB";
+
+/// Names the dynamic linker is asked for when no path is known.
+const LINKER_NAMES: [&str; 2] = ["leechcore.so", "libleechcore.so"];
+
+/// Where `make setup` installs LeechCore, relative to the workspace root.
+const SETUP_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/leechcore");
+
+/// A loaded `leechcore.so` with every function resolved.
+///
+/// The function pointers stay valid as long as this value lives: it owns the
+/// library handle. Share it with `Arc`; [`Library::load`] returns the same
+/// instance for the same file.
+pub struct Library {
+    path: PathBuf,
+    /// `LcCreate`.
+    pub LcCreate: FnLcCreate,
+    /// `LcCreateEx`.
+    pub LcCreateEx: FnLcCreateEx,
+    /// `LcClose`.
+    pub LcClose: FnLcClose,
+    /// `LcMemFree`.
+    pub LcMemFree: FnLcMemFree,
+    /// `LcAllocScatter1`.
+    pub LcAllocScatter1: FnLcAllocScatter1,
+    /// `LcAllocScatter2`.
+    pub LcAllocScatter2: FnLcAllocScatter2,
+    /// `LcAllocScatter3`.
+    pub LcAllocScatter3: FnLcAllocScatter3,
+    /// `LcRead`.
+    pub LcRead: FnLcRead,
+    /// `LcReadScatter`.
+    pub LcReadScatter: FnLcReadScatter,
+    /// `LcReadScatterEx`, present in LeechCore 2.19 and later.
+    pub LcReadScatterEx: Option<FnLcReadScatterEx>,
+    /// `LcWrite`.
+    pub LcWrite: FnLcWrite,
+    /// `LcWriteScatter`.
+    pub LcWriteScatter: FnLcWriteScatter,
+    /// `LcGetOption`.
+    pub LcGetOption: FnLcGetOption,
+    /// `LcSetOption`.
+    pub LcSetOption: FnLcSetOption,
+    /// `LcCommand`.
+    pub LcCommand: FnLcCommand,
+    // Last field: dropped after nothing can call through the pointers above.
+    _lib: libloading::Library,
+}
+
+impl fmt::Debug for Library {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Library")
+            .field("path", &self.path)
+            .field("has_read_scatter_ex", &self.LcReadScatterEx.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One place the loader looked, and why it was not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tried {
+    /// The path or name asked for.
+    pub candidate: String,
+    /// Where the candidate came from (explicit path, environment, …).
+    pub source: &'static str,
+    /// Why it was not used.
+    pub reason: String,
+}
+
+/// Why LeechCore could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// No candidate could be opened; every attempt is listed.
+    NotFound {
+        /// Each place tried, in order.
+        tried: Vec<Tried>,
+    },
+    /// A library was opened but lacks a function LeechCore must have.
+    MissingSymbol {
+        /// The library that was opened.
+        path: PathBuf,
+        /// The missing function.
+        symbol: &'static str,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::NotFound { tried } => {
+                writeln!(f, "could not load LeechCore; looked in:")?;
+                for t in tried {
+                    writeln!(f, "  - {} ({}): {}", t.candidate, t.source, t.reason)?;
+                }
+                write!(f, "{SETUP_HINT}")
+            }
+            LoadError::MissingSymbol { path, symbol } => write!(
+                f,
+                "{} is not LeechCore: it has no function `{symbol}`; {SETUP_HINT}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl Library {
+    /// Finds and loads LeechCore, or returns the one already loaded from the
+    /// same place.
+    ///
+    /// Search order: `explicit`; the `LEECHCORE_LIB` environment variable;
+    /// `leechcore.so` in the folder of the module (executable or shared
+    /// library) this crate is linked into; the dynamic linker's search for
+    /// `leechcore.so` and `libleechcore.so`; the folder `make setup`
+    /// installs to. An explicit path or the environment variable, when
+    /// given, is the only candidate: a user who names a library means it.
+    pub fn load(explicit: Option<&Path>) -> Result<Arc<Library>, LoadError> {
+        if let Some(path) = explicit {
+            return Self::load_one(path.as_os_str(), "explicit path");
+        }
+        if let Some(path) = std::env::var_os(ENV_VAR).filter(|p| !p.is_empty()) {
+            return Self::load_one(&path, ENV_VAR);
+        }
+        let mut candidates: Vec<(OsString, &'static str)> = Vec::new();
+        if let Some(dir) = own_module_dir() {
+            candidates.push((dir.join("leechcore.so").into(), "beside this module"));
+        }
+        for name in LINKER_NAMES {
+            candidates.push((name.into(), "dynamic linker search"));
+        }
+        candidates.push((
+            Path::new(SETUP_DIR).join("leechcore.so").into(),
+            "make setup",
+        ));
+        let mut tried = Vec::new();
+        for (candidate, source) in candidates {
+            match Self::load_one(&candidate, source) {
+                Ok(lib) => return Ok(lib),
+                Err(LoadError::NotFound { tried: t }) => tried.extend(t),
+                Err(LoadError::MissingSymbol { symbol, .. }) => tried.push(Tried {
+                    candidate: candidate.to_string_lossy().into_owned(),
+                    source,
+                    reason: format!("not LeechCore: no function `{symbol}`"),
+                }),
+            }
+        }
+        Err(LoadError::NotFound { tried })
+    }
+
+    /// The file this library was loaded from (canonical), or the bare name
+    /// the dynamic linker resolved.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Loads one candidate, through a process-wide cache keyed by the
+    /// canonical file so two spellings of one library share one instance.
+    fn load_one(candidate: &OsStr, source: &'static str) -> Result<Arc<Library>, LoadError> {
+        let not_found = |reason: String| LoadError::NotFound {
+            tried: vec![Tried {
+                candidate: candidate.to_string_lossy().into_owned(),
+                source,
+                reason,
+            }],
+        };
+        let key = if candidate.as_encoded_bytes().contains(&b'/') {
+            std::fs::canonicalize(candidate).map_err(|e| not_found(e.to_string()))?
+        } else {
+            PathBuf::from(candidate)
+        };
+        static CACHE: OnceLock<Mutex<HashMap<PathBuf, Arc<Library>>>> = OnceLock::new();
+        let mut cache = CACHE
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(lib) = cache.get(&key) {
+            return Ok(lib.clone());
+        }
+        // SAFETY: loading runs the library's initialisers; LeechCore's only
+        // set up its own globals. The caller chose this file as LeechCore.
+        let lib =
+            unsafe { libloading::Library::new(&key) }.map_err(|e| not_found(error_text(&e)))?;
+        let lib = Arc::new(Self::resolve(lib, key.clone())?);
+        cache.insert(key, lib.clone());
+        Ok(lib)
+    }
+
+    fn resolve(lib: libloading::Library, path: PathBuf) -> Result<Library, LoadError> {
+        /// Resolves one function; the type comes from the field it fills.
+        fn sym<T: Copy>(lib: &libloading::Library, name: &'static str) -> Option<T> {
+            let cname = format!("{name}\0");
+            // SAFETY: every `T` used below is the `extern "C"` signature
+            // LeechCore's header declares for `name`.
+            unsafe { lib.get::<T>(cname.as_bytes()).ok().map(|s| *s) }
+        }
+        let missing = |symbol| LoadError::MissingSymbol {
+            path: path.clone(),
+            symbol,
+        };
+        macro_rules! required {
+            ($name:ident) => {
+                sym(&lib, stringify!($name)).ok_or_else(|| missing(stringify!($name)))?
+            };
+        }
+        Ok(Library {
+            LcCreate: required!(LcCreate),
+            LcCreateEx: required!(LcCreateEx),
+            LcClose: required!(LcClose),
+            LcMemFree: required!(LcMemFree),
+            LcAllocScatter1: required!(LcAllocScatter1),
+            LcAllocScatter2: required!(LcAllocScatter2),
+            LcAllocScatter3: required!(LcAllocScatter3),
+            LcRead: required!(LcRead),
+            LcReadScatter: required!(LcReadScatter),
+            LcReadScatterEx: sym(&lib, "LcReadScatterEx"),
+            LcWrite: required!(LcWrite),
+            LcWriteScatter: required!(LcWriteScatter),
+            LcGetOption: required!(LcGetOption),
+            LcSetOption: required!(LcSetOption),
+            LcCommand: required!(LcCommand),
+            path,
+            _lib: lib,
+        })
+    }
+}
+
+/// libloading wraps dlerror's text; the inner text is what a user needs.
+fn error_text(e: &libloading::Error) -> String {
+    match e {
+        libloading::Error::DlOpen { desc } => format!("{desc:?}").trim_matches('"').to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The folder of the executable or shared library this code is part of.
+fn own_module_dir() -> Option<PathBuf> {
+    static ANCHOR: u8 = 0;
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the address and fills `info`.
+    let found = unsafe { libc::dladdr(&ANCHOR as *const u8 as *const _, info.as_mut_ptr()) } != 0;
+    // SAFETY: zero-initialised, and filled by dladdr when `found`.
+    let info = unsafe { info.assume_init() };
+    let module = if found && !info.dli_fname.is_null() {
+        // SAFETY: dladdr returns a NUL-terminated name owned by the linker.
+        let name = unsafe { CStr::from_ptr(info.dli_fname) };
+        PathBuf::from(OsStr::from_bytes(name.to_bytes()))
+    } else {
+        PathBuf::new()
+    };
+    // The main program's name may come back bare, as it was started.
+    let module = if module.is_absolute() {
+        module
+    } else {
+        std::env::current_exe().ok()?
+    };
+    module.parent().map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_dir_is_the_test_binary_folder() {
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(own_module_dir().unwrap(), exe.parent().unwrap());
+    }
+
+    #[test]
+    fn explicit_missing_path_is_the_only_candidate_and_names_the_fix() {
+        let err = Library::load(Some(Path::new("/nonexistent/leechcore.so"))).unwrap_err();
+        let LoadError::NotFound { tried } = &err else {
+            panic!("unexpected {err:?}")
+        };
+        assert_eq!(tried.len(), 1);
+        assert_eq!(tried[0].candidate, "/nonexistent/leechcore.so");
+        assert_eq!(tried[0].source, "explicit path");
+        let text = err.to_string();
+        assert!(text.contains("No such file"), "{text}");
+        assert!(
+            text.contains("make setup") && text.contains("leechcorepyc==2.23.3"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn library_without_leechcore_symbols_names_the_first_missing_one() {
+        // libc is on every machine and exports none of LeechCore's functions.
+        let libc = [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        ]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("libc.so.6");
+        let err = Library::load(Some(Path::new(libc))).unwrap_err();
+        match &err {
+            LoadError::MissingSymbol { symbol, .. } => assert_eq!(*symbol, "LcCreate"),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(err.to_string().contains("no function `LcCreate`"), "{err}");
+    }
+}

@@ -1,0 +1,644 @@
+//! A LeechCore device: the only code that calls into `leechcore.so`.
+//!
+//! Two LeechCore bugs shape it: `LcRead` fails for reads that stay inside a
+//! page without reaching its end, and `LcWrite` reports success when nothing
+//! was written. So every read and write here is a scatter call, and success
+//! is judged per entry from LeechCore's own `f` flag.
+
+use std::ffi::c_char;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use leechcore_sys::{self as sys, Library, HANDLE, LC_CONFIG, MEM_SCATTER};
+
+use super::{EntryRules, PageError, ScatterEntry, WriteEntry};
+use crate::{Error, MemoryMap};
+
+/// How much LeechCore prints to stdout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verbosity {
+    /// Nothing (errors come back as values instead).
+    #[default]
+    Quiet,
+    /// LeechCore's normal messages.
+    Normal,
+    /// `-v`.
+    Verbose,
+    /// `-vv`.
+    Debug,
+    /// `-vvv`: every transfer.
+    Trace,
+}
+
+impl Verbosity {
+    /// LeechCore's `dwPrintfVerbosity` bits for this level.
+    pub fn printf_flags(self) -> u32 {
+        match self {
+            Verbosity::Quiet => 0,
+            Verbosity::Normal => sys::LC_CONFIG_PRINTF_ENABLED,
+            Verbosity::Verbose => sys::LC_CONFIG_PRINTF_ENABLED | sys::LC_CONFIG_PRINTF_V,
+            Verbosity::Debug => Verbosity::Verbose.printf_flags() | sys::LC_CONFIG_PRINTF_VV,
+            Verbosity::Trace => Verbosity::Debug.printf_flags() | sys::LC_CONFIG_PRINTF_VVV,
+        }
+    }
+
+    /// The level for a count from 0 (quiet) to 4 (trace); higher counts
+    /// saturate.
+    pub fn from_level(level: u8) -> Self {
+        match level {
+            0 => Verbosity::Quiet,
+            1 => Verbosity::Normal,
+            2 => Verbosity::Verbose,
+            3 => Verbosity::Debug,
+            _ => Verbosity::Trace,
+        }
+    }
+}
+
+/// What to open: a LeechCore device string and how to reach LeechCore.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// LeechCore device string, e.g. `fpga`, `file:///tmp/mem.raw`,
+    /// `qemu://shm=NAME,qmp=SOCKET`.
+    pub device: String,
+    /// LeechCore remote string (`rpc://…`, `smb://…`), if the device is
+    /// reached through a remote agent.
+    pub remote: Option<String>,
+    /// The `leechcore.so` to load; `None` searches (see
+    /// [`leechcore_sys::Library::load`]).
+    pub library: Option<PathBuf>,
+    /// How much LeechCore prints.
+    pub verbosity: Verbosity,
+    /// Highest physical address to use; `None` lets the device decide.
+    pub max_address: Option<u64>,
+}
+
+impl DeviceConfig {
+    /// A config for `device` with every other setting at its default.
+    pub fn new(device: impl Into<String>) -> Self {
+        DeviceConfig {
+            device: device.into(),
+            ..Default::default()
+        }
+    }
+}
+
+/// A LeechCore version number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    /// Major version.
+    pub major: u64,
+    /// Minor version.
+    pub minor: u64,
+    /// Revision.
+    pub revision: u64,
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.revision)
+    }
+}
+
+/// The kinds of call LeechCore counts in its statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Call {
+    /// Device opens.
+    Open,
+    /// `LcRead`.
+    Read,
+    /// `LcReadScatter` / `LcReadScatterEx`.
+    ReadScatter,
+    /// `LcWrite`.
+    Write,
+    /// `LcWriteScatter`.
+    WriteScatter,
+    /// `LcGetOption`.
+    GetOption,
+    /// `LcSetOption`.
+    SetOption,
+    /// `LcCommand`.
+    Command,
+}
+
+impl Call {
+    fn statistics_id(self) -> u64 {
+        match self {
+            Call::Open => sys::LC_STATISTICS_ID_OPEN,
+            Call::Read => sys::LC_STATISTICS_ID_READ,
+            Call::ReadScatter => sys::LC_STATISTICS_ID_READSCATTER,
+            Call::Write => sys::LC_STATISTICS_ID_WRITE,
+            Call::WriteScatter => sys::LC_STATISTICS_ID_WRITESCATTER,
+            Call::GetOption => sys::LC_STATISTICS_ID_GETOPTION,
+            Call::SetOption => sys::LC_STATISTICS_ID_SETOPTION,
+            Call::Command => sys::LC_STATISTICS_ID_COMMAND,
+        }
+    }
+}
+
+/// What LeechCore reported about a device when it was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device type name, e.g. `file`, `qemu`, `fpga`.
+    pub name: String,
+    /// Version of the loaded LeechCore.
+    pub version: Version,
+    /// The target's memory changes while it is read (a live system).
+    pub volatile: bool,
+    /// The device cannot be written.
+    pub read_only: bool,
+    /// The device is reached through a remote agent.
+    pub remote: bool,
+    /// The `leechcore.so` in use.
+    pub library: PathBuf,
+}
+
+/// An open LeechCore device. Closed (`LcClose`) on drop.
+///
+/// Every call into LeechCore holds one lock, which also guards the reused
+/// scatter arrays: that lock is what makes the device `Sync`, without
+/// relying on LeechCore's own locking.
+pub struct LeechCore {
+    lib: Arc<Library>,
+    state: Mutex<Handle>,
+    info: DeviceInfo,
+}
+
+/// The raw handle and the scratch arrays of one scatter call, reused so a
+/// call allocates nothing once they have grown.
+struct Handle {
+    raw: HANDLE,
+    mems: Vec<MEM_SCATTER>,
+    ptrs: Vec<*mut MEM_SCATTER>,
+    codes: Vec<u32>,
+    /// For each entry of `mems`, the index of the caller's entry.
+    owners: Vec<usize>,
+}
+
+// SAFETY: a LeechCore handle is not tied to the thread that opened it, and
+// the raw pointers in the scratch arrays are only dereferenced by LeechCore
+// during a call made under the lock, after being rewritten for that call.
+unsafe impl Send for Handle {}
+
+impl std::fmt::Debug for LeechCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeechCore")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeechCore {
+    /// Loads LeechCore (see [`DeviceConfig::library`]) and opens the device.
+    pub fn open(config: &DeviceConfig) -> Result<LeechCore, Error> {
+        let mut lc = LC_CONFIG::new();
+        copy_c_string(&mut lc.szDevice, &config.device, "device string")?;
+        if let Some(remote) = &config.remote {
+            copy_c_string(&mut lc.szRemote, remote, "remote string")?;
+        }
+        lc.dwPrintfVerbosity = config.verbosity.printf_flags();
+        lc.paMax = config.max_address.unwrap_or(0);
+        let lib = Library::load(config.library.as_deref())?;
+
+        let mut error_info: *mut sys::LC_CONFIG_ERRORINFO = ptr::null_mut();
+        // SAFETY: `lc` is a valid, versioned LC_CONFIG with NUL-terminated
+        // strings; LeechCore writes only into it and `error_info`.
+        let raw = unsafe { (lib.LcCreateEx)(&mut lc, &mut error_info) };
+        let message = take_error_info(&lib, error_info);
+        if raw.is_null() {
+            return Err(Error::Open {
+                device: config.device.clone(),
+                reason: message
+                    .unwrap_or_else(|| diagnose_open_failure(&config.device, lib.path())),
+            });
+        }
+        let mut device = LeechCore {
+            info: DeviceInfo {
+                name: c_string(&lc.szDeviceName),
+                version: Version {
+                    major: 0,
+                    minor: 0,
+                    revision: 0,
+                },
+                volatile: lc.fVolatile != 0,
+                read_only: lc.fWritable == 0,
+                remote: lc.fRemote != 0,
+                library: lib.path().to_path_buf(),
+            },
+            lib,
+            state: Mutex::new(Handle {
+                raw,
+                mems: Vec::new(),
+                ptrs: Vec::new(),
+                codes: Vec::new(),
+                owners: Vec::new(),
+            }),
+        };
+        device.info.version = Version {
+            major: device.option(sys::LC_OPT_CORE_VERSION_MAJOR).unwrap_or(0),
+            minor: device.option(sys::LC_OPT_CORE_VERSION_MINOR).unwrap_or(0),
+            revision: device
+                .option(sys::LC_OPT_CORE_VERSION_REVISION)
+                .unwrap_or(0),
+        };
+        if let Some(read_only) = device.option(sys::LC_OPT_CORE_READONLY) {
+            device.info.read_only = read_only != 0;
+        }
+        log::debug!("opened LeechCore device {:?}", device.info);
+        Ok(device)
+    }
+
+    /// What LeechCore reported when the device was opened.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The loaded LeechCore library.
+    pub fn library(&self) -> &Arc<Library> {
+        &self.lib
+    }
+
+    /// Highest physical address the device serves (from its memory map),
+    /// as LeechCore reports it now.
+    pub fn max_address(&self) -> u64 {
+        self.option(sys::LC_OPT_CORE_ADDR_MAX).unwrap_or(0)
+    }
+
+    /// How many calls of `kind` LeechCore has counted on this device.
+    pub fn call_count(&self, kind: Call) -> u64 {
+        self.option(sys::LC_OPT_CORE_STATISTICS_CALL_COUNT | kind.statistics_id())
+            .unwrap_or(0)
+    }
+
+    /// Reads an option with `LcGetOption`; `None` when LeechCore refuses.
+    pub fn option(&self, option: u64) -> Option<u64> {
+        let state = self.lock();
+        let mut value = 0u64;
+        // SAFETY: valid handle (held under the lock), valid out pointer.
+        let ok = unsafe { (self.lib.LcGetOption)(state.raw, option, &mut value) };
+        (ok != 0).then_some(value)
+    }
+
+    /// Reads every entry in one LeechCore scatter call; each entry's
+    /// `result` says whether its buffer was filled.
+    ///
+    /// Entries that break [`EntryRules::LEECHCORE`] fail with
+    /// [`PageError::InvalidEntry`] without reaching the device. No call is
+    /// made when no entry is left.
+    pub fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        state.prepare(
+            entries
+                .iter_mut()
+                .map(|e| (e.addr, e.buf.as_mut_ptr(), e.buf.len(), &mut e.result)),
+        );
+        if state.mems.is_empty() {
+            return;
+        }
+        let count = state.mems.len() as u32;
+        state.codes.clear();
+        state
+            .codes
+            .resize(state.mems.len(), sys::LC_READ_PAGE_RESULT_NONE);
+        match self.lib.LcReadScatterEx {
+            // SAFETY: `ptrs` points at `count` initialised entries whose
+            // buffers are the callers' live slices of at least `cb` bytes;
+            // `codes` has room for `count` results.
+            Some(read_ex) => unsafe {
+                read_ex(
+                    state.raw,
+                    count,
+                    state.ptrs.as_mut_ptr(),
+                    state.codes.as_mut_ptr(),
+                );
+            },
+            // SAFETY: as above, without the result array.
+            None => unsafe { (self.lib.LcReadScatter)(state.raw, count, state.ptrs.as_mut_ptr()) },
+        }
+        for (k, &owner) in state.owners.iter().enumerate() {
+            entries[owner].result = if state.mems[k].f != 0 {
+                Ok(())
+            } else {
+                Err(PageError::from_leechcore_code(state.codes[k]))
+            };
+        }
+    }
+
+    /// Writes every entry in one LeechCore scatter call; each entry's
+    /// `result` says whether it was written. On a read-only device every
+    /// entry fails with [`PageError::ReadOnly`] and no call is made.
+    pub fn write_scatter(&self, entries: &mut [WriteEntry<'_>]) {
+        if self.info.read_only {
+            for e in entries.iter_mut() {
+                e.result = Err(PageError::ReadOnly);
+            }
+            return;
+        }
+        let mut state = self.lock();
+        let state = &mut *state;
+        // LeechCore's write path only reads from `pb`.
+        state.prepare(entries.iter_mut().map(|e| {
+            (
+                e.addr,
+                e.data.as_ptr() as *mut u8,
+                e.data.len(),
+                &mut e.result,
+            )
+        }));
+        if state.mems.is_empty() {
+            return;
+        }
+        // SAFETY: `ptrs` points at `mems.len()` initialised entries whose
+        // buffers are the callers' live slices of `cb` bytes.
+        unsafe {
+            (self.lib.LcWriteScatter)(state.raw, state.mems.len() as u32, state.ptrs.as_mut_ptr())
+        };
+        for (k, &owner) in state.owners.iter().enumerate() {
+            entries[owner].result = if state.mems[k].f != 0 {
+                Ok(())
+            } else {
+                Err(PageError::WriteFailed)
+            };
+        }
+    }
+
+    /// The device's memory map, as LeechCore holds it now.
+    pub fn memory_map(&self) -> Result<MemoryMap, Error> {
+        let text = self.command(sys::LC_CMD_MEMMAP_GET, &mut [], "LC_CMD_MEMMAP_GET")?;
+        let text = String::from_utf8_lossy(&text);
+        Ok(text.parse()?)
+    }
+
+    /// Replaces the device's memory map: reads outside it then fail, and
+    /// `max_address` follows it.
+    pub fn set_memory_map(&self, map: &MemoryMap) -> Result<(), Error> {
+        // LeechCore's parser crashes on text it does not expect, so only a
+        // validated map, printed by us, ever reaches it.
+        let mut text = map.to_string().into_bytes();
+        text.push(0);
+        self.command(sys::LC_CMD_MEMMAP_SET, &mut text, "LC_CMD_MEMMAP_SET")?;
+        Ok(())
+    }
+
+    /// Runs `LcCommand` and copies its output (freed with `LcMemFree`).
+    pub fn command(
+        &self,
+        command: u64,
+        input: &mut [u8],
+        name: &'static str,
+    ) -> Result<Vec<u8>, Error> {
+        let state = self.lock();
+        let mut out: *mut u8 = ptr::null_mut();
+        let mut out_len = 0u32;
+        let input_ptr = if input.is_empty() {
+            ptr::null_mut()
+        } else {
+            input.as_mut_ptr()
+        };
+        let input_len = u32::try_from(input.len()).map_err(|_| Error::Command { name })?;
+        // SAFETY: valid handle under the lock; `input` is live for the call;
+        // LeechCore allocates `out`, which is freed below.
+        let ok = unsafe {
+            (self.lib.LcCommand)(
+                state.raw,
+                command,
+                input_len,
+                input_ptr,
+                &mut out,
+                &mut out_len,
+            )
+        };
+        let output = if out.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: LeechCore returned `out_len` bytes at `out`.
+            let bytes = unsafe { std::slice::from_raw_parts(out, out_len as usize) }.to_vec();
+            // SAFETY: `out` was allocated by LeechCore for us to free once.
+            unsafe { (self.lib.LcMemFree)(out.cast()) };
+            bytes
+        };
+        if ok == 0 {
+            return Err(Error::Command { name });
+        }
+        Ok(output)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Handle> {
+        // No code under the lock panics between FFI calls; a poisoned lock
+        // still holds a consistent handle.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Handle {
+    /// Fills the scratch arrays with the legal entries; illegal ones get
+    /// their error at once.
+    fn prepare<'e>(
+        &mut self,
+        entries: impl Iterator<Item = (u64, *mut u8, usize, &'e mut Result<(), PageError>)>,
+    ) {
+        self.mems.clear();
+        self.owners.clear();
+        for (i, (addr, pb, len, result)) in entries.enumerate() {
+            match EntryRules::LEECHCORE.check(addr, len) {
+                Ok(()) => {
+                    *result = Err(PageError::NotIssued);
+                    self.mems.push(MEM_SCATTER::new(addr, pb, len as u32));
+                    self.owners.push(i);
+                }
+                Err(e) => *result = Err(e),
+            }
+        }
+        // Taken after all pushes: `mems` does not move again until the call.
+        self.ptrs.clear();
+        self.ptrs
+            .extend(self.mems.iter_mut().map(|m| m as *mut MEM_SCATTER));
+    }
+}
+
+impl Drop for LeechCore {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the handle came from LcCreateEx and is closed exactly once.
+        unsafe { (self.lib.LcClose)(state.raw) };
+    }
+}
+
+/// Copies `value` into a fixed NUL-terminated field, refusing what does not
+/// fit rather than cutting it.
+fn copy_c_string(
+    field: &mut [c_char; sys::MAX_PATH],
+    value: &str,
+    what: &str,
+) -> Result<(), Error> {
+    if value.as_bytes().contains(&0) {
+        return Err(Error::InvalidConfig(format!(
+            "the {what} contains a NUL byte"
+        )));
+    }
+    if value.len() >= sys::MAX_PATH {
+        return Err(Error::InvalidConfig(format!(
+            "the {what} is {} bytes long; LeechCore takes at most {}",
+            value.len(),
+            sys::MAX_PATH - 1
+        )));
+    }
+    for (dst, &src) in field.iter_mut().zip(value.as_bytes()) {
+        *dst = src as c_char;
+    }
+    field[value.len()] = 0;
+    Ok(())
+}
+
+fn c_string(field: &[c_char; sys::MAX_PATH]) -> String {
+    let bytes: Vec<u8> = field
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The user text of LeechCore's error info, which is then freed.
+fn take_error_info(lib: &Library, info: *mut sys::LC_CONFIG_ERRORINFO) -> Option<String> {
+    if info.is_null() {
+        return None;
+    }
+    // SAFETY: LeechCore allocated `info` with `cbStruct` bytes: the fixed
+    // part, then `cwszUserText` UTF-16 units. The count is capped by the size.
+    let text = unsafe {
+        let fixed = std::mem::offset_of!(sys::LC_CONFIG_ERRORINFO, wszUserText);
+        let units = ((*info).cbStruct as usize).saturating_sub(fixed) / 2;
+        let units = units.min((*info).cwszUserText as usize);
+        let valid = (*info).dwVersion == sys::LC_CONFIG_ERRORINFO_VERSION && units > 0;
+        valid.then(|| {
+            String::from_utf16_lossy(std::slice::from_raw_parts(
+                (*info).wszUserText.as_ptr(),
+                units,
+            ))
+        })
+    };
+    // SAFETY: allocated by LeechCore, freed once.
+    unsafe { (lib.LcMemFree)(info.cast()) };
+    text.map(|t| t.trim_end_matches('\0').trim().to_string())
+        .filter(|t| !t.is_empty())
+}
+
+/// Device types compiled into LeechCore; any other type is looked up as a
+/// `leechcore_device_<type>.so` plugin beside `leechcore.so`.
+const BUILT_IN_DEVICES: &[&str] = &[
+    "file",
+    "fpga",
+    "usb3380",
+    "existing",
+    "pmem",
+    "totalmeltdown",
+    "vmware",
+    "hvsavedstate",
+    "livekd",
+    "hibr",
+    "vmm",
+    "rawudp",
+];
+
+/// Smallest image LeechCore's file device opens.
+const FILE_DEVICE_MIN_SIZE: u64 = 16 << 20;
+
+/// LeechCore rarely says why it failed; guess the usual causes from the
+/// device string so the user gets more than "failed".
+fn diagnose_open_failure(device: &str, library: &Path) -> String {
+    let (kind, params) = match device.split_once("://") {
+        Some((kind, rest)) => (kind.to_ascii_lowercase(), rest),
+        None => (
+            device
+                .split(':')
+                .next()
+                .unwrap_or(device)
+                .to_ascii_lowercase(),
+            "",
+        ),
+    };
+    let param = |key: &str| {
+        params
+            .split(',')
+            .find_map(|p| p.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+    };
+    let lib_dir = library.parent().unwrap_or(Path::new("."));
+    let plugin = lib_dir.join(format!("leechcore_device_{kind}.so"));
+    let generic = "LeechCore gave no reason; open with more verbosity to see its messages";
+    match kind.as_str() {
+        "file" => {
+            let path = param("file").unwrap_or(params);
+            match std::fs::metadata(path) {
+                Err(e) => format!("cannot open image file `{path}`: {e}"),
+                Ok(m) if m.is_dir() => format!("`{path}` is a folder, not an image file"),
+                Ok(m) if m.len() < FILE_DEVICE_MIN_SIZE => format!(
+                    "image file `{path}` is {} bytes; LeechCore's file device refuses files under 16 MiB",
+                    m.len()
+                ),
+                Ok(_) => format!("LeechCore did not recognise `{path}` as a memory image; {generic}"),
+            }
+        }
+        "qemu" => {
+            let shm = param("shm").map(|s| Path::new("/dev/shm").join(s));
+            let qmp = param("qmp").map(|s| {
+                if s.starts_with('/') {
+                    s.into()
+                } else {
+                    Path::new("/tmp").join(s)
+                }
+            });
+            match (shm, qmp) {
+                (None, _) | (_, None) => "the qemu device needs `shm=NAME,qmp=SOCKET`".into(),
+                (Some(shm), _) if !shm.exists() => format!("guest RAM file {} does not exist", shm.display()),
+                (_, Some(qmp)) if !qmp.exists() => format!("QMP socket {} does not exist", qmp.display()),
+                _ => format!(
+                    "the guest did not answer on its QMP socket (QMP serves one client at a time; \
+                     is another tool connected?) or its RAM is not the backend `qemu-ram`; {generic}"
+                ),
+            }
+        }
+        k if !BUILT_IN_DEVICES.contains(&k) && !plugin.exists() => format!(
+            "unknown device type `{k}`: not built into LeechCore, and no plugin {} exists",
+            plugin.display()
+        ),
+        _ => generic.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbosity_levels_map_to_leechcore_bits() {
+        assert_eq!(Verbosity::Quiet.printf_flags(), 0);
+        assert_eq!(Verbosity::Normal.printf_flags(), 0x1);
+        assert_eq!(Verbosity::Trace.printf_flags(), 0xf);
+        assert_eq!(Verbosity::from_level(9), Verbosity::Trace);
+    }
+
+    #[test]
+    fn device_strings_that_do_not_fit_are_refused_not_cut() {
+        let mut field = [0 as c_char; sys::MAX_PATH];
+        assert!(copy_c_string(&mut field, &"x".repeat(259), "device string").is_ok());
+        assert_eq!(field[259], 0);
+        let err = copy_c_string(&mut field, &"x".repeat(260), "device string").unwrap_err();
+        assert!(err.to_string().contains("260 bytes long"), "{err}");
+        assert!(copy_c_string(&mut field, "a\0b", "device string").is_err());
+    }
+
+    #[test]
+    fn diagnosis_names_the_likely_cause() {
+        let lib = Path::new("/nowhere/leechcore.so");
+        assert!(diagnose_open_failure("file:///no/such.raw", lib).contains("No such file"));
+        assert!(
+            diagnose_open_failure("file://file=/no/such.raw,write=1", lib).contains("/no/such.raw")
+        );
+        assert!(diagnose_open_failure("bogus://x", lib).contains("unknown device type `bogus`"));
+        assert!(diagnose_open_failure("qemu://shm=none-such-xyz,qmp=q", lib)
+            .contains("/dev/shm/none-such-xyz"));
+    }
+}

@@ -1,0 +1,169 @@
+//! Devices that read and write physical memory in scatter calls.
+
+pub mod leechcore;
+
+use leechcore_sys as sys;
+
+/// One page-bounded piece of a scatter read: `buf.len()` bytes at `addr`.
+#[derive(Debug)]
+pub struct ScatterEntry<'a> {
+    /// Physical address.
+    pub addr: u64,
+    /// Where the bytes go; untouched when the entry fails.
+    pub buf: &'a mut [u8],
+    /// Set by the device: `Ok` when every byte of `buf` was read.
+    pub result: Result<(), PageError>,
+}
+
+impl<'a> ScatterEntry<'a> {
+    /// An entry not yet issued.
+    pub fn new(addr: u64, buf: &'a mut [u8]) -> Self {
+        ScatterEntry {
+            addr,
+            buf,
+            result: Err(PageError::NotIssued),
+        }
+    }
+}
+
+/// One page-bounded piece of a scatter write: `data` goes to `addr`.
+#[derive(Debug)]
+pub struct WriteEntry<'a> {
+    /// Physical address.
+    pub addr: u64,
+    /// The bytes to write.
+    pub data: &'a [u8],
+    /// Set by the device: `Ok` when every byte was written.
+    pub result: Result<(), PageError>,
+}
+
+impl<'a> WriteEntry<'a> {
+    /// An entry not yet issued.
+    pub fn new(addr: u64, data: &'a [u8]) -> Self {
+        WriteEntry {
+            addr,
+            data,
+            result: Err(PageError::NotIssued),
+        }
+    }
+}
+
+/// Why one scatter entry (one page or part of one) was not read or written.
+///
+/// The first variants are LeechCore's per-page result codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum PageError {
+    /// Nothing answered at the address (PCIe unsupported request).
+    #[error("unsupported request: nothing answers at this address")]
+    UnsupportedRequest,
+    /// The target aborted the request (PCIe completer abort).
+    #[error("completer abort")]
+    CompleterAbort,
+    /// No answer came in time.
+    #[error("no completion")]
+    NoCompletion,
+    /// Only part of the entry was completed; none of it is trusted.
+    #[error("partial completion")]
+    Partial,
+    /// The link to the device failed.
+    #[error("transport error")]
+    TransportError,
+    /// The device's answer was malformed.
+    #[error("protocol error")]
+    ProtocolError,
+    /// The device failed without saying why (e.g. outside its memory map).
+    #[error("device gave no reason (e.g. address outside the memory map)")]
+    Unspecified,
+    /// The entry never reached the device.
+    #[error("not issued to the device")]
+    NotIssued,
+    /// The device refused to write this entry.
+    #[error("write failed")]
+    WriteFailed,
+    /// The device is read-only.
+    #[error("device is read-only")]
+    ReadOnly,
+    /// The entry breaks the device's scatter rules and was not sent.
+    #[error("invalid scatter entry: {0}")]
+    InvalidEntry(&'static str),
+}
+
+impl PageError {
+    /// The error for a LeechCore per-page result code of a failed entry.
+    pub fn from_leechcore_code(code: u32) -> Self {
+        match code {
+            sys::LC_READ_PAGE_RESULT_UNSUPPORTED_REQUEST => PageError::UnsupportedRequest,
+            sys::LC_READ_PAGE_RESULT_COMPLETER_ABORT => PageError::CompleterAbort,
+            sys::LC_READ_PAGE_RESULT_NO_COMPLETION => PageError::NoCompletion,
+            sys::LC_READ_PAGE_RESULT_PARTIAL => PageError::Partial,
+            sys::LC_READ_PAGE_RESULT_TRANSPORT_ERROR => PageError::TransportError,
+            sys::LC_READ_PAGE_RESULT_PROTOCOL_ERROR => PageError::ProtocolError,
+            sys::LC_READ_PAGE_RESULT_NOT_ISSUED => PageError::NotIssued,
+            _ => PageError::Unspecified,
+        }
+    }
+}
+
+/// The shape every scatter entry must have: LeechCore's rules, which DMA
+/// hardware imposes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryRules {
+    /// Largest byte count of one entry.
+    pub max_len: usize,
+    /// Smallest byte count of one entry.
+    pub min_len: usize,
+    /// Alignment of address and byte count.
+    pub align: u64,
+    /// No entry may cross a multiple of this.
+    pub page_size: u64,
+}
+
+impl EntryRules {
+    /// LeechCore's rules.
+    pub const LEECHCORE: EntryRules = EntryRules {
+        max_len: sys::MEM_SCATTER_MAX as usize,
+        min_len: sys::MEM_SCATTER_MIN as usize,
+        align: sys::MEM_SCATTER_ALIGN as u64,
+        page_size: sys::PAGE_SIZE,
+    };
+
+    /// Which rule an entry of `len` bytes at `addr` breaks, if any.
+    pub fn check(&self, addr: u64, len: usize) -> Result<(), PageError> {
+        let broken = if len > self.max_len {
+            "longer than the largest entry"
+        } else if len < self.min_len {
+            "shorter than the smallest entry"
+        } else if addr % self.align != 0 || len as u64 % self.align != 0 {
+            "address or length not aligned"
+        } else if (addr % self.page_size) + len as u64 > self.page_size {
+            "crosses a page boundary"
+        } else {
+            return Ok(());
+        };
+        Err(PageError::InvalidEntry(broken))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leechcore_rules_accept_legal_entries_and_name_the_broken_rule() {
+        let r = EntryRules::LEECHCORE;
+        assert_eq!(r.check(0x1000, 0x1000), Ok(()));
+        assert_eq!(r.check(0x1ff8, 8), Ok(()));
+        assert_eq!(r.check(0x1004, 12), Ok(()));
+        let broken = |addr, len| match r.check(addr, len) {
+            Err(PageError::InvalidEntry(why)) => why,
+            other => panic!("{addr:#x}+{len:#x} gave {other:?}"),
+        };
+        assert_eq!(broken(0x1000, 0x1004), "longer than the largest entry");
+        assert_eq!(broken(0x1000, 4), "shorter than the smallest entry");
+        assert_eq!(broken(0x1002, 8), "address or length not aligned");
+        assert_eq!(broken(0x1000, 10), "address or length not aligned");
+        assert_eq!(broken(0x1ffc, 8), "crosses a page boundary");
+        assert_eq!(broken(u64::MAX - 3, 8), "crosses a page boundary");
+    }
+}

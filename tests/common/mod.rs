@@ -1,0 +1,69 @@
+//! Test support: memory images on disk whose every byte can be checked.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use leechio::{DeviceConfig, LeechCore};
+
+/// A raw memory image in a temporary folder, removed on drop.
+pub struct Image {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+    pub size: u64,
+}
+
+/// The 8 bytes the generated image holds at the 8-aligned address `addr`:
+/// a hash of the address, so a byte read from the wrong place shows.
+pub fn pattern_word(addr: u64) -> u64 {
+    let mut z = addr.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Image {
+    /// A new image of `size` bytes filled with [`pattern_word`].
+    pub fn new(size: u64) -> Image {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("memory.raw");
+        let mut out = std::io::BufWriter::new(File::create(&path).expect("create image"));
+        for addr in (0..size).step_by(8) {
+            out.write_all(&pattern_word(addr).to_le_bytes())
+                .expect("write image");
+        }
+        out.flush().expect("flush image");
+        Image {
+            _dir: dir,
+            path,
+            size,
+        }
+    }
+
+    /// `file://` device string of the image.
+    pub fn device(&self) -> String {
+        format!("file://{}", self.path.display())
+    }
+
+    /// The image's bytes at `offset`, read from the file itself.
+    pub fn bytes(&self, offset: u64, len: usize) -> Vec<u8> {
+        read_file_at(&self.path, offset, len)
+    }
+
+    /// Opens the image with LeechCore's file device.
+    pub fn open(&self) -> LeechCore {
+        LeechCore::open(&DeviceConfig::new(self.device())).expect("open image with LeechCore")
+    }
+}
+
+/// `len` bytes of `path` at `offset`.
+pub fn read_file_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0; len];
+    File::open(path)
+        .unwrap()
+        .read_exact_at(&mut buf, offset)
+        .unwrap();
+    buf
+}

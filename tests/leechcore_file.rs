@@ -1,0 +1,365 @@
+//! The LeechCore device against the real `leechcore.so` and image files.
+
+mod common;
+
+use std::path::Path;
+
+use common::{read_file_at, Image};
+use leechio::leechcore_sys as sys;
+use leechio::{
+    Call, DeviceConfig, Error, LeechCore, MemoryMap, MemoryRange, PageError, ScatterEntry,
+    WriteEntry,
+};
+
+const MIB: u64 = 1 << 20;
+const PAGE: u64 = 0x1000;
+
+/// A random legal entry: a whole page or 8..=0x1000 bytes, 4-aligned,
+/// inside one page.
+fn random_entry(rng: &mut fastrand::Rng, size: u64) -> (u64, usize) {
+    let page = rng.u64(0..size / PAGE) * PAGE;
+    if rng.bool() {
+        return (page, PAGE as usize);
+    }
+    let len = rng.u64(2..=PAGE / 4) * 4;
+    let offset = rng.u64(0..=(PAGE - len) / 4) * 4;
+    (page + offset, len as usize)
+}
+
+#[test]
+fn random_scatter_entries_equal_the_image_bytes() {
+    let image = Image::new(48 * MIB);
+    let device = image.open();
+    let mut rng = fastrand::Rng::with_seed(0x1ec4);
+    let calls_before = device.call_count(Call::ReadScatter);
+    let mut checked = 0;
+    for _ in 0..4 {
+        let specs: Vec<(u64, usize)> = (0..1000)
+            .map(|_| random_entry(&mut rng, image.size))
+            .collect();
+        let mut bufs: Vec<Vec<u8>> = specs.iter().map(|&(_, len)| vec![0xa5; len]).collect();
+        let mut entries: Vec<ScatterEntry> = specs
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&(addr, _), buf)| ScatterEntry::new(addr, buf))
+            .collect();
+        device.read_scatter(&mut entries);
+        for e in &entries {
+            assert_eq!(
+                e.result,
+                Ok(()),
+                "entry at {:#x}+{:#x}",
+                e.addr,
+                e.buf.len()
+            );
+            assert!(
+                e.buf[..] == image.bytes(e.addr, e.buf.len())[..],
+                "bytes at {:#x}",
+                e.addr
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 4000);
+    assert_eq!(device.call_count(Call::ReadScatter) - calls_before, 4);
+}
+
+#[test]
+fn entries_past_the_end_fail_alone_and_leave_their_buffers_untouched() {
+    let image = Image::new(32 * MIB);
+    let device = image.open();
+    assert_eq!(device.max_address(), image.size);
+    let addrs = [
+        0,
+        image.size,
+        image.size - PAGE,
+        image.size + 0x10,
+        0x1234_5000,
+        0x7fff_ffff_f000,
+        image.size - 8,
+        0x10_0000,
+    ];
+    let beyond = |a: u64| a >= image.size;
+    let mut bufs: Vec<Vec<u8>> = addrs.iter().map(|_| vec![0xa5; 8]).collect();
+    let mut entries: Vec<ScatterEntry> = addrs
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&a, b)| ScatterEntry::new(a, b))
+        .collect();
+    device.read_scatter(&mut entries);
+    let failed: Vec<u64> = entries
+        .iter()
+        .filter(|e| e.result.is_err())
+        .map(|e| e.addr)
+        .collect();
+    let expected: Vec<u64> = addrs.iter().copied().filter(|&a| beyond(a)).collect();
+    assert_eq!(failed, expected);
+    for e in &entries {
+        if beyond(e.addr) {
+            assert_eq!(e.result, Err(PageError::Unspecified));
+            assert_eq!(
+                e.buf, &[0xa5; 8],
+                "failed entry at {:#x} was written",
+                e.addr
+            );
+        } else {
+            assert_eq!(e.buf[..], image.bytes(e.addr, 8)[..]);
+        }
+    }
+    assert_eq!(device.call_count(Call::ReadScatter), 1);
+}
+
+#[test]
+fn entries_that_break_the_scatter_rules_are_refused_without_a_call() {
+    let image = Image::new(16 * MIB);
+    let device = image.open();
+    let mut small = [0u8; 4];
+    let mut crossing = [0u8; 16];
+    let mut big = vec![0u8; 0x1004];
+    let mut entries = [
+        ScatterEntry::new(0x1000, &mut small),
+        ScatterEntry::new(0x1ff8, &mut crossing),
+        ScatterEntry::new(0x2000, &mut big),
+    ];
+    device.read_scatter(&mut entries);
+    assert!(entries
+        .iter()
+        .all(|e| matches!(e.result, Err(PageError::InvalidEntry(_)))));
+    assert_eq!(device.call_count(Call::ReadScatter), 0);
+}
+
+/// Opens `device` with LeechCore directly, bypassing the wrapper.
+fn raw_open(lib: &sys::Library, device: &str) -> sys::HANDLE {
+    let mut config = sys::LC_CONFIG::new();
+    for (dst, &src) in config.szDevice.iter_mut().zip(device.as_bytes()) {
+        *dst = src as std::ffi::c_char;
+    }
+    // SAFETY: a valid, versioned config with a NUL-terminated device string.
+    let handle = unsafe { (lib.LcCreate)(&mut config) };
+    assert!(!handle.is_null());
+    handle
+}
+
+#[test]
+fn small_reads_that_break_lc_read_succeed_through_scatter() {
+    let image = Image::new(16 * MIB);
+    let device = image.open();
+    let lib = device.library().clone();
+    let raw = raw_open(&lib, &format!("file://file={},", image.path.display()));
+    // Reads inside one page that stop short of its end.
+    for (addr, len) in [
+        (0x1010u64, 16usize),
+        (0x1000, 8),
+        (0x5ff0, 8),
+        (0x20_0100, 0x100),
+        (0x3000, 0xff8),
+    ] {
+        let mut direct = vec![0u8; len];
+        // SAFETY: valid handle, buffer of `len` bytes.
+        let ok = unsafe { (lib.LcRead)(raw, addr, len as u32, direct.as_mut_ptr()) };
+        assert_eq!(
+            ok, 0,
+            "LcRead at {addr:#x}+{len:#x} no longer fails: the workaround may be obsolete"
+        );
+        let mut buf = vec![0u8; len];
+        let mut entries = [ScatterEntry::new(addr, &mut buf)];
+        device.read_scatter(&mut entries);
+        assert_eq!(entries[0].result, Ok(()));
+        assert_eq!(buf, image.bytes(addr, len), "at {addr:#x}");
+    }
+    // SAFETY: opened above, closed once.
+    unsafe { (lib.LcClose)(raw) };
+}
+
+#[test]
+fn memory_map_round_trips_remaps_and_limits_reads() {
+    let image = Image::new(32 * MIB);
+    let device = image.open();
+    let initial = device.memory_map().unwrap();
+    assert_eq!(initial.ranges(), &[MemoryRange::new(0, image.size)]);
+
+    let map = MemoryMap::new(vec![
+        MemoryRange::new(0x1000, 0x10_0000),
+        MemoryRange {
+            start: 0x1_0000_0000,
+            size: 0x20_0000,
+            remap: 0x40_0000,
+        },
+        MemoryRange {
+            start: 0x1_8000_0000 - 0x1000,
+            size: 0x1000,
+            remap: 0x80_0000,
+        },
+    ])
+    .unwrap();
+    device.set_memory_map(&map).unwrap();
+    assert_eq!(device.memory_map().unwrap(), map);
+    assert_eq!(device.max_address(), 0x1_8000_0000);
+
+    // LeechCore's struct form of the same map agrees with its text form.
+    let raw = device
+        .command(sys::LC_CMD_MEMMAP_GET_STRUCT, &mut [], "GET_STRUCT")
+        .unwrap();
+    let entry_size = std::mem::size_of::<sys::LC_MEMMAP_ENTRY>();
+    let structs: Vec<MemoryRange> = raw
+        .chunks_exact(entry_size)
+        .map(|c| {
+            let word = |i: usize| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().unwrap());
+            MemoryRange {
+                start: word(0),
+                size: word(1),
+                remap: word(2),
+            }
+        })
+        .collect();
+    assert_eq!(structs, map.ranges());
+
+    let addrs = [
+        0x0u64,
+        0x1000,
+        0x10_0ff8,
+        0x10_1000,
+        0x1_0000_0000,
+        0x1_001f_fff8,
+        0x1_0020_0000,
+        0x1_7fff_f000,
+    ];
+    let mut bufs: Vec<Vec<u8>> = addrs.iter().map(|_| vec![0; 8]).collect();
+    let mut entries: Vec<ScatterEntry> = addrs
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&a, b)| ScatterEntry::new(a, b))
+        .collect();
+    device.read_scatter(&mut entries);
+    for e in &entries {
+        match map.find(e.addr) {
+            Some(range) => {
+                assert_eq!(e.result, Ok(()), "{:#x} is mapped", e.addr);
+                let offset = e.addr - range.start + range.remap;
+                assert_eq!(
+                    e.buf[..],
+                    image.bytes(offset, 8)[..],
+                    "{:#x} reads file offset {offset:#x}",
+                    e.addr
+                );
+            }
+            None => assert!(e.result.is_err(), "{:#x} is outside the map", e.addr),
+        }
+    }
+}
+
+#[test]
+fn info_reports_the_file_device() {
+    let image = Image::new(16 * MIB);
+    let device = image.open();
+    let info = device.info();
+    assert_eq!(info.name, "file");
+    assert_eq!((info.version.major, info.version.minor), (2, 23));
+    assert!(info.read_only);
+    assert!(!info.volatile);
+    assert!(info.library.ends_with("leechcore.so"));
+    assert_eq!(device.call_count(Call::Open), 1);
+}
+
+#[test]
+fn writes_land_exactly_and_read_only_devices_refuse_them() {
+    let image = Image::new(16 * MIB);
+    let original = read_file_at(&image.path, 0, image.size as usize);
+
+    let read_only = image.open();
+    let data = [0x11u8; 8];
+    let mut entries = [WriteEntry::new(0x2000, &data)];
+    read_only.write_scatter(&mut entries);
+    assert_eq!(entries[0].result, Err(PageError::ReadOnly));
+    assert_eq!(read_only.call_count(Call::WriteScatter), 0);
+    drop(read_only);
+
+    let config = DeviceConfig::new(format!("file://file={},write=1", image.path.display()));
+    let device = LeechCore::open(&config).unwrap();
+    assert!(!device.info().read_only);
+    let page = vec![0x5au8; 0x1000];
+    let small: Vec<u8> = (1..=12).collect();
+    let mut entries = [
+        WriteEntry::new(0x3000, &page),
+        WriteEntry::new(0x5004, &small),
+        WriteEntry::new(image.size, &small[..8]),
+        WriteEntry::new(0x6002, &small[..8]),
+    ];
+    device.write_scatter(&mut entries);
+    assert_eq!(entries[0].result, Ok(()));
+    assert_eq!(entries[1].result, Ok(()));
+    assert!(entries[2].result.is_err(), "write past the end must fail");
+    assert!(matches!(entries[3].result, Err(PageError::InvalidEntry(_))));
+    assert_eq!(device.call_count(Call::WriteScatter), 1);
+    drop(device); // LeechCore's file device flushes writes on close.
+
+    let after = read_file_at(&image.path, 0, image.size as usize);
+    let mut expected = original;
+    expected[0x3000..0x4000].copy_from_slice(&page);
+    expected[0x5004..0x5010].copy_from_slice(&small);
+    assert_eq!(after.len(), expected.len(), "the image grew or shrank");
+    let first_difference = after.iter().zip(&expected).position(|(a, b)| a != b);
+    assert_eq!(first_difference, None, "bytes differ from the exact write");
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let open = |device: &str| {
+        LeechCore::open(&DeviceConfig::new(device))
+            .unwrap_err()
+            .to_string()
+    };
+
+    let missing = open("file:///nonexistent/memory.raw");
+    assert!(
+        missing.contains("/nonexistent/memory.raw") && missing.contains("No such file"),
+        "{missing}"
+    );
+
+    let image = Image::new(16 * MIB);
+    let small_dir = tempfile::tempdir().unwrap();
+    let small = small_dir.path().join("small.raw");
+    std::fs::write(
+        &small,
+        read_file_at(&image.path, 0, (16 * MIB - PAGE) as usize),
+    )
+    .unwrap();
+    let too_small = open(&format!("file://{}", small.display()));
+    assert!(too_small.contains("under 16 MiB"), "{too_small}");
+
+    let unknown = open("nosuchdevice://abc");
+    assert!(
+        unknown.contains("unknown device type `nosuchdevice`"),
+        "{unknown}"
+    );
+
+    let long = format!("file:///{}", "a".repeat(300));
+    match LeechCore::open(&DeviceConfig::new(long)) {
+        Err(Error::InvalidConfig(text)) => assert!(text.contains("at most 259"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+
+    let mut config = DeviceConfig::new(image.device());
+    config.library = Some("/nonexistent/dir/leechcore.so".into());
+    let wrong_lib = LeechCore::open(&config).unwrap_err().to_string();
+    assert!(
+        wrong_lib.contains("/nonexistent/dir/leechcore.so") && wrong_lib.contains("make setup"),
+        "{wrong_lib}"
+    );
+
+    // A real shared library that is not LeechCore: libusb, which LeechCore
+    // itself needs (so it is on every machine that runs these tests).
+    let libusb = [
+        "/lib/x86_64-linux-gnu/libusb-1.0.so.0",
+        "/usr/lib/x86_64-linux-gnu/libusb-1.0.so.0",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .expect("libusb-1.0.so.0 (make setup installs it)");
+    config.library = Some(libusb.into());
+    let not_leechcore = LeechCore::open(&config).unwrap_err().to_string();
+    assert!(
+        not_leechcore.contains("no function `LcCreate`"),
+        "{not_leechcore}"
+    );
+}
