@@ -1,15 +1,21 @@
 //! Physical and virtual memory I/O over LeechCore.
 //!
-//! The lowest layer is [`LeechCore`]: a device opened from a LeechCore
-//! device string, read and written in scatter calls with a result per entry.
-//! LeechCore itself is loaded at run time (see [`leechcore_sys::Library`]).
+//! - [`Memory`] is the engine: every read and write is a future, and
+//!   everything waiting at the same moment goes to the device in one
+//!   scatter call. Partial failures come back as exact byte ranges.
+//! - [`Backend`] is what the engine talks to: [`LeechCore`] (a device
+//!   opened from a LeechCore device string, loaded at run time) or
+//!   [`MemBackend`] (a byte vector, for tests and examples).
 
 pub mod backend;
+pub mod engine;
 mod error;
 mod memmap;
 
 pub use backend::leechcore::{Call, DeviceConfig, DeviceInfo, LeechCore, Verbosity, Version};
-pub use backend::{EntryRules, PageError, ScatterEntry, WriteEntry};
+pub use backend::memory::MemBackend;
+pub use backend::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
+pub use engine::{EngineConfig, Failure, Fragment, Memory, PartialError};
 pub use error::Error;
 pub use leechcore_sys;
 pub use memmap::{MemoryMap, MemoryMapError, MemoryRange};

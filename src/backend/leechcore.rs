@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use leechcore_sys::{self as sys, Library, HANDLE, LC_CONFIG, MEM_SCATTER};
 
-use super::{EntryRules, PageError, ScatterEntry, WriteEntry};
+use super::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
 use crate::{Error, MemoryMap};
 
 /// How much LeechCore prints to stdout.
@@ -283,7 +283,7 @@ impl LeechCore {
     /// Reads every entry in one LeechCore scatter call; each entry's
     /// `result` says whether its buffer was filled.
     ///
-    /// Entries that break [`EntryRules::LEECHCORE`] fail with
+    /// Entries that break [`Limits::LEECHCORE`] fail with
     /// [`PageError::InvalidEntry`] without reaching the device. No call is
     /// made when no entry is left.
     pub fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]) {
@@ -432,6 +432,36 @@ impl LeechCore {
     }
 }
 
+impl Backend for LeechCore {
+    fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]) {
+        LeechCore::read_scatter(self, entries)
+    }
+
+    fn write_scatter(&self, entries: &mut [WriteEntry<'_>]) {
+        LeechCore::write_scatter(self, entries)
+    }
+
+    fn limits(&self) -> Limits {
+        Limits::LEECHCORE
+    }
+
+    fn max_address(&self) -> u64 {
+        LeechCore::max_address(self)
+    }
+
+    fn memory_map(&self) -> MemoryMap {
+        LeechCore::memory_map(self).unwrap_or_else(|e| {
+            log::warn!("LeechCore's memory map is unreadable ({e}); assuming 0..max_address");
+            let end = LeechCore::max_address(self) & !(sys::PAGE_SIZE - 1);
+            MemoryMap::new(vec![crate::MemoryRange::new(0, end)]).unwrap_or_default()
+        })
+    }
+
+    fn read_only(&self) -> bool {
+        self.info.read_only
+    }
+}
+
 impl Handle {
     /// Fills the scratch arrays with the legal entries; illegal ones get
     /// their error at once.
@@ -442,7 +472,7 @@ impl Handle {
         self.mems.clear();
         self.owners.clear();
         for (i, (addr, pb, len, result)) in entries.enumerate() {
-            match EntryRules::LEECHCORE.check(addr, len) {
+            match Limits::LEECHCORE.check(addr, len) {
                 Ok(()) => {
                     *result = Err(PageError::NotIssued);
                     self.mems.push(MEM_SCATTER::new(addr, pb, len as u32));

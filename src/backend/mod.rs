@@ -1,8 +1,35 @@
 //! Devices that read and write physical memory in scatter calls.
+//!
+//! Everything above this module talks to the [`Backend`] trait; only
+//! [`leechcore`] talks to LeechCore.
 
 pub mod leechcore;
+pub mod memory;
 
 use leechcore_sys as sys;
+
+use crate::MemoryMap;
+
+/// A device that reads and writes physical memory in scatter calls of
+/// page-bounded entries, with a result per entry.
+///
+/// One call of [`Backend::read_scatter`] is one round trip to the device:
+/// the engine above makes as few as it can.
+pub trait Backend: Send + Sync {
+    /// Reads every entry in one device call (entries that break
+    /// [`Backend::limits`] fail with [`PageError::InvalidEntry`]).
+    fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]);
+    /// Writes every entry in one device call.
+    fn write_scatter(&self, entries: &mut [WriteEntry<'_>]);
+    /// The shape of a legal entry and the most entries per call.
+    fn limits(&self) -> Limits;
+    /// One past the highest physical address the device serves.
+    fn max_address(&self) -> u64;
+    /// The device's memory map.
+    fn memory_map(&self) -> MemoryMap;
+    /// Whether writes are refused.
+    fn read_only(&self) -> bool;
+}
 
 /// One page-bounded piece of a scatter read: `buf.len()` bytes at `addr`.
 #[derive(Debug)]
@@ -87,6 +114,12 @@ pub enum PageError {
     /// The entry breaks the device's scatter rules and was not sent.
     #[error("invalid scatter entry: {0}")]
     InvalidEntry(&'static str),
+    /// The address is at or past the device's max address.
+    #[error("address past the end of the device's memory")]
+    OutOfRange,
+    /// The range runs past the end of the 64-bit address space.
+    #[error("range wraps past the end of the address space")]
+    AddressOverflow,
 }
 
 impl PageError {
@@ -105,10 +138,10 @@ impl PageError {
     }
 }
 
-/// The shape every scatter entry must have: LeechCore's rules, which DMA
-/// hardware imposes.
+/// The shape every scatter entry must have (LeechCore's rules come from DMA
+/// hardware), and how many entries one call may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryRules {
+pub struct Limits {
     /// Largest byte count of one entry.
     pub max_len: usize,
     /// Smallest byte count of one entry.
@@ -117,15 +150,19 @@ pub struct EntryRules {
     pub align: u64,
     /// No entry may cross a multiple of this.
     pub page_size: u64,
+    /// Most entries in one call.
+    pub max_entries: usize,
 }
 
-impl EntryRules {
-    /// LeechCore's rules.
-    pub const LEECHCORE: EntryRules = EntryRules {
+impl Limits {
+    /// LeechCore's rules; it takes any number of entries per call (its
+    /// count is a `u32`).
+    pub const LEECHCORE: Limits = Limits {
         max_len: sys::MEM_SCATTER_MAX as usize,
         min_len: sys::MEM_SCATTER_MIN as usize,
         align: sys::MEM_SCATTER_ALIGN as u64,
         page_size: sys::PAGE_SIZE,
+        max_entries: u32::MAX as usize,
     };
 
     /// Which rule an entry of `len` bytes at `addr` breaks, if any.
@@ -151,7 +188,7 @@ mod tests {
 
     #[test]
     fn leechcore_rules_accept_legal_entries_and_name_the_broken_rule() {
-        let r = EntryRules::LEECHCORE;
+        let r = Limits::LEECHCORE;
         assert_eq!(r.check(0x1000, 0x1000), Ok(()));
         assert_eq!(r.check(0x1ff8, 8), Ok(()));
         assert_eq!(r.check(0x1004, 12), Ok(()));

@@ -52,6 +52,15 @@ impl Image {
         read_file_at(&self.path, offset, len)
     }
 
+    /// Overwrites bytes of the image file (before it is opened).
+    pub fn poke(&self, offset: u64, bytes: &[u8]) {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .unwrap();
+        file.write_all_at(bytes, offset).unwrap();
+    }
+
     /// Opens the image with LeechCore's file device.
     pub fn open(&self) -> LeechCore {
         LeechCore::open(&DeviceConfig::new(self.device())).expect("open image with LeechCore")

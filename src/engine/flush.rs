@@ -1,0 +1,592 @@
+//! One flush: everything queued goes to the device in as few scatter calls
+//! as program order allows.
+//!
+//! Requests are cut into page pieces. Pieces the device cannot take as
+//! they are (too small, unaligned) read a legal window into a scratch
+//! buffer. Read pieces on the same page share one entry, so a page needed
+//! twice is read once. A write and a later access of the same page keep
+//! their order through rounds: each round runs the reads that patch
+//! partial writes, then the writes, then the reads, and a request goes in
+//! the first round that keeps it after every conflicting earlier request.
+//! Without writes there is one round and one read call (more only when
+//! the device's entry limit is exceeded).
+
+use rustc_hash::FxHashMap;
+
+use super::outcome::{Failure, Fragment};
+use super::queue::{Kind, Queue, State};
+use crate::backend::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
+
+/// A request taken from the queue for this flush.
+struct Req {
+    key: u32,
+    kind: Kind,
+    addr: u64,
+    len: usize,
+    data: Vec<u8>,
+    record: bool,
+    round: u32,
+}
+
+/// A page-bounded piece of a request.
+#[derive(Clone, Copy)]
+struct Piece {
+    req: u32,
+    addr: u64,
+    offset: usize,
+    len: usize,
+    /// Entry (group) that carries this piece, or `NO_GROUP`.
+    group: u32,
+    result: Result<(), PageError>,
+}
+
+const NO_GROUP: u32 = u32::MAX;
+
+/// Up to this many read pieces, pages are matched by a linear scan.
+const SMALL_FLUSH: usize = 16;
+
+/// One scatter entry: a legal window, read or written directly in a
+/// request's buffer or through scratch.
+#[derive(Clone, Copy)]
+struct Group {
+    addr: u64,
+    len: usize,
+    /// Offset in `scratch`, or `None` for a direct entry into the single
+    /// piece's request buffer.
+    scratch: Option<usize>,
+    /// The piece of a direct entry (or the first piece of the group).
+    piece: u32,
+    result: Result<(), PageError>,
+}
+
+/// The reusable state of flushes; held under the engine's flush lock.
+#[derive(Default)]
+pub(crate) struct Flusher {
+    reqs: Vec<Req>,
+    pieces: Vec<Piece>,
+    order: Vec<u32>,
+    groups: Vec<Group>,
+    scratch: Vec<u8>,
+    /// Per page: (1 + round of its last read, 1 + round of its last write).
+    pages: FxHashMap<u64, (u32, u32)>,
+    /// Per page: the read entry (group) that covers it in this round.
+    page_groups: FxHashMap<u64, u32>,
+    /// Failed runs of every request, in request order.
+    failed: Vec<(u32, Failure)>,
+    /// Fragments of the requests that record them, in request order.
+    fragments: Vec<(u32, Fragment)>,
+    read_entries: Vec<ScatterEntry<'static>>,
+    write_entries: Vec<WriteEntry<'static>>,
+}
+
+/// Counts of what a flush sent, for callers that watch.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FlushStats {
+    /// Requests taken from the queue.
+    pub requests: usize,
+    /// Backend read calls made.
+    pub read_calls: usize,
+    /// Backend write calls made.
+    pub write_calls: usize,
+}
+
+impl Flusher {
+    /// Takes everything queued; returns false when there was nothing.
+    pub fn take(&mut self, queue: &mut Queue) -> bool {
+        self.reqs.clear();
+        let pending = std::mem::take(&mut queue.pending);
+        for &key in &pending {
+            let slot = queue.slot(key);
+            if slot.state == State::Cancelled {
+                queue.release(key);
+                continue;
+            }
+            slot.state = State::InFlight;
+            self.reqs.push(Req {
+                key,
+                kind: slot.kind,
+                addr: slot.addr,
+                len: slot.len,
+                data: std::mem::take(&mut slot.data),
+                record: slot.record,
+                round: 0,
+            });
+        }
+        // Give the (now empty) list back so its capacity is reused.
+        let mut pending = pending;
+        pending.clear();
+        queue.pending = pending;
+        !self.reqs.is_empty()
+    }
+
+    /// Sends the taken requests to `backend`.
+    pub fn run(&mut self, backend: &dyn Backend, max_entries: usize) -> FlushStats {
+        let limits = backend.limits();
+        let max_entries = max_entries.min(limits.max_entries).max(1);
+        let mut stats = FlushStats {
+            requests: self.reqs.len(),
+            ..Default::default()
+        };
+        self.cut_pieces(limits.page_size, backend.max_address());
+        let rounds = self.assign_rounds(limits.page_size);
+        let read_only = backend.read_only();
+        for round in 0..rounds {
+            let write_calls =
+                self.run_writes(backend, &limits, max_entries, round, read_only, &mut stats);
+            stats.write_calls += write_calls;
+            stats.read_calls += self.run_reads(backend, &limits, max_entries, round);
+        }
+        self.collect_results();
+        stats
+    }
+
+    /// Marks every taken request as wholly failed with `reason` (the flush
+    /// could not finish).
+    pub fn fail_all(&mut self, reason: PageError) {
+        self.failed.clear();
+        self.fragments.clear();
+        for (ri, req) in self.reqs.iter().enumerate() {
+            let (offset, len) = (0, req.len);
+            self.failed.push((
+                ri as u32,
+                Failure {
+                    offset,
+                    len,
+                    reason,
+                },
+            ));
+            if req.record {
+                let result = Err(reason);
+                self.fragments.push((
+                    ri as u32,
+                    Fragment {
+                        offset,
+                        len,
+                        result,
+                    },
+                ));
+            }
+        }
+    }
+
+    /// Gives every request back to its slot (or frees it if its future is
+    /// gone) and wakes the waiters, each waker once.
+    pub fn finish(&mut self, queue: &mut Queue) {
+        let mut last_woken: Option<std::task::Waker> = None;
+        let (mut failed, mut fragments) = (
+            self.failed.iter().peekable(),
+            self.fragments.iter().peekable(),
+        );
+        for (ri, req) in self.reqs.drain(..).enumerate() {
+            let ri = ri as u32;
+            let slot = queue.slot(req.key);
+            slot.data = req.data;
+            while let Some((_, f)) = failed.next_if(|(r, _)| *r == ri) {
+                slot.failures.push(*f);
+            }
+            while let Some((_, f)) = fragments.next_if(|(r, _)| *r == ri) {
+                slot.fragments.push(*f);
+            }
+            if slot.state == State::Abandoned {
+                queue.release(req.key);
+                continue;
+            }
+            slot.state = State::Done;
+            if let Some(waker) = &slot.waker {
+                // Futures joined in one task share one waker: wake it once.
+                if !last_woken.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    waker.wake_by_ref();
+                    last_woken = Some(waker.clone());
+                }
+            }
+        }
+        self.failed.clear();
+        self.fragments.clear();
+    }
+
+    /// Cuts every request into page pieces; bytes past the device's end or
+    /// past the end of the address space fail here, without an entry.
+    fn cut_pieces(&mut self, page_size: u64, max_address: u64) {
+        self.pieces.clear();
+        for (ri, req) in self.reqs.iter().enumerate() {
+            let mut offset = 0usize;
+            while offset < req.len {
+                let piece = |addr, len, result| Piece {
+                    req: ri as u32,
+                    addr,
+                    offset,
+                    len,
+                    group: NO_GROUP,
+                    result,
+                };
+                let Some(addr) = req.addr.checked_add(offset as u64) else {
+                    let rest = req.len - offset;
+                    self.pieces
+                        .push(piece(0, rest, Err(PageError::AddressOverflow)));
+                    break;
+                };
+                let to_page_end = page_size - addr % page_size;
+                let mut len =
+                    (req.len - offset).min(usize::try_from(to_page_end).unwrap_or(usize::MAX));
+                let result = if addr >= max_address {
+                    Err(PageError::OutOfRange)
+                } else {
+                    len = len.min(usize::try_from(max_address - addr).unwrap_or(usize::MAX));
+                    Err(PageError::NotIssued)
+                };
+                self.pieces.push(piece(addr, len, result));
+                offset += len;
+            }
+        }
+    }
+
+    /// Puts each request in the first round after every earlier request it
+    /// conflicts with; returns the number of rounds.
+    fn assign_rounds(&mut self, page_size: u64) -> u32 {
+        if self.reqs.iter().all(|r| r.kind == Kind::Read) {
+            return 1;
+        }
+        // Per page: (1 + round of its last read, 1 + round of its last write).
+        self.pages.clear();
+        let mut rounds = 1;
+        let mut first_piece = 0;
+        for (ri, req) in self.reqs.iter_mut().enumerate() {
+            let end = self.pieces[first_piece..]
+                .iter()
+                .position(|p| p.req != ri as u32)
+                .map_or(self.pieces.len(), |n| first_piece + n);
+            let pieces = &self.pieces[first_piece..end];
+            first_piece = end;
+            let page_of = |p: &Piece| p.addr / page_size;
+            let round = pieces
+                .iter()
+                .filter(|p| p.result == Err(PageError::NotIssued))
+                .map(|p| {
+                    let (read, write) = self.pages.get(&page_of(p)).copied().unwrap_or((0, 0));
+                    match req.kind {
+                        // Writes of a round run before its reads.
+                        Kind::Read => write.saturating_sub(1),
+                        Kind::Write => read.max(write),
+                    }
+                })
+                .max()
+                .unwrap_or(0);
+            req.round = round;
+            rounds = rounds.max(round + 1);
+            for p in pieces
+                .iter()
+                .filter(|p| p.result == Err(PageError::NotIssued))
+            {
+                let entry = self.pages.entry(page_of(p)).or_insert((0, 0));
+                match req.kind {
+                    Kind::Read => entry.0 = entry.0.max(round + 1),
+                    Kind::Write => entry.1 = entry.1.max(round + 1),
+                }
+            }
+        }
+        rounds
+    }
+
+    /// Runs the reads of `round`: pieces on the same page share an entry.
+    fn run_reads(
+        &mut self,
+        backend: &dyn Backend,
+        limits: &Limits,
+        max_entries: usize,
+        round: u32,
+    ) -> usize {
+        self.order.clear();
+        for (i, p) in self.pieces.iter().enumerate() {
+            let req = &self.reqs[p.req as usize];
+            if req.kind == Kind::Read && req.round == round && p.result == Err(PageError::NotIssued)
+            {
+                self.order.push(i as u32);
+            }
+        }
+        if self.order.is_empty() {
+            return 0;
+        }
+        self.groups.clear();
+        if self.order.len() > SMALL_FLUSH {
+            self.page_groups.clear();
+        }
+        let mut scratch_len = 0usize;
+        for &pi in &self.order {
+            let p = &mut self.pieces[pi as usize];
+            let (start, len) = window(limits, p.addr, p.len);
+            let page = start / limits.page_size;
+            // Few pieces: a scan beats clearing a large hash map.
+            let shared = if self.order.len() <= SMALL_FLUSH {
+                self.groups
+                    .iter()
+                    .rposition(|g| g.addr / limits.page_size == page)
+                    .map(|i| i as u32)
+            } else {
+                self.page_groups.get(&page).copied()
+            };
+            if let Some(gi) = shared {
+                let g = &mut self.groups[gi as usize];
+                let lo = g.addr.min(start);
+                let hi = (g.addr + g.len as u64).max(start + len as u64);
+                if (hi - lo) as usize <= limits.max_len {
+                    // Several pieces share this entry: through scratch.
+                    g.scratch.get_or_insert(0);
+                    g.addr = lo;
+                    g.len = (hi - lo) as usize;
+                    p.group = gi;
+                    continue;
+                }
+            }
+            let gi = self.groups.len() as u32;
+            let direct = start == p.addr && len == p.len;
+            self.groups.push(Group {
+                addr: start,
+                len,
+                scratch: (!direct).then_some(0),
+                piece: pi,
+                result: Err(PageError::NotIssued),
+            });
+            if self.order.len() > SMALL_FLUSH {
+                self.page_groups.insert(page, gi);
+            }
+            p.group = gi;
+        }
+        for g in &mut self.groups {
+            if let Some(at) = &mut g.scratch {
+                *at = scratch_len;
+                scratch_len += g.len;
+            }
+        }
+        if self.scratch.len() < scratch_len {
+            self.scratch.resize(scratch_len, 0);
+        }
+        let calls = self.read_groups(backend, max_entries);
+        // Hand each piece its bytes and result.
+        for &pi in &self.order {
+            let p = &mut self.pieces[pi as usize];
+            let g = &self.groups[p.group as usize];
+            p.result = g.result;
+            if let (Ok(()), Some(at)) = (g.result, g.scratch) {
+                let from = at + (p.addr - g.addr) as usize;
+                self.reqs[p.req as usize].data[p.offset..p.offset + p.len]
+                    .copy_from_slice(&self.scratch[from..from + p.len]);
+            }
+        }
+        calls
+    }
+
+    /// Reads every group, at most `max_entries` per call; returns the
+    /// number of calls.
+    fn read_groups(&mut self, backend: &dyn Backend, max_entries: usize) -> usize {
+        let mut entries = std::mem::take(&mut self.read_entries);
+        for g in &self.groups {
+            let buf: *mut u8 = match g.scratch {
+                Some(at) => self.scratch[at..].as_mut_ptr(),
+                None => {
+                    let p = &self.pieces[g.piece as usize];
+                    self.reqs[p.req as usize].data[p.offset..].as_mut_ptr()
+                }
+            };
+            // SAFETY: each group's window lies inside its buffer (scratch
+            // was sized to hold every window; a direct window is exactly
+            // its piece), windows never overlap, and neither scratch nor
+            // any request buffer is touched or moved until `entries` is
+            // cleared below. The `'static` never escapes this function.
+            let buf = unsafe { std::slice::from_raw_parts_mut(buf, g.len) };
+            entries.push(ScatterEntry::new(g.addr, buf));
+        }
+        let mut calls = 0;
+        for chunk in entries.chunks_mut(max_entries) {
+            backend.read_scatter(chunk);
+            calls += 1;
+        }
+        for (g, e) in self.groups.iter_mut().zip(&entries) {
+            g.result = e.result;
+        }
+        entries.clear();
+        self.read_entries = entries;
+        calls
+    }
+
+    /// Runs the writes of `round`. Pieces the device cannot take as they
+    /// are first read their legal window, are patched, and are written
+    /// whole.
+    fn run_writes(
+        &mut self,
+        backend: &dyn Backend,
+        limits: &Limits,
+        max_entries: usize,
+        round: u32,
+        read_only: bool,
+        stats: &mut FlushStats,
+    ) -> usize {
+        self.order.clear();
+        for (i, p) in self.pieces.iter_mut().enumerate() {
+            let req = &self.reqs[p.req as usize];
+            if req.kind == Kind::Write
+                && req.round == round
+                && p.result == Err(PageError::NotIssued)
+            {
+                if read_only {
+                    p.result = Err(PageError::ReadOnly);
+                } else {
+                    self.order.push(i as u32);
+                }
+            }
+        }
+        if self.order.is_empty() {
+            return 0;
+        }
+        // Windows of partial writes, read first (in one call).
+        self.groups.clear();
+        let mut scratch_len = 0;
+        for &pi in &self.order {
+            let p = &mut self.pieces[pi as usize];
+            let (start, len) = window(limits, p.addr, p.len);
+            if start != p.addr || len != p.len {
+                p.group = self.groups.len() as u32;
+                self.groups.push(Group {
+                    addr: start,
+                    len,
+                    scratch: Some(scratch_len),
+                    piece: pi,
+                    result: Err(PageError::NotIssued),
+                });
+                scratch_len += len;
+            } else {
+                p.group = NO_GROUP;
+            }
+        }
+        if self.scratch.len() < scratch_len {
+            self.scratch.resize(scratch_len, 0);
+        }
+        if !self.groups.is_empty() {
+            stats.read_calls += self.read_groups(backend, max_entries);
+        }
+        for g in &self.groups {
+            let p = &self.pieces[g.piece as usize];
+            if g.result.is_ok() {
+                let at = g.scratch.unwrap_or(0) + (p.addr - g.addr) as usize;
+                self.scratch[at..at + p.len]
+                    .copy_from_slice(&self.reqs[p.req as usize].data[p.offset..p.offset + p.len]);
+            }
+        }
+        // The writes: whole pieces from the request, patched windows from
+        // scratch.
+        let mut entries = std::mem::take(&mut self.write_entries);
+        let mut sent = std::mem::take(&mut self.order);
+        sent.retain(|&pi| {
+            let p = &mut self.pieces[pi as usize];
+            if p.group != NO_GROUP {
+                let g = &self.groups[p.group as usize];
+                if let Err(e) = g.result {
+                    p.result = Err(e);
+                    return false;
+                }
+            }
+            true
+        });
+        for &pi in &sent {
+            let p = &self.pieces[pi as usize];
+            let (addr, data): (u64, &[u8]) = if p.group == NO_GROUP {
+                (
+                    p.addr,
+                    &self.reqs[p.req as usize].data[p.offset..p.offset + p.len],
+                )
+            } else {
+                let g = &self.groups[p.group as usize];
+                let at = g.scratch.unwrap_or(0);
+                (g.addr, &self.scratch[at..at + g.len])
+            };
+            // SAFETY: as in `read_groups`: the buffers are neither written
+            // nor moved until `entries` is cleared below.
+            let data = unsafe { std::slice::from_raw_parts(data.as_ptr(), data.len()) };
+            entries.push(WriteEntry::new(addr, data));
+        }
+        let mut calls = 0;
+        for chunk in entries.chunks_mut(max_entries) {
+            backend.write_scatter(chunk);
+            calls += 1;
+        }
+        for (&pi, e) in sent.iter().zip(&entries) {
+            self.pieces[pi as usize].result = e.result;
+        }
+        entries.clear();
+        self.write_entries = entries;
+        self.order = sent;
+        calls
+    }
+
+    /// Turns piece results into each request's failed runs (and
+    /// fragments, for streams).
+    fn collect_results(&mut self) {
+        for p in &self.pieces {
+            if let Err(reason) = p.result {
+                match self.failed.last_mut() {
+                    Some((r, last))
+                        if *r == p.req
+                            && last.reason == reason
+                            && last.offset + last.len == p.offset =>
+                    {
+                        last.len += p.len
+                    }
+                    _ => self.failed.push((
+                        p.req,
+                        Failure {
+                            offset: p.offset,
+                            len: p.len,
+                            reason,
+                        },
+                    )),
+                }
+            }
+            if self.reqs[p.req as usize].record {
+                let fragment = Fragment {
+                    offset: p.offset,
+                    len: p.len,
+                    result: p.result,
+                };
+                self.fragments.push((p.req, fragment));
+            }
+        }
+    }
+}
+
+/// The smallest legal entry that covers `len` bytes at `addr` (which lie
+/// inside one page).
+fn window(limits: &Limits, addr: u64, len: usize) -> (u64, usize) {
+    let page_start = addr - addr % limits.page_size;
+    let mut start = addr - addr % limits.align;
+    let mut end = (addr + len as u64).next_multiple_of(limits.align);
+    if end - start < limits.min_len as u64 {
+        end = start + limits.min_len as u64;
+        let page_end = page_start + limits.page_size;
+        if end > page_end {
+            end = page_end;
+            start = page_end - limits.min_len as u64;
+        }
+    }
+    (start, (end - start) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_legal_and_cover_the_piece() {
+        let l = Limits::LEECHCORE;
+        assert_eq!(window(&l, 0x1000, 0x1000), (0x1000, 0x1000));
+        assert_eq!(window(&l, 0x1001, 2), (0x1000, 8));
+        assert_eq!(window(&l, 0x1ffe, 2), (0x1ff8, 8));
+        assert_eq!(window(&l, 0x1ffd, 3), (0x1ff8, 8));
+        assert_eq!(window(&l, 0x1003, 9), (0x1000, 12));
+        for addr in 0x1000..0x1010u64 {
+            for len in 1..=(0x2000 - addr as usize).min(40) {
+                let (s, n) = window(&l, addr, len);
+                assert_eq!(l.check(s, n), Ok(()), "{addr:#x}+{len}");
+                assert!(s <= addr && s + n as u64 >= addr + len as u64);
+            }
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The engine: every read and write is a future; everything waiting at the
+//! same moment goes to the device in one scatter call.
+//!
+//! Requests queue without touching the device. When the future being
+//! driven returns `Pending` (nothing more can happen without data), the
+//! driver — [`Memory::block_on`], [`Memory::drive`] or [`Memory::driver`] —
+//! flushes: it takes the whole queue, makes the fewest backend calls that
+//! keep program order, completes every piece and wakes the waiters whose
+//! requests completed. The flush runs on the polling thread: no thread hop.
+
+mod flush;
+mod outcome;
+mod queue;
+mod request;
+
+use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+
+use bytemuck::Pod;
+
+pub use flush::FlushStats;
+pub use outcome::{Failure, Fragment, PartialError};
+pub use request::{Fragments, Read, ReadOwned, ReadVal, Write, WriteOwned};
+
+use crate::backend::Backend;
+use flush::Flusher;
+use queue::Queue;
+
+/// Settings of the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Most scatter entries per backend call (the backend's own limit
+    /// applies too). A flush with more entries makes more calls.
+    pub max_entries_per_call: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_entries_per_call: usize::MAX,
+        }
+    }
+}
+
+struct Shared {
+    backend: Arc<dyn Backend>,
+    config: EngineConfig,
+    queue: Mutex<Queue>,
+    /// One flush at a time, so requests of two flushes never reorder.
+    flusher: Mutex<Flusher>,
+}
+
+/// Physical memory behind a [`Backend`], read and written through futures
+/// that are batched automatically. Cheap to clone; clones share one queue.
+///
+/// ```
+/// use leechio::{MemBackend, Memory};
+/// let mem = Memory::new(MemBackend::with_address_pattern(1 << 20));
+/// let (a, b) = mem.block_on(async {
+///     futures::join!(mem.read_val::<u64>(0x1000), mem.read_val::<u64>(0x2008))
+/// });
+/// assert_eq!((a.unwrap(), b.unwrap()), (0x1000, 0x2008)); // one backend call
+/// ```
+#[derive(Clone)]
+pub struct Memory {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Memory {
+    /// An engine over `backend` with the default settings.
+    pub fn new(backend: impl Backend + 'static) -> Memory {
+        Memory::with_config(Arc::new(backend), EngineConfig::default())
+    }
+
+    /// An engine over a shared backend.
+    pub fn with_config(backend: Arc<dyn Backend>, config: EngineConfig) -> Memory {
+        Memory {
+            shared: Arc::new(Shared {
+                backend,
+                config,
+                queue: Mutex::default(),
+                flusher: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The backend underneath.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.shared.backend
+    }
+
+    /// Reads `buf.len()` bytes at `addr` into `buf`. On partial failure,
+    /// the bytes read are in `buf`, the failed ones untouched and listed.
+    pub fn read<'m, 'b>(&'m self, addr: u64, buf: &'b mut [u8]) -> Read<'m, 'b> {
+        Read::new(self, addr, buf)
+    }
+
+    /// Reads one plain-old-data value at `addr`.
+    pub fn read_val<T: Pod>(&self, addr: u64) -> ReadVal<'_, T> {
+        ReadVal::new(self, addr)
+    }
+
+    /// Reads `buf.len()` bytes at `addr`; the buffer moves into the engine
+    /// (the device fills it directly, no copy) and comes back with the
+    /// result.
+    pub fn read_into_owned(&self, addr: u64, buf: Vec<u8>) -> ReadOwned<'_> {
+        ReadOwned::new(self, addr, buf)
+    }
+
+    /// Reads like [`Memory::read`], yielding each page piece with its own
+    /// result as it completes.
+    pub fn read_fragments<'m, 'b>(&'m self, addr: u64, buf: &'b mut [u8]) -> Fragments<'m, 'b> {
+        Fragments::read(self, addr, buf)
+    }
+
+    /// Writes `data` at `addr` (copied into the engine when first polled).
+    /// Pieces the device cannot write as they are (unaligned, short) are
+    /// read, patched and written back whole, in the same flush.
+    pub fn write<'m, 'b>(&'m self, addr: u64, data: &'b [u8]) -> Write<'m, 'b> {
+        Write::new(self, addr, data)
+    }
+
+    /// Writes one plain-old-data value at `addr`.
+    pub fn write_val<'m, 'b, T: Pod>(&'m self, addr: u64, value: &'b T) -> Write<'m, 'b> {
+        Write::new(self, addr, bytemuck::bytes_of(value))
+    }
+
+    /// Writes `data` at `addr` without copying it; the buffer comes back
+    /// with the result.
+    pub fn write_from_owned(&self, addr: u64, data: Vec<u8>) -> WriteOwned<'_> {
+        WriteOwned::new(self, addr, data)
+    }
+
+    /// Writes like [`Memory::write`], yielding each page piece with its
+    /// own result.
+    pub fn write_fragments<'m, 'b>(&'m self, addr: u64, data: &'b [u8]) -> Fragments<'m, 'b> {
+        Fragments::write(self, addr, data)
+    }
+
+    /// Sends everything queued now and completes it; `None` when nothing
+    /// was queued. Drivers call this; call it yourself only when driving
+    /// futures by hand.
+    pub fn flush(&self) -> Option<FlushStats> {
+        let mut flusher = self
+            .shared
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !flusher.take(&mut self.queue()) {
+            return None;
+        }
+        let max_entries = self.shared.config.max_entries_per_call;
+        let run = catch_unwind(AssertUnwindSafe(|| {
+            flusher.run(&*self.shared.backend, max_entries)
+        }));
+        if run.is_err() {
+            // Every waiter still gets its request back, failed, so nothing
+            // hangs and no unread byte passes for read.
+            flusher.fail_all(crate::PageError::NotIssued);
+        }
+        flusher.finish(&mut self.queue());
+        match run {
+            Ok(stats) => Some(stats),
+            Err(panic) => resume_unwind(panic),
+        }
+    }
+
+    /// Runs `future` to completion on this thread, flushing whenever it
+    /// waits.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        let mut future = pin!(future);
+        THREAD_WAKER.with(|(notify, waker)| {
+            let mut cx = Context::from_waker(waker);
+            loop {
+                notify.woken.store(false, Ordering::Release);
+                if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                    return out;
+                }
+                if self.flush().is_some() {
+                    continue;
+                }
+                // Nothing queued: the future waits on another thread's
+                // flush or on something outside the engine.
+                while !notify.woken.swap(false, Ordering::Acquire) {
+                    std::thread::park();
+                }
+            }
+        })
+    }
+
+    /// Wraps `future` so that any executor (tokio, `futures::executor`)
+    /// drives the engine with it: each time it waits, the queue is
+    /// flushed in the executor's thread. The device call blocks that
+    /// thread for its duration.
+    pub fn drive<F: Future>(&self, future: F) -> Driven<'_, F> {
+        Driven { mem: self, future }
+    }
+
+    /// A background task that flushes whenever requests are queued, for
+    /// code that spawns many tasks instead of joining futures. It yields
+    /// once before each flush so other ready tasks can queue theirs first;
+    /// on a single-threaded executor that batches exactly, on a
+    /// multi-threaded one as well as the timing allows. It never finishes:
+    /// drop or abort it when done.
+    pub fn driver(&self) -> Driver {
+        Driver {
+            mem: self.clone(),
+            yielded: false,
+        }
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // Queue operations do not panic midway; a poisoned lock holds a
+        // consistent queue.
+        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+pin_project_lite::pin_project! {
+    /// A future driven together with the engine; see [`Memory::drive`].
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Driven<'m, F> {
+        mem: &'m Memory,
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F: Future> Future for Driven<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let mut this = self.project();
+        loop {
+            if let Poll::Ready(out) = this.future.as_mut().poll(cx) {
+                return Poll::Ready(out);
+            }
+            if this.mem.flush().is_none() {
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+/// The background flusher; see [`Memory::driver`].
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct Driver {
+    mem: Memory,
+    yielded: bool,
+}
+
+impl Future for Driver {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        {
+            let mut queue = this.mem.queue();
+            match &mut queue.driver {
+                Some(w) => w.clone_from(cx.waker()),
+                None => queue.driver = Some(cx.waker().clone()),
+            }
+            if queue.pending.is_empty() {
+                this.yielded = false;
+                return Poll::Pending;
+            }
+        }
+        if !this.yielded {
+            this.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        this.yielded = false;
+        this.mem.flush();
+        Poll::Pending
+    }
+}
+
+/// Wakes a thread parked in [`Memory::block_on`].
+struct ThreadNotify {
+    thread: Thread,
+    woken: AtomicBool,
+}
+
+impl Wake for ThreadNotify {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            self.thread.unpark();
+        }
+    }
+}
+
+thread_local! {
+    static THREAD_WAKER: (Arc<ThreadNotify>, Waker) = {
+        let notify = Arc::new(ThreadNotify {
+            thread: std::thread::current(),
+            woken: AtomicBool::new(false),
+        });
+        (notify.clone(), Waker::from(notify))
+    };
+}

@@ -1,0 +1,426 @@
+//! The futures and streams of single reads and writes.
+//!
+//! Soundness when a future is dropped or leaked: the engine never holds a
+//! pointer to a caller's borrowed buffer. A borrowed read buffer is filled
+//! by the future's own `poll`, from the engine-owned buffer of its request,
+//! so only while the future (and with it the borrow) is alive. A borrowed
+//! write buffer is copied into the engine when the request is queued. Owned
+//! buffers (`Vec<u8>`) move into the engine and come back with the result;
+//! if the future is gone by then, the engine keeps or frees the buffer.
+
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytemuck::Pod;
+use futures::Stream;
+
+use super::outcome::{for_each_success, Fragment, PartialError};
+use super::queue::{Kind, Queue, Slot, Submission};
+use super::Memory;
+
+/// A request's link to its slot in the queue.
+#[derive(Debug)]
+enum Ticket {
+    /// Not queued yet (futures do nothing until polled).
+    Unsent,
+    /// Queued or in flight under this key.
+    Sent(u32),
+    /// The result was handed out.
+    Finished,
+}
+
+/// The part every request future shares.
+#[derive(Debug)]
+struct Request<'m> {
+    mem: &'m Memory,
+    ticket: Ticket,
+}
+
+impl<'m> Request<'m> {
+    fn new(mem: &'m Memory) -> Self {
+        Request {
+            mem,
+            ticket: Ticket::Unsent,
+        }
+    }
+
+    /// Queues the request; `fill` initialises an engine buffer (writes).
+    fn send(
+        &mut self,
+        cx: &Context<'_>,
+        sub: Submission,
+        data: Option<Vec<u8>>,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
+        let mut queue = self.mem.queue();
+        let key = queue.submit(sub, data, cx.waker());
+        fill(&mut queue.slot(key).data);
+        self.ticket = Ticket::Sent(key);
+    }
+
+    /// `Pending` until the request is done; then `finish` collects the
+    /// result from the slot, which is freed afterwards.
+    fn poll_done<R>(
+        &mut self,
+        cx: &Context<'_>,
+        finish: impl FnOnce(&mut Queue, u32) -> R,
+    ) -> Poll<R> {
+        let key = match self.ticket {
+            Ticket::Sent(key) => key,
+            Ticket::Unsent => unreachable!("poll_done before send"),
+            Ticket::Finished => panic!("leechio request polled after it completed"),
+        };
+        let mut queue = self.mem.queue();
+        if !queue.poll_done(key, cx.waker()) {
+            return Poll::Pending;
+        }
+        let out = finish(&mut queue, key);
+        queue.release(key);
+        self.ticket = Ticket::Finished;
+        Poll::Ready(out)
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if let Ticket::Sent(key) = self.ticket {
+            self.mem.queue().forget(key);
+        }
+    }
+}
+
+/// The result recorded in a done slot.
+fn outcome(slot: &Slot) -> Result<(), PartialError> {
+    if slot.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(PartialError {
+            failed: slot.failures.clone(),
+            len: slot.len,
+        })
+    }
+}
+
+/// Copies the bytes that were read from a done slot into `buf`.
+fn copy_read(slot: &Slot, buf: &mut [u8]) {
+    for_each_success(slot.len, &slot.failures, |a, b| {
+        buf[a..b].copy_from_slice(&slot.data[a..b])
+    });
+}
+
+/// A read into a borrowed buffer; see [`Memory::read`].
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct Read<'m, 'b> {
+    req: Request<'m>,
+    addr: u64,
+    buf: &'b mut [u8],
+    zero_failed: bool,
+}
+
+impl<'m, 'b> Read<'m, 'b> {
+    pub(super) fn new(mem: &'m Memory, addr: u64, buf: &'b mut [u8]) -> Self {
+        Read {
+            req: Request::new(mem),
+            addr,
+            buf,
+            zero_failed: false,
+        }
+    }
+
+    /// Writes zeros over the bytes that could not be read (they are still
+    /// reported as failed).
+    pub fn zero_failed(mut self) -> Self {
+        self.zero_failed = true;
+        self
+    }
+}
+
+impl std::future::Future for Read<'_, '_> {
+    type Output = Result<(), PartialError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Ticket::Unsent = this.req.ticket {
+            if this.buf.is_empty() {
+                this.req.ticket = Ticket::Finished;
+                return Poll::Ready(Ok(()));
+            }
+            this.req.send(
+                cx,
+                Submission::new(Kind::Read, this.addr, this.buf.len()),
+                None,
+                |_| {},
+            );
+            return Poll::Pending;
+        }
+        let (buf, zero) = (&mut *this.buf, this.zero_failed);
+        this.req.poll_done(cx, |queue, key| {
+            let slot = queue.slot(key);
+            copy_read(slot, buf);
+            let result = outcome(slot);
+            if let (Err(e), true) = (&result, zero) {
+                e.zero_fill(buf);
+            }
+            result
+        })
+    }
+}
+
+/// A read of one plain-old-data value; see [`Memory::read_val`].
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct ReadVal<'m, T> {
+    req: Request<'m>,
+    addr: u64,
+    _value: PhantomData<fn() -> T>,
+}
+
+impl<'m, T: Pod> ReadVal<'m, T> {
+    pub(super) fn new(mem: &'m Memory, addr: u64) -> Self {
+        ReadVal {
+            req: Request::new(mem),
+            addr,
+            _value: PhantomData,
+        }
+    }
+}
+
+impl<T: Pod> std::future::Future for ReadVal<'_, T> {
+    type Output = Result<T, PartialError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let len = std::mem::size_of::<T>();
+        if let Ticket::Unsent = this.req.ticket {
+            if len == 0 {
+                this.req.ticket = Ticket::Finished;
+                return Poll::Ready(Ok(T::zeroed()));
+            }
+            this.req.send(
+                cx,
+                Submission::new(Kind::Read, this.addr, len),
+                None,
+                |_| {},
+            );
+            return Poll::Pending;
+        }
+        this.req.poll_done(cx, |queue, key| {
+            let slot = queue.slot(key);
+            outcome(slot).map(|()| bytemuck::pod_read_unaligned(&slot.data[..len]))
+        })
+    }
+}
+
+/// A read into a buffer the engine owns until it completes; see
+/// [`Memory::read_into_owned`].
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct ReadOwned<'m> {
+    req: Request<'m>,
+    addr: u64,
+    buf: Option<Vec<u8>>,
+}
+
+impl<'m> ReadOwned<'m> {
+    pub(super) fn new(mem: &'m Memory, addr: u64, buf: Vec<u8>) -> Self {
+        ReadOwned {
+            req: Request::new(mem),
+            addr,
+            buf: Some(buf),
+        }
+    }
+}
+
+impl std::future::Future for ReadOwned<'_> {
+    type Output = (Vec<u8>, Result<(), PartialError>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Ticket::Unsent = this.req.ticket {
+            let buf = this.buf.take().unwrap_or_default();
+            if buf.is_empty() {
+                this.req.ticket = Ticket::Finished;
+                return Poll::Ready((buf, Ok(())));
+            }
+            let sub = Submission::new(Kind::Read, this.addr, buf.len());
+            this.req.send(cx, sub, Some(buf), |_| {});
+            return Poll::Pending;
+        }
+        this.req.poll_done(cx, |queue, key| {
+            let result = outcome(queue.slot(key));
+            (queue.take_data(key), result)
+        })
+    }
+}
+
+/// A write; see [`Memory::write`]. Its bytes are copied into the engine
+/// when it is first polled.
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct Write<'m, 'b> {
+    req: Request<'m>,
+    addr: u64,
+    data: &'b [u8],
+}
+
+impl<'m, 'b> Write<'m, 'b> {
+    pub(super) fn new(mem: &'m Memory, addr: u64, data: &'b [u8]) -> Self {
+        Write {
+            req: Request::new(mem),
+            addr,
+            data,
+        }
+    }
+}
+
+impl std::future::Future for Write<'_, '_> {
+    type Output = Result<(), PartialError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Ticket::Unsent = this.req.ticket {
+            if this.data.is_empty() {
+                this.req.ticket = Ticket::Finished;
+                return Poll::Ready(Ok(()));
+            }
+            let data = this.data;
+            let sub = Submission::new(Kind::Write, this.addr, data.len());
+            this.req
+                .send(cx, sub, None, |buf| buf.copy_from_slice(data));
+            return Poll::Pending;
+        }
+        this.req
+            .poll_done(cx, |queue, key| outcome(queue.slot(key)))
+    }
+}
+
+/// A write from a buffer the engine owns until it completes; see
+/// [`Memory::write_from_owned`].
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct WriteOwned<'m> {
+    req: Request<'m>,
+    addr: u64,
+    data: Option<Vec<u8>>,
+}
+
+impl<'m> WriteOwned<'m> {
+    pub(super) fn new(mem: &'m Memory, addr: u64, data: Vec<u8>) -> Self {
+        WriteOwned {
+            req: Request::new(mem),
+            addr,
+            data: Some(data),
+        }
+    }
+}
+
+impl std::future::Future for WriteOwned<'_> {
+    type Output = (Vec<u8>, Result<(), PartialError>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Ticket::Unsent = this.req.ticket {
+            let data = this.data.take().unwrap_or_default();
+            if data.is_empty() {
+                this.req.ticket = Ticket::Finished;
+                return Poll::Ready((data, Ok(())));
+            }
+            let sub = Submission::new(Kind::Write, this.addr, data.len());
+            this.req.send(cx, sub, Some(data), |_| {});
+            return Poll::Pending;
+        }
+        this.req.poll_done(cx, |queue, key| {
+            let result = outcome(queue.slot(key));
+            (queue.take_data(key), result)
+        })
+    }
+}
+
+/// The buffer behind a [`Fragments`] stream.
+#[derive(Debug)]
+enum FragmentBuffer<'b> {
+    Read(&'b mut [u8]),
+    Write(&'b [u8]),
+}
+
+/// The pieces of one read or write as they complete, each with its own
+/// result; see [`Memory::read_fragments`]. Bytes of a read fragment are in
+/// the caller's buffer by the time the fragment is yielded.
+#[must_use = "streams do nothing unless polled"]
+#[derive(Debug)]
+pub struct Fragments<'m, 'b> {
+    req: Request<'m>,
+    addr: u64,
+    buf: FragmentBuffer<'b>,
+    next: usize,
+}
+
+impl<'m, 'b> Fragments<'m, 'b> {
+    pub(super) fn read(mem: &'m Memory, addr: u64, buf: &'b mut [u8]) -> Self {
+        Fragments {
+            req: Request::new(mem),
+            addr,
+            buf: FragmentBuffer::Read(buf),
+            next: 0,
+        }
+    }
+
+    pub(super) fn write(mem: &'m Memory, addr: u64, data: &'b [u8]) -> Self {
+        Fragments {
+            req: Request::new(mem),
+            addr,
+            buf: FragmentBuffer::Write(data),
+            next: 0,
+        }
+    }
+}
+
+impl Stream for Fragments<'_, '_> {
+    type Item = Fragment;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Fragment>> {
+        let this = self.get_mut();
+        match this.req.ticket {
+            Ticket::Finished => Poll::Ready(None),
+            Ticket::Unsent => {
+                let (kind, len) = match &this.buf {
+                    FragmentBuffer::Read(b) => (Kind::Read, b.len()),
+                    FragmentBuffer::Write(d) => (Kind::Write, d.len()),
+                };
+                if len == 0 {
+                    this.req.ticket = Ticket::Finished;
+                    return Poll::Ready(None);
+                }
+                let mut sub = Submission::new(kind, this.addr, len);
+                sub.record = true;
+                let buf = &this.buf;
+                this.req.send(cx, sub, None, |engine| {
+                    if let FragmentBuffer::Write(data) = buf {
+                        engine.copy_from_slice(data);
+                    }
+                });
+                Poll::Pending
+            }
+            Ticket::Sent(key) => {
+                let mut queue = this.req.mem.queue();
+                if !queue.poll_done(key, cx.waker()) {
+                    return Poll::Pending;
+                }
+                let slot = queue.slot(key);
+                let Some(&fragment) = slot.fragments.get(this.next) else {
+                    queue.release(key);
+                    this.req.ticket = Ticket::Finished;
+                    return Poll::Ready(None);
+                };
+                if let (Ok(()), FragmentBuffer::Read(buf)) = (fragment.result, &mut this.buf) {
+                    let range = fragment.offset..fragment.offset + fragment.len;
+                    buf[range.clone()].copy_from_slice(&slot.data[range]);
+                }
+                this.next += 1;
+                Poll::Ready(Some(fragment))
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The engine's exact call counts, on the real LeechCore file device,
+//! counted by LeechCore itself.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{pattern_word, Image};
+use futures::future::join_all;
+use futures::join;
+use leechio::{
+    Call, EngineConfig, Failure, LeechCore, Memory, MemoryMap, MemoryRange, PageError, PartialError,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// The engine over the image, and the device for LeechCore's counters.
+fn engine(image: &Image) -> (Memory, Arc<LeechCore>) {
+    let device = Arc::new(image.open());
+    (
+        Memory::with_config(device.clone(), EngineConfig::default()),
+        device,
+    )
+}
+
+/// Writes a pointer chain into the image: `depth` hops `stride` apart.
+fn chain(image: &Image, start: u64, depth: usize, stride: u64) -> u64 {
+    let mut at = start;
+    for _ in 0..depth {
+        image.poke(at, &(at + stride).to_le_bytes());
+        at += stride;
+    }
+    at
+}
+
+async fn follow(mem: &Memory, start: u64, depth: usize) -> Result<u64, PartialError> {
+    let mut p = start;
+    for _ in 0..depth {
+        p = mem.read_val::<u64>(p).await?;
+    }
+    Ok(p)
+}
+
+#[test]
+fn the_design_example_is_five_leechcore_calls() {
+    let image = Image::new(32 * MIB);
+    image.poke(0x2000, &0x3008u64.to_le_bytes());
+    let z_end = chain(&image, 0x10_0000, 5, 0x10_0000);
+    let (mem, device) = engine(&image);
+    let (a, b, c) = mem.block_on(async {
+        join!(
+            mem.read_val::<u64>(0x1000),
+            async {
+                let p = mem.read_val::<u64>(0x2000).await?;
+                mem.read_val::<u64>(p).await
+            },
+            follow(&mem, 0x10_0000, 5),
+        )
+    });
+    assert_eq!(a, Ok(pattern_word(0x1000)));
+    assert_eq!(b, Ok(pattern_word(0x3008)));
+    assert_eq!(c, Ok(z_end));
+    assert_eq!(device.call_count(Call::ReadScatter), 5);
+}
+
+#[test]
+fn a_thousand_joined_reads_are_one_leechcore_call() {
+    let image = Image::new(32 * MIB);
+    let (mem, device) = engine(&image);
+    let mut rng = fastrand::Rng::with_seed(99);
+    let addrs: Vec<u64> = (0..1000).map(|_| rng.u64(0..image.size / 8) * 8).collect();
+    let values = mem.block_on(join_all(addrs.iter().map(|&a| mem.read_val::<u64>(a))));
+    for (&a, v) in addrs.iter().zip(values) {
+        assert_eq!(v, Ok(pattern_word(a)), "at {a:#x}");
+    }
+    assert_eq!(device.call_count(Call::ReadScatter), 1);
+}
+
+#[test]
+fn a_hundred_chains_of_depth_eight_are_eight_leechcore_calls() {
+    let image = Image::new(32 * MIB);
+    let starts: Vec<u64> = (0..100u64).map(|i| i * 0x1008).collect();
+    let ends: Vec<u64> = starts
+        .iter()
+        .map(|&s| chain(&image, s, 8, 0x30_0000))
+        .collect();
+    let (mem, device) = engine(&image);
+    let got = mem.block_on(join_all(starts.iter().map(|&s| follow(&mem, s, 8))));
+    assert_eq!(got, ends.into_iter().map(Ok).collect::<Vec<_>>());
+    assert_eq!(device.call_count(Call::ReadScatter), 8);
+}
+
+#[test]
+fn a_read_of_seventeen_pages_is_one_leechcore_call() {
+    let image = Image::new(32 * MIB);
+    let (mem, device) = engine(&image);
+    let mut buf = vec![0u8; 64 * 1024];
+    mem.block_on(mem.read(0x12_3800, &mut buf)).unwrap();
+    assert!(buf == image.bytes(0x12_3800, buf.len()));
+    assert_eq!(device.call_count(Call::ReadScatter), 1);
+}
+
+#[test]
+fn a_read_across_a_hole_in_the_memory_map_fails_exactly_there() {
+    let image = Image::new(32 * MIB);
+    let (mem, device) = engine(&image);
+    let map = MemoryMap::new(vec![
+        MemoryRange::new(0, 0x10_0000),
+        MemoryRange::new(0x10_3000, 0x1F0_0000),
+    ])
+    .unwrap();
+    device.set_memory_map(&map).unwrap();
+    let mut buf = vec![0xa5u8; 0x6000];
+    let err = mem.block_on(mem.read(0xF_F800, &mut buf)).unwrap_err();
+    assert_eq!(
+        err.failed,
+        vec![Failure {
+            offset: 0x800,
+            len: 0x3000,
+            reason: PageError::Unspecified
+        }]
+    );
+    assert_eq!(buf[..0x800], image.bytes(0xF_F800, 0x800)[..]);
+    assert_eq!(buf[0x800..0x3800], vec![0xa5; 0x3000][..]);
+    assert_eq!(buf[0x3800..], image.bytes(0x10_3000, 0x2800)[..]);
+    assert_eq!(device.call_count(Call::ReadScatter), 1);
+}
