@@ -11,6 +11,7 @@ pub mod backend;
 pub mod engine;
 mod error;
 mod memmap;
+pub mod vm;
 
 pub use backend::leechcore::{Call, DeviceConfig, DeviceInfo, LeechCore, Verbosity, Version};
 pub use backend::memory::MemBackend;
@@ -19,6 +20,7 @@ pub use engine::{EngineConfig, Failure, Fragment, Memory, PartialError};
 pub use error::Error;
 pub use leechcore_sys;
 pub use memmap::{MemoryMap, MemoryMapError, MemoryRange};
+pub use vm::{AddressSpace, Mapping, PageSize, Translation, VmConfig, WalkError};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[doc = include_str!("../README.md")]

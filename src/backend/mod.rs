@@ -120,6 +120,12 @@ pub enum PageError {
     /// The range runs past the end of the 64-bit address space.
     #[error("range wraps past the end of the address space")]
     AddressOverflow,
+    /// The virtual address is not mapped (a table entry is not present).
+    #[error("virtual address not mapped")]
+    NotMapped,
+    /// The virtual address is not canonical (bits 63..47 differ).
+    #[error("virtual address not canonical")]
+    NonCanonical,
 }
 
 impl PageError {

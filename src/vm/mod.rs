@@ -1,0 +1,485 @@
+//! Virtual memory: x86-64 address translation on the engine.
+//!
+//! Every page-table read of a walk is an ordinary engine read, so all walks
+//! in flight advance one level per flush, and a table page needed by many
+//! walks in one flush is read once. N independent cold reads cost at most
+//! five round trips (four levels and the data), warm ones one.
+
+mod cache;
+mod paging;
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytemuck::Pod;
+use futures::future::join_all;
+
+pub use cache::CacheConfig;
+pub use paging::{PageSize, Translation, WalkError, LEVEL_NAMES};
+
+use crate::engine::{Failure, PartialError};
+use crate::{Memory, PageError};
+use cache::{TablePage, TimedCache};
+use paging::{
+    entry_span, is_canonical, sign_extend, step, table_index, Step, ADDR_MASK, ENTRIES, TABLE_SIZE,
+};
+
+/// Settings of an address space's caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmConfig {
+    /// Translations of virtual pages.
+    pub translations: CacheConfig,
+    /// Page-table pages. When disabled, walks read single 8-byte entries.
+    pub page_tables: CacheConfig,
+}
+
+impl Default for VmConfig {
+    /// Both caches on, trusted for one second (as memflow does).
+    fn default() -> Self {
+        VmConfig {
+            translations: CacheConfig::valid_for(Duration::from_secs(1), 1 << 16),
+            page_tables: CacheConfig::valid_for(Duration::from_secs(1), 4096),
+        }
+    }
+}
+
+impl VmConfig {
+    /// No caching at all: every access walks the tables afresh.
+    pub const UNCACHED: VmConfig = VmConfig {
+        translations: CacheConfig::DISABLED,
+        page_tables: CacheConfig::DISABLED,
+    };
+}
+
+/// A cached translation of one 4 KiB virtual page.
+#[derive(Debug, Clone, Copy)]
+struct CachedPage {
+    /// Physical address of the 4 KiB virtual page's first byte.
+    pa: u64,
+    page_size: PageSize,
+    entries: [Option<u64>; 4],
+}
+
+struct Inner {
+    mem: Memory,
+    dtb: u64,
+    translations: TimedCache<CachedPage>,
+    tables: TimedCache<TablePage>,
+}
+
+/// The virtual address space of a page-table root (DTB, the CR3 value):
+/// reads, writes and translations through x86-64 4-level paging. Cheap to
+/// clone; clones share caches.
+#[derive(Clone)]
+pub struct AddressSpace {
+    inner: Arc<Inner>,
+}
+
+/// A mapped range of virtual memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mapping {
+    /// First virtual address.
+    pub va: u64,
+    /// Physical address of `va`.
+    pub pa: u64,
+    /// Bytes mapped; `va..va+size` maps to `pa..pa+size`.
+    pub size: u64,
+    /// Size of the pages of this range.
+    pub page_size: PageSize,
+}
+
+/// The mapped ranges of a part of an address space.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mappings {
+    /// Mapped ranges, sorted; adjacent pages contiguous in both virtual and
+    /// physical memory, of one page size, are merged.
+    pub mappings: Vec<Mapping>,
+    /// Virtual ranges whose page tables could not be read, and why.
+    pub unreadable: Vec<(Range<u64>, PageError)>,
+}
+
+impl std::fmt::Debug for AddressSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddressSpace")
+            .field("dtb", &format_args!("{:#x}", self.inner.dtb))
+            .finish_non_exhaustive()
+    }
+}
+
+impl AddressSpace {
+    /// The address space whose top table is at `dtb` (a CR3 value; its
+    /// low flag bits are ignored), with default caches.
+    pub fn new(mem: Memory, dtb: u64) -> Self {
+        Self::with_config(mem, dtb, VmConfig::default())
+    }
+
+    /// The same with chosen cache settings.
+    pub fn with_config(mem: Memory, dtb: u64, config: VmConfig) -> Self {
+        AddressSpace {
+            inner: Arc::new(Inner {
+                mem,
+                dtb: dtb & ADDR_MASK,
+                translations: TimedCache::new(config.translations),
+                tables: TimedCache::new(config.page_tables),
+            }),
+        }
+    }
+
+    /// The physical memory underneath.
+    pub fn memory(&self) -> &Memory {
+        &self.inner.mem
+    }
+
+    /// Physical address of the top table.
+    pub fn dtb(&self) -> u64 {
+        self.inner.dtb
+    }
+
+    /// Forgets every cached translation and page-table page, so the next
+    /// access sees the target's tables as they are now.
+    pub fn invalidate(&self) {
+        self.invalidate_translations();
+        self.invalidate_page_tables();
+    }
+
+    /// Forgets cached translations.
+    pub fn invalidate_translations(&self) {
+        self.inner.translations.invalidate();
+    }
+
+    /// Forgets cached page-table pages.
+    pub fn invalidate_page_tables(&self) {
+        self.inner.tables.invalidate();
+    }
+
+    /// Translates `va`, reporting the entry found at each level.
+    pub async fn translate(&self, va: u64) -> Result<Translation, WalkError> {
+        let vpage = va & !0xfff;
+        if let Some(c) = self.inner.translations.get(vpage >> 12) {
+            return Ok(Translation {
+                va,
+                pa: c.pa + (va & 0xfff),
+                page_size: c.page_size,
+                entries: c.entries,
+            });
+        }
+        let t = self.walk(va).await?;
+        let page_pa = t.pa - (va & 0xfff);
+        let cached = CachedPage {
+            pa: page_pa,
+            page_size: t.page_size,
+            entries: t.entries,
+        };
+        self.inner.translations.insert(vpage >> 12, cached);
+        Ok(t)
+    }
+
+    /// Walks the tables for `va`, one engine read per level.
+    async fn walk(&self, va: u64) -> Result<Translation, WalkError> {
+        let mut entries = [None; 4];
+        let fail = |reason, level, entries| WalkError {
+            va,
+            reason,
+            level,
+            entries,
+        };
+        if !is_canonical(va) {
+            return Err(fail(PageError::NonCanonical, None, entries));
+        }
+        let mut table = self.inner.dtb;
+        for level in 0..4 {
+            let entry = self
+                .table_entry(table + table_index(va, level) * 8)
+                .await
+                .map_err(|reason| fail(reason, Some(level), entries))?;
+            entries[level] = Some(entry);
+            match step(entry, level) {
+                Step::NotPresent => return Err(fail(PageError::NotMapped, Some(level), entries)),
+                Step::Table(next) => table = next,
+                Step::Page(base, page_size) => {
+                    let pa = base + (va & (page_size.bytes() - 1));
+                    return Ok(Translation {
+                        va,
+                        pa,
+                        page_size,
+                        entries,
+                    });
+                }
+            }
+        }
+        unreachable!("level 3 entries always end the walk")
+    }
+
+    /// One table entry, from the page-table cache or the device.
+    async fn table_entry(&self, addr: u64) -> Result<u64, PageError> {
+        if !self.inner.tables.enabled() {
+            return self
+                .inner
+                .mem
+                .read_val::<u64>(addr)
+                .await
+                .map_err(first_reason);
+        }
+        let page = self.table_page(addr & !(TABLE_SIZE - 1)).await?;
+        let at = (addr & (TABLE_SIZE - 1)) as usize;
+        Ok(u64::from_le_bytes(
+            page[at..at + 8].try_into().expect("8 bytes"),
+        ))
+    }
+
+    /// A whole page-table page, from the cache or the device.
+    async fn table_page(&self, addr: u64) -> Result<TablePage, PageError> {
+        if let Some(page) = self.inner.tables.get(addr) {
+            return Ok(page);
+        }
+        let (buf, result) = self
+            .inner
+            .mem
+            .read_into_owned(addr, vec![0; TABLE_SIZE as usize])
+            .await;
+        result.map_err(first_reason)?;
+        let page: TablePage = buf.into();
+        self.inner.tables.insert(addr, page.clone());
+        Ok(page)
+    }
+
+    /// Reads `buf.len()` bytes at `va`. Unmapped or non-canonical pages,
+    /// and pages whose tables or data cannot be read, are failed ranges;
+    /// the rest is read.
+    pub async fn read(&self, va: u64, buf: &mut [u8]) -> Result<(), PartialError> {
+        let len = buf.len();
+        let mut failures = Vec::new();
+        let runs = self.resolve(va, len, &mut failures).await;
+        let reads = split_runs(buf, &runs).map(|(run, part)| async move {
+            (run.offset, self.inner.mem.read(run.pa, part).await)
+        });
+        collect(len, failures, join_all(reads).await)
+    }
+
+    /// Reads one plain-old-data value at `va`.
+    pub async fn read_val<T: Pod>(&self, va: u64) -> Result<T, PartialError> {
+        let mut value = T::zeroed();
+        self.read(va, bytemuck::bytes_of_mut(&mut value)).await?;
+        Ok(value)
+    }
+
+    /// Writes `data` at `va`; only the requested bytes change. Failed
+    /// ranges as for [`AddressSpace::read`].
+    pub async fn write(&self, va: u64, data: &[u8]) -> Result<(), PartialError> {
+        let mut failures = Vec::new();
+        let runs = self.resolve(va, data.len(), &mut failures).await;
+        let writes = runs.iter().map(|run| async move {
+            let part = &data[run.offset..run.offset + run.len];
+            (run.offset, self.inner.mem.write(run.pa, part).await)
+        });
+        collect(data.len(), failures, join_all(writes).await)
+    }
+
+    /// Translates every 4 KiB virtual page of `va..va+len` at once (one
+    /// walk level per flush) and returns the physical runs to access,
+    /// merging pages that are contiguous in physical memory. Bytes that
+    /// cannot be translated go to `failures`.
+    async fn resolve(&self, va: u64, len: usize, failures: &mut Vec<Failure>) -> Vec<Run> {
+        let mut pieces = Vec::new();
+        let mut offset = 0usize;
+        while offset < len {
+            let Some(at) = va.checked_add(offset as u64) else {
+                failures.push(Failure {
+                    offset,
+                    len: len - offset,
+                    reason: PageError::AddressOverflow,
+                });
+                break;
+            };
+            let n = (len - offset).min((0x1000 - (at & 0xfff)) as usize);
+            pieces.push((offset, n, at));
+            offset += n;
+        }
+        let translations = join_all(pieces.iter().map(|&(_, _, at)| self.translate(at))).await;
+        let mut runs: Vec<Run> = Vec::with_capacity(pieces.len());
+        for (&(offset, len, _), t) in pieces.iter().zip(translations) {
+            match t {
+                Ok(t) => match runs.last_mut() {
+                    Some(r) if r.offset + r.len == offset && r.pa + r.len as u64 == t.pa => {
+                        r.len += len
+                    }
+                    _ => runs.push(Run {
+                        offset,
+                        len,
+                        pa: t.pa,
+                    }),
+                },
+                Err(e) => failures.push(Failure {
+                    offset,
+                    len,
+                    reason: e.reason,
+                }),
+            }
+        }
+        runs
+    }
+
+    /// The mapped ranges within `range`, found by walking every present
+    /// entry level by level: each level is one batch of table reads.
+    pub async fn mappings(&self, range: Range<u64>) -> Mappings {
+        struct Table {
+            pa: u64,
+            va: u64,
+        }
+        let mut out = Mappings::default();
+        if range.is_empty() {
+            return out;
+        }
+        let mut pages_found: Vec<(u64, u64, PageSize)> = Vec::new();
+        let mut tables = vec![Table {
+            pa: self.inner.dtb,
+            va: 0,
+        }];
+        for level in 0..4 {
+            let span = entry_span(level);
+            let pages = join_all(tables.iter().map(|t| self.table_page_whole(t.pa))).await;
+            let mut next = Vec::new();
+            for (table, page) in tables.iter().zip(pages) {
+                let page = match page {
+                    Ok(page) => page,
+                    Err(reason) => {
+                        let end = table.va.saturating_add(span * ENTRIES as u64 - 1);
+                        out.unreadable.push((table.va..end, reason));
+                        continue;
+                    }
+                };
+                for i in 0..ENTRIES {
+                    let entry =
+                        u64::from_le_bytes(page[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                    let va = sign_extend(table.va + i as u64 * span);
+                    let last = va + (span - 1);
+                    if last < range.start || va >= range.end {
+                        continue;
+                    }
+                    match step(entry, level) {
+                        Step::NotPresent => {}
+                        Step::Table(pa) => next.push(Table { pa, va }),
+                        Step::Page(pa, page_size) => pages_found.push((va, pa, page_size)),
+                    }
+                }
+            }
+            tables = next;
+        }
+        // Large pages were found on upper levels first: sort, then merge.
+        pages_found.sort_unstable_by_key(|&(va, ..)| va);
+        for (va, pa, page_size) in pages_found {
+            push_mapping(&mut out.mappings, va, pa, page_size, &range);
+        }
+        out
+    }
+
+    /// A table page for [`AddressSpace::mappings`]: cached when the cache
+    /// is on, read whole either way.
+    async fn table_page_whole(&self, addr: u64) -> Result<TablePage, PageError> {
+        if self.inner.tables.enabled() {
+            return self.table_page(addr).await;
+        }
+        let (buf, result) = self
+            .inner
+            .mem
+            .read_into_owned(addr, vec![0; TABLE_SIZE as usize])
+            .await;
+        result.map_err(first_reason)?;
+        Ok(buf.into())
+    }
+}
+
+/// A virtually and physically contiguous part of a request.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    offset: usize,
+    len: usize,
+    pa: u64,
+}
+
+/// Splits `buf` into the disjoint parts the runs cover.
+fn split_runs<'a, 'r>(
+    buf: &'a mut [u8],
+    runs: &'r [Run],
+) -> impl Iterator<Item = (&'r Run, &'a mut [u8])> {
+    let mut rest = buf;
+    let mut consumed = 0;
+    runs.iter().map(move |run| {
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(run.offset - consumed);
+        let (part, tail) = tail.split_at_mut(run.len);
+        rest = tail;
+        consumed = run.offset + run.len;
+        (run, part)
+    })
+}
+
+/// Merges translation failures and the failures of each physical run
+/// (shifted to the request's offsets) into one sorted result.
+fn collect(
+    len: usize,
+    mut failures: Vec<Failure>,
+    results: Vec<(usize, Result<(), PartialError>)>,
+) -> Result<(), PartialError> {
+    for (offset, result) in results {
+        if let Err(e) = result {
+            failures.extend(e.failed.into_iter().map(|f| Failure {
+                offset: f.offset + offset,
+                ..f
+            }));
+        }
+    }
+    if failures.is_empty() {
+        return Ok(());
+    }
+    failures.sort_unstable_by_key(|f| f.offset);
+    let mut merged: Vec<Failure> = Vec::with_capacity(failures.len());
+    for f in failures {
+        match merged.last_mut() {
+            Some(last) if last.reason == f.reason && last.offset + last.len == f.offset => {
+                last.len += f.len
+            }
+            _ => merged.push(f),
+        }
+    }
+    Err(PartialError {
+        failed: merged,
+        len,
+    })
+}
+
+/// The reason of a failed table read (it is read whole or not at all).
+fn first_reason(e: PartialError) -> PageError {
+    e.failed
+        .first()
+        .map_or(PageError::Unspecified, |f| f.reason)
+}
+
+/// Adds a page to the mappings, clipped to `range`, merging it with the
+/// previous one when both are contiguous.
+fn push_mapping(
+    mappings: &mut Vec<Mapping>,
+    va: u64,
+    pa: u64,
+    page_size: PageSize,
+    range: &Range<u64>,
+) {
+    let start = va.max(range.start);
+    let end = (va + (page_size.bytes() - 1)).min(range.end - 1);
+    let (va, pa, size) = (start, pa + (start - va), end - start + 1);
+    if let Some(last) = mappings.last_mut() {
+        if last.page_size == page_size && last.va + last.size == va && last.pa + last.size == pa {
+            last.size += size;
+            return;
+        }
+    }
+    mappings.push(Mapping {
+        va,
+        pa,
+        size,
+        page_size,
+    });
+}
+
+#[cfg(test)]
+mod tests;
