@@ -28,6 +28,9 @@ pub enum Error {
         /// The command's name.
         name: &'static str,
     },
+    /// The device cannot do this.
+    #[error("the device does not support {0}")]
+    Unsupported(&'static str),
     /// A memory map was malformed.
     #[error("memory map: {0}")]
     MemoryMap(#[from] MemoryMapError),

@@ -10,13 +10,16 @@
 pub mod backend;
 pub mod engine;
 mod error;
+#[cfg(feature = "memflow")]
+pub mod memflow;
 mod memmap;
+pub mod targets;
 pub mod vm;
 
 pub use backend::leechcore::{Call, DeviceConfig, DeviceInfo, LeechCore, Verbosity, Version};
 pub use backend::memory::MemBackend;
 pub use backend::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
-pub use engine::{EngineConfig, Failure, Fragment, Memory, PartialError};
+pub use engine::{BatchOutcome, EngineConfig, Failure, Fragment, Memory, PartialError};
 pub use error::Error;
 pub use leechcore_sys;
 pub use memmap::{MemoryMap, MemoryMapError, MemoryRange};

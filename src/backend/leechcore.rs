@@ -460,6 +460,10 @@ impl Backend for LeechCore {
     fn read_only(&self) -> bool {
         self.info.read_only
     }
+
+    fn set_memory_map(&self, map: &MemoryMap) -> Result<(), Error> {
+        LeechCore::set_memory_map(self, map)
+    }
 }
 
 impl Handle {

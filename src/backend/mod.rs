@@ -29,6 +29,11 @@ pub trait Backend: Send + Sync {
     fn memory_map(&self) -> MemoryMap;
     /// Whether writes are refused.
     fn read_only(&self) -> bool;
+    /// Replaces the device's memory map, if the device has one to set.
+    fn set_memory_map(&self, map: &MemoryMap) -> Result<(), crate::Error> {
+        let _ = map;
+        Err(crate::Error::Unsupported("setting the memory map"))
+    }
 }
 
 /// One page-bounded piece of a scatter read: `buf.len()` bytes at `addr`.

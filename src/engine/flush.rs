@@ -17,15 +17,37 @@ use super::outcome::{Failure, Fragment};
 use super::queue::{Kind, Queue, State};
 use crate::backend::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
 
-/// A request taken from the queue for this flush.
+/// A request of this flush. Its buffer is lent for the flush: an engine
+/// slot's buffer (kept in `Flusher::owned`) or a synchronous caller's.
 struct Req {
+    /// Slot key (queued requests) or operation index (synchronous batches).
     key: u32,
     kind: Kind,
     addr: u64,
     len: usize,
-    data: Vec<u8>,
+    /// `len` bytes, valid and not otherwise accessed until the flush ends;
+    /// written only for reads.
+    ptr: *mut u8,
     record: bool,
     round: u32,
+}
+
+impl Req {
+    /// The request's bytes `offset..offset + len`, for reading.
+    ///
+    /// SAFETY: the range lies in the request, whose buffer is lent.
+    unsafe fn bytes(&self, offset: usize, len: usize) -> &[u8] {
+        std::slice::from_raw_parts(self.ptr.add(offset), len)
+    }
+
+    /// The same, for writing (reads only).
+    ///
+    /// SAFETY: as `bytes`, and no other reference to the range is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn bytes_mut(&self, offset: usize, len: usize) -> &mut [u8] {
+        debug_assert_eq!(self.kind, Kind::Read);
+        std::slice::from_raw_parts_mut(self.ptr.add(offset), len)
+    }
 }
 
 /// A page-bounded piece of a request.
@@ -63,6 +85,8 @@ struct Group {
 #[derive(Default)]
 pub(crate) struct Flusher {
     reqs: Vec<Req>,
+    /// Buffers of queued requests, lent to `reqs` for the flush.
+    owned: Vec<Vec<u8>>,
     pieces: Vec<Piece>,
     order: Vec<u32>,
     groups: Vec<Group>,
@@ -79,6 +103,12 @@ pub(crate) struct Flusher {
     write_entries: Vec<WriteEntry<'static>>,
 }
 
+// SAFETY: the raw pointers in `reqs` and the `'static` entries point into
+// buffers lent for one flush; they are only dereferenced during `run`, by
+// the thread running it, while the lenders wait. Between flushes they are
+// stale and never used (`reqs` is refilled before each run).
+unsafe impl Send for Flusher {}
+
 /// Counts of what a flush sent, for callers that watch.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct FlushStats {
@@ -93,7 +123,7 @@ pub struct FlushStats {
 impl Flusher {
     /// Takes everything queued; returns false when there was nothing.
     pub fn take(&mut self, queue: &mut Queue) -> bool {
-        self.reqs.clear();
+        self.begin_batch();
         let pending = std::mem::take(&mut queue.pending);
         for &key in &pending {
             let slot = queue.slot(key);
@@ -102,21 +132,61 @@ impl Flusher {
                 continue;
             }
             slot.state = State::InFlight;
+            // The buffer's heap block does not move with the Vec.
+            let mut data = std::mem::take(&mut slot.data);
             self.reqs.push(Req {
                 key,
                 kind: slot.kind,
                 addr: slot.addr,
                 len: slot.len,
-                data: std::mem::take(&mut slot.data),
+                ptr: data.as_mut_ptr(),
                 record: slot.record,
                 round: 0,
             });
+            self.owned.push(data);
         }
         // Give the (now empty) list back so its capacity is reused.
         let mut pending = pending;
         pending.clear();
         queue.pending = pending;
         !self.reqs.is_empty()
+    }
+
+    /// Starts a synchronous batch: requests lent by the caller, not queued.
+    pub fn begin_batch(&mut self) {
+        self.reqs.clear();
+        self.owned.clear();
+        self.failed.clear();
+        self.fragments.clear();
+    }
+
+    /// Adds a request of a synchronous batch.
+    ///
+    /// SAFETY: `ptr` must be valid for `len` bytes (for writes when `kind`
+    /// is a read) until `run` returns, and not otherwise accessed meanwhile.
+    pub unsafe fn lend(&mut self, kind: Kind, addr: u64, ptr: *mut u8, len: usize) {
+        let key = self.reqs.len() as u32;
+        self.reqs.push(Req {
+            key,
+            kind,
+            addr,
+            len,
+            ptr,
+            record: false,
+            round: 0,
+        });
+    }
+
+    /// The failed runs of a finished synchronous batch, by request index.
+    pub fn take_failed(&mut self) -> Vec<(u32, Failure)> {
+        let failed = if self.failed.is_empty() {
+            Vec::new()
+        } else {
+            self.failed.clone()
+        };
+        self.failed.clear();
+        self.reqs.clear();
+        failed
     }
 
     /// Sends the taken requests to `backend`.
@@ -177,10 +247,10 @@ impl Flusher {
             self.failed.iter().peekable(),
             self.fragments.iter().peekable(),
         );
-        for (ri, req) in self.reqs.drain(..).enumerate() {
+        for (ri, (req, data)) in self.reqs.drain(..).zip(self.owned.drain(..)).enumerate() {
             let ri = ri as u32;
             let slot = queue.slot(req.key);
-            slot.data = req.data;
+            slot.data = data;
             while let Some((_, f)) = failed.next_if(|(r, _)| *r == ri) {
                 slot.failures.push(*f);
             }
@@ -368,8 +438,10 @@ impl Flusher {
             p.result = g.result;
             if let (Ok(()), Some(at)) = (g.result, g.scratch) {
                 let from = at + (p.addr - g.addr) as usize;
-                self.reqs[p.req as usize].data[p.offset..p.offset + p.len]
-                    .copy_from_slice(&self.scratch[from..from + p.len]);
+                // SAFETY: the piece lies in its (read) request; nothing
+                // else refers to it now.
+                let dest = unsafe { self.reqs[p.req as usize].bytes_mut(p.offset, p.len) };
+                dest.copy_from_slice(&self.scratch[from..from + p.len]);
             }
         }
         calls
@@ -384,7 +456,9 @@ impl Flusher {
                 Some(at) => self.scratch[at..].as_mut_ptr(),
                 None => {
                     let p = &self.pieces[g.piece as usize];
-                    self.reqs[p.req as usize].data[p.offset..].as_mut_ptr()
+                    // SAFETY: a direct group is exactly its piece, which
+                    // lies in its request.
+                    unsafe { self.reqs[p.req as usize].ptr.add(p.offset) }
                 }
             };
             // SAFETY: each group's window lies inside its buffer (scratch
@@ -467,8 +541,9 @@ impl Flusher {
             let p = &self.pieces[g.piece as usize];
             if g.result.is_ok() {
                 let at = g.scratch.unwrap_or(0) + (p.addr - g.addr) as usize;
-                self.scratch[at..at + p.len]
-                    .copy_from_slice(&self.reqs[p.req as usize].data[p.offset..p.offset + p.len]);
+                // SAFETY: the piece lies in its request.
+                let src = unsafe { self.reqs[p.req as usize].bytes(p.offset, p.len) };
+                self.scratch[at..at + p.len].copy_from_slice(src);
             }
         }
         // The writes: whole pieces from the request, patched windows from
@@ -489,10 +564,10 @@ impl Flusher {
         for &pi in &sent {
             let p = &self.pieces[pi as usize];
             let (addr, data): (u64, &[u8]) = if p.group == NO_GROUP {
-                (
-                    p.addr,
-                    &self.reqs[p.req as usize].data[p.offset..p.offset + p.len],
-                )
+                // SAFETY: the piece lies in its request.
+                (p.addr, unsafe {
+                    self.reqs[p.req as usize].bytes(p.offset, p.len)
+                })
             } else {
                 let g = &self.groups[p.group as usize];
                 let at = g.scratch.unwrap_or(0);

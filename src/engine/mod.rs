@@ -24,12 +24,50 @@ use std::thread::Thread;
 use bytemuck::Pod;
 
 pub use flush::FlushStats;
+
 pub use outcome::{Failure, Fragment, PartialError};
 pub use request::{Fragments, Read, ReadOwned, ReadVal, Write, WriteOwned};
 
 use crate::backend::Backend;
 use flush::Flusher;
-use queue::Queue;
+use queue::{Kind, Queue};
+
+/// What a synchronous batch ([`Memory::read_now`], [`Memory::write_now`])
+/// did: the failed byte ranges of each operation, and the calls it made.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Failed runs as (operation index, failure), by index then offset.
+    failed: Vec<(u32, Failure)>,
+    /// Requests and backend calls of the batch.
+    pub stats: FlushStats,
+}
+
+impl BatchOutcome {
+    /// Whether every byte of every operation succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.failed.is_empty()
+    }
+
+    /// The failed ranges of operation `op`, in order.
+    pub fn failures(&self, op: usize) -> impl Iterator<Item = &Failure> {
+        let start = self.failed.partition_point(|(i, _)| (*i as usize) < op);
+        self.failed[start..]
+            .iter()
+            .take_while(move |(i, _)| *i as usize == op)
+            .map(|(_, f)| f)
+    }
+
+    /// The result of operation `op` of `len` bytes, as a queued request
+    /// would report it.
+    pub fn result(&self, op: usize, len: usize) -> Result<(), PartialError> {
+        let failed: Vec<Failure> = self.failures(op).copied().collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(PartialError { failed, len })
+        }
+    }
+}
 
 /// Settings of the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +186,50 @@ impl Memory {
     /// own result.
     pub fn write_fragments<'m, 'b>(&'m self, addr: u64, data: &'b [u8]) -> Fragments<'m, 'b> {
         Fragments::write(self, addr, data)
+    }
+
+    /// Reads every `(address, buffer)` now, in one flush of its own, straight
+    /// into the buffers (no copy where the device's entry rules allow),
+    /// with the same batching, windows and failure ranges as queued reads.
+    /// This is the synchronous path (memflow, C); queued requests are left
+    /// for their own flush.
+    pub fn read_now<'a>(&self, ops: impl IntoIterator<Item = (u64, &'a mut [u8])>) -> BatchOutcome {
+        self.run_now(
+            ops.into_iter()
+                .map(|(addr, buf)| (Kind::Read, addr, buf.as_mut_ptr(), buf.len())),
+        )
+    }
+
+    /// Writes every `(address, data)` now, in one flush of its own; only
+    /// the given bytes change (partial pieces are read, patched, written).
+    pub fn write_now<'a>(&self, ops: impl IntoIterator<Item = (u64, &'a [u8])>) -> BatchOutcome {
+        // The flush only reads from a write's buffer.
+        self.run_now(
+            ops.into_iter()
+                .map(|(addr, data)| (Kind::Write, addr, data.as_ptr() as *mut u8, data.len())),
+        )
+    }
+
+    fn run_now(&self, ops: impl Iterator<Item = (Kind, u64, *mut u8, usize)>) -> BatchOutcome {
+        let mut flusher = self
+            .shared
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        flusher.begin_batch();
+        for (kind, addr, ptr, len) in ops {
+            // SAFETY: the pointers come from slices borrowed by the public
+            // callers for the whole of this call.
+            unsafe { flusher.lend(kind, addr, ptr, len) };
+        }
+        let stats = flusher.run(
+            &*self.shared.backend,
+            self.shared.config.max_entries_per_call,
+        );
+        BatchOutcome {
+            failed: flusher.take_failed(),
+            stats,
+        }
     }
 
     /// Sends everything queued now and completes it; `None` when nothing

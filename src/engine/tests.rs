@@ -571,3 +571,47 @@ fn a_panicking_backend_fails_the_flush_without_hanging_waiters() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_synchronous_batch_reads_into_the_callers_buffers_in_one_call() {
+    let (mem, backend) = engine(MemBackend::with_address_pattern(4 * MIB));
+    backend.add_hole(0x5000..0x6000, PageError::TransportError);
+    let mut a = vec![0u8; 0x2000];
+    let mut b = [0u8; 3];
+    let mut c = vec![0xa5u8; 0x1800];
+    let ptr = a.as_ptr();
+    let outcome = mem.read_now([
+        (0x1000u64, &mut a[..]),
+        (0x3001, &mut b[..]),
+        (0x4800, &mut c[..]),
+    ]);
+    assert_eq!(outcome.stats.read_calls, 1);
+    assert_eq!(backend.read_call_sizes(), vec![2 + 1 + 2]);
+    assert_eq!(a, backend.bytes(0x1000, 0x2000));
+    assert_eq!(a.as_ptr(), ptr);
+    assert_eq!(b[..], backend.bytes(0x3001, 3)[..]);
+    assert_eq!(outcome.failures(0).count() + outcome.failures(1).count(), 0);
+    assert_eq!(
+        outcome.failures(2).copied().collect::<Vec<_>>(),
+        vec![Failure {
+            offset: 0x800,
+            len: 0x1000,
+            reason: PageError::TransportError
+        }]
+    );
+    assert_eq!(c[..0x800], backend.bytes(0x4800, 0x800)[..]);
+    assert!(c[0x800..].iter().all(|&x| x == 0xa5));
+    assert!(outcome.result(2, c.len()).is_err() && outcome.result(0, a.len()).is_ok());
+
+    let reference = MemBackend::with_address_pattern(4 * MIB);
+    let outcome = mem.write_now([(0x7003u64, &[1u8, 2, 3][..]), (0x9000, &[7u8; 0x1000][..])]);
+    assert!(outcome.is_ok());
+    assert_eq!(
+        (outcome.stats.read_calls, outcome.stats.write_calls),
+        (1, 1)
+    );
+    let mut expected = reference.bytes(0x7000, 8);
+    expected[3..6].copy_from_slice(&[1, 2, 3]);
+    assert_eq!(backend.bytes(0x7000, 8), expected);
+    assert_eq!(backend.bytes(0x9000, 0x1000), vec![7; 0x1000]);
+}

@@ -1,0 +1,202 @@
+//! The plugin's arguments: memflow's `target:extra_args` string turned into
+//! a LeechCore device configuration.
+
+use std::path::PathBuf;
+
+use leechio::{DeviceConfig, Verbosity};
+use memflow::plugins::args::split_str_args;
+use memflow::plugins::ConnectorArgs;
+
+/// Every key the plugin takes, with what it means, for help and errors.
+pub const KEYS: [(&str, &str); 7] = [
+    ("device", "LeechCore device string (or give it as the target): fpga, file:///mem.raw, qemu://shm=NAME,qmp=SOCKET, rawtcp://HOST:PORT, …"),
+    ("remote", "LeechCore remote string, for a device behind a LeechAgent: rpc://SPN:HOST, smb://…"),
+    ("lib", "path of leechcore.so (default: beside this plugin, then LEECHCORE_LIB, then the system)"),
+    ("memmap", "memory map file: memflow's TOML ([[range]] base/length/real_base) or LeechCore's text (start end [remap], hex); replaces the device's map and any OS layer's"),
+    ("verbosity", "LeechCore's messages: 0 quiet (default), 1 normal, 2 -v, 3 -vv, 4 -vvv"),
+    ("max_address", "highest physical address the device may use (hex), like LeechCore's -max"),
+    ("max_entries", "most scatter entries per device call (default: no limit)"),
+];
+
+/// What the arguments ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// How to open the device.
+    pub device: DeviceConfig,
+    /// A memory map file to apply.
+    pub memmap: Option<PathBuf>,
+    /// Most entries per call.
+    pub max_entries: Option<usize>,
+}
+
+/// Reads the arguments; the error says what is wrong and what is valid.
+pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
+    let extra = args.extra_args.to_string();
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for (i, item) in split_str_args(&extra, ',').enumerate() {
+        let mut kv = split_str_args(item, '=');
+        match (kv.next(), kv.next()) {
+            (Some(k), Some(v)) => pairs.push((k.to_string(), unquote(v))),
+            // memflow calls a bare first value the default argument.
+            (Some(v), None) if i == 0 && !v.is_empty() => {
+                pairs.push(("default".into(), unquote(v)))
+            }
+            _ => {}
+        }
+    }
+    for (key, _) in &pairs {
+        if key != "default" && !KEYS.iter().any(|(k, _)| k == key) {
+            let valid: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+            return Err(format!(
+                "unknown argument `{key}`; valid arguments: {}",
+                valid.join(", ")
+            ));
+        }
+    }
+    let get = |key: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+
+    let mut devices = Vec::new();
+    if let Some(target) = args.target.as_deref().map(unquote) {
+        // `leechcore:device=fpga` puts `device=fpga` in the target slot.
+        if let Some(device) = target.strip_prefix("device=") {
+            log::warn!("leechcore: target `{target}` read as device `{device}` (write `leechcore:{device}` or `leechcore::device={device}`)");
+            devices.push(("target", unquote(device)));
+        } else if !target.is_empty() {
+            devices.push(("target", target));
+        }
+    }
+    for key in ["device", "default"] {
+        if let Some(v) = get(key) {
+            devices.push((
+                if key == "device" {
+                    "device="
+                } else {
+                    "first argument"
+                },
+                v.to_string(),
+            ));
+        }
+    }
+    let device = match devices.as_slice() {
+        [] => return Err("no device given: write `leechcore:DEVICE` or `leechcore::device=DEVICE` (see the plugin's help)".into()),
+        [(_, d)] => d.clone(),
+        [(a, x), (b, y), ..] => return Err(format!("two devices given ({a} `{x}` and {b} `{y}`); give one")),
+    };
+
+    let mut config = DeviceConfig::new(device);
+    config.remote = get("remote").map(str::to_string);
+    config.library = get("lib").map(PathBuf::from);
+    if let Some(v) = get("verbosity") {
+        let level: u8 = v
+            .parse()
+            .ok()
+            .filter(|l| *l <= 4)
+            .ok_or_else(|| format!("verbosity `{v}`: give 0 to 4"))?;
+        config.verbosity = Verbosity::from_level(level);
+    }
+    if let Some(v) = get("max_address") {
+        config.max_address =
+            Some(parse_hex(v).ok_or_else(|| {
+                format!("max_address `{v}`: give a hex address like 0x1_0000_0000")
+            })?);
+    }
+    let max_entries = match get("max_entries") {
+        Some(v) => Some(
+            v.parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("max_entries `{v}`: give a count of at least 1"))?,
+        ),
+        None => None,
+    };
+    Ok(Settings {
+        device: config,
+        memmap: get("memmap").map(PathBuf::from),
+        max_entries,
+    })
+}
+
+/// memflow keeps the quotes a user put around a value with `:` or `,`.
+fn unquote(value: &str) -> String {
+    let v = value.trim();
+    v.strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(v)
+        .to_string()
+}
+
+fn parse_hex(text: &str) -> Option<u64> {
+    let digits = text
+        .trim_start_matches("0x")
+        .trim_start_matches("0X")
+        .replace('_', "");
+    u64::from_str_radix(&digits, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(text: &str) -> Result<Settings, String> {
+        parse(&text.parse::<ConnectorArgs>().map_err(|e| e.to_string())?)
+    }
+
+    #[test]
+    fn the_device_comes_from_the_target_or_device_key() {
+        assert_eq!(settings("fpga").unwrap().device.device, "fpga");
+        assert_eq!(
+            settings("\"file:///tmp/a.raw\"").unwrap().device.device,
+            "file:///tmp/a.raw"
+        );
+        assert_eq!(
+            settings(":device=\"qemu://shm=g,qmp=/tmp/q\"")
+                .unwrap()
+                .device
+                .device,
+            "qemu://shm=g,qmp=/tmp/q"
+        );
+        assert_eq!(settings(":fpga").unwrap().device.device, "fpga");
+        // The trap: `device=` in the target slot.
+        assert_eq!(settings("device=fpga").unwrap().device.device, "fpga");
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let s = settings("fpga:remote=\"rpc://x:host\",lib=/opt/lc/leechcore.so,memmap=/tmp/m.txt,verbosity=2,max_address=0x2_0000_0000,max_entries=512").unwrap();
+        assert_eq!(s.device.remote.as_deref(), Some("rpc://x:host"));
+        assert_eq!(
+            s.device.library,
+            Some(PathBuf::from("/opt/lc/leechcore.so"))
+        );
+        assert_eq!(s.memmap, Some(PathBuf::from("/tmp/m.txt")));
+        assert_eq!(s.device.verbosity, Verbosity::Verbose);
+        assert_eq!(s.device.max_address, Some(0x2_0000_0000));
+        assert_eq!(s.max_entries, Some(512));
+    }
+
+    #[test]
+    fn bad_arguments_say_what_is_wrong() {
+        let unknown = settings("fpga:colour=red").unwrap_err();
+        assert!(
+            unknown.contains("unknown argument `colour`")
+                && unknown.contains("device, remote, lib, memmap"),
+            "{unknown}"
+        );
+        assert!(settings("fpga:device=file")
+            .unwrap_err()
+            .contains("two devices"));
+        assert!(settings("").unwrap_err().contains("no device given"));
+        assert!(settings("fpga:verbosity=9").unwrap_err().contains("0 to 4"));
+        assert!(settings("fpga:max_address=xyz")
+            .unwrap_err()
+            .contains("hex address"));
+        assert!(settings("fpga:max_entries=0")
+            .unwrap_err()
+            .contains("at least 1"));
+    }
+}

@@ -1,0 +1,137 @@
+//! The memflow connector plugin `leechcore`: LeechCore devices (FPGA boards,
+//! memory images, live QEMU guests, remote agents) as memflow physical
+//! memory, read through leechio's batched engine.
+//!
+//! This crate only turns memflow's arguments into a device and wires it to
+//! memflow; everything else lives in `leechio`. No panic leaves the plugin.
+
+mod args;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use leechio::memflow::{read_memory_map_file, MemflowPhysical};
+use leechio::{EngineConfig, LeechCore, Memory};
+use memflow::cglue;
+use memflow::prelude::v1::*;
+
+/// The plugin's physical memory. Clones share the device, which closes
+/// with the last clone.
+#[derive(Clone)]
+pub struct LeechCoreConnector(MemflowPhysical);
+
+cglue_impl_group!(LeechCoreConnector, ConnectorInstance, {});
+
+/// Runs `f`, turning a panic into a memflow error.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(Error(ErrorOrigin::Connector, ErrorKind::Unknown)
+            .log_error(format!("leechcore: internal error in {what}")))
+    })
+}
+
+impl PhysicalMemory for LeechCoreConnector {
+    fn phys_read_raw_iter(&mut self, data: PhysicalReadMemOps) -> Result<()> {
+        guarded("a read", || self.0.phys_read_raw_iter(data))
+    }
+
+    fn phys_write_raw_iter(&mut self, data: PhysicalWriteMemOps) -> Result<()> {
+        guarded("a write", || self.0.phys_write_raw_iter(data))
+    }
+
+    fn metadata(&self) -> PhysicalMemoryMetadata {
+        self.0.metadata()
+    }
+
+    fn set_mem_map(&mut self, mem_map: &[PhysicalMemoryMapping]) {
+        let _ = guarded("set_mem_map", || {
+            self.0.set_mem_map(mem_map);
+            Ok(())
+        });
+    }
+}
+
+/// Opens the device the arguments name.
+#[connector(name = "leechcore", help_fn = "help", target_list_fn = "target_list")]
+pub fn create_connector(args: &ConnectorArgs) -> Result<LeechCoreConnector> {
+    guarded("create_connector", || open(args))
+}
+
+fn open(args: &ConnectorArgs) -> Result<LeechCoreConnector> {
+    let config = |msg: String| {
+        Error(ErrorOrigin::Connector, ErrorKind::Configuration)
+            .log_error(format!("leechcore: {msg}"))
+    };
+    let settings = args::parse(args).map_err(config)?;
+    let memmap = settings
+        .memmap
+        .as_deref()
+        .map(read_memory_map_file)
+        .transpose()
+        .map_err(|e| config(e.to_string()))?;
+    let device = LeechCore::open(&settings.device).map_err(|e| {
+        let kind = match e {
+            leechio::Error::Load(_) => ErrorKind::UnableToLoadLibrary,
+            leechio::Error::InvalidConfig(_) => ErrorKind::Configuration,
+            _ => ErrorKind::TargetNotFound,
+        };
+        Error(ErrorOrigin::Connector, kind).log_error(format!("leechcore: {e}"))
+    })?;
+    if let Some(map) = &memmap {
+        device
+            .set_memory_map(map)
+            .map_err(|e| config(e.to_string()))?;
+    }
+    let info = device.info();
+    log::info!(
+        "leechcore: opened {} device `{}` with LeechCore {} from {} ({}, max address {:#x})",
+        info.name,
+        settings.device.device,
+        info.version,
+        info.library.display(),
+        if info.read_only {
+            "read-only"
+        } else {
+            "writable"
+        },
+        device.max_address()
+    );
+    let engine = EngineConfig {
+        max_entries_per_call: settings.max_entries.unwrap_or(usize::MAX),
+    };
+    let mem = Memory::with_config(Arc::new(device), engine);
+    Ok(LeechCoreConnector(MemflowPhysical::new(
+        mem,
+        memmap.is_some(),
+    )))
+}
+
+/// The help text memflow shows for `leechcore`.
+pub fn help() -> String {
+    let mut text = String::from(
+        "leechcore: physical memory through LeechCore (PCILeech FPGA boards, memory images, QEMU guests, remote agents)\n\n\
+         usage: leechcore:DEVICE[:key=value,...]  or  leechcore::device=DEVICE[,key=value,...]\n\
+         quote a device string that holds ':' or ',' — leechcore:\"file:///mem.raw\"\n\narguments:\n",
+    );
+    for (key, about) in args::KEYS {
+        text.push_str(&format!("  {key:<12} {about}\n"));
+    }
+    text.push_str(
+        "\nexamples:\n  leechcore:fpga\n  leechcore:\"file:///tmp/memory.raw\"\n  \
+         leechcore:\"qemu://shm=guest-ram,qmp=/tmp/qmp.sock\":memmap=/tmp/guest.memmap\n  \
+         leechcore::device=fpga,remote=\"rpc://insecure:10.0.0.2\",verbosity=1\n",
+    );
+    text
+}
+
+/// What can be opened without hardware: running QEMU guests with their RAM
+/// in /dev/shm and a QMP socket.
+pub fn target_list() -> Result<Vec<TargetInfo>> {
+    guarded("target_list", || {
+        Ok(leechio::targets::qemu_guests()
+            .iter()
+            .flat_map(|g| g.device_strings())
+            .map(|name| TargetInfo { name: name.into() })
+            .collect())
+    })
+}

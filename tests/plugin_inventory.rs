@@ -1,0 +1,404 @@
+//! The `leechcore` plugin as memflow loads it: from the release build folder
+//! through memflow's own `Inventory`, against image files.
+//!
+//! The plugin is built separately (`make plugin`, which `make test` runs):
+//! a plugin built inside `cargo test --workspace` would get memflow's
+//! `dummy_mem` feature from the dev-dependencies and export extra plugins.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+use common::{read_file_at, Image};
+use leechio::{Call, DeviceConfig, LeechCore};
+use memflow::cglue::{CTup2, CTup3};
+use memflow::dummy::{DummyMemory, DummyOs};
+use memflow::prelude::v1::*;
+
+const MIB: u64 = 1 << 20;
+
+/// Log lines the plugin sent to the host.
+static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record) {
+        // Called from inside the plugin: must not panic.
+        LOG.lock().unwrap_or_else(|e| e.into_inner()).push(format!(
+            "{} {}",
+            record.level(),
+            record.args()
+        ));
+    }
+    fn flush(&self) {}
+}
+
+fn plugin_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release");
+    assert!(
+        dir.join("libmemflow_leechcore.so").exists(),
+        "{}/libmemflow_leechcore.so is missing: build it with `make plugin`",
+        dir.display()
+    );
+    dir
+}
+
+/// One inventory per test process, as a memflow tool has.
+fn inventory() -> std::sync::MutexGuard<'static, Inventory> {
+    static INVENTORY: OnceLock<Mutex<Inventory>> = OnceLock::new();
+    INVENTORY
+        .get_or_init(|| {
+            let _ = log::set_logger(&Capture);
+            log::set_max_level(log::LevelFilter::Info);
+            let mut inventory = Inventory::empty();
+            inventory
+                .add_dir(plugin_dir())
+                .expect("load the plugin folder");
+            Mutex::new(inventory)
+        })
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Connects as a memflow tool does for `-c leechcore:ARGS`: memflow parses
+/// the part after the connector's name.
+fn connect(chain: &str) -> Result<ConnectorInstanceArcBox<'static>> {
+    let args: ConnectorArgs = chain
+        .strip_prefix("leechcore:")
+        .expect("leechcore:…")
+        .parse()?;
+    inventory().instantiate_connector("leechcore", None, Some(&args))
+}
+
+/// The error of a connection that must fail.
+fn refused(args: &str) -> Error {
+    match connect(args) {
+        Ok(_) => panic!("`{args}` was accepted"),
+        Err(e) => e,
+    }
+}
+
+fn connect_with_cache(chain: &str, cache: bool) -> ConnectorInstanceArcBox<'static> {
+    let mut args: ConnectorArgs = chain
+        .strip_prefix("leechcore:")
+        .expect("leechcore:…")
+        .parse()
+        .unwrap();
+    args.middleware_args = ConnectorMiddlewareArgs::new().cache(cache);
+    inventory()
+        .instantiate_connector("leechcore", None, Some(&args))
+        .unwrap()
+}
+
+#[test]
+fn the_plugin_exports_only_the_leechcore_connector() {
+    let inv = inventory();
+    assert_eq!(inv.available_connectors(), vec!["leechcore".to_string()]);
+}
+
+#[test]
+fn random_pages_and_sub_page_reads_equal_the_image() {
+    let image = Image::new(32 * MIB);
+    for cache in [false, true] {
+        let mut conn = connect_with_cache(&format!("leechcore:\"{}\"", image.device()), cache);
+        let mut rng = fastrand::Rng::with_seed(cache as u64);
+        let specs: Vec<(u64, usize)> = (0..400)
+            .map(|i| {
+                if i % 2 == 0 {
+                    (rng.u64(0..image.size / 0x1000) * 0x1000, 0x1000)
+                } else {
+                    (rng.u64(0..image.size - 0x3000), rng.usize(1..0x2100))
+                }
+            })
+            .collect();
+        let mut bufs: Vec<Vec<u8>> = specs.iter().map(|&(_, n)| vec![0; n]).collect();
+        let mut list: Vec<ReadData> = specs
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&(a, _), b)| CTup2(Address::from(a), b.as_mut_slice().into()))
+            .collect();
+        conn.phys_view().read_raw_list(&mut list).unwrap();
+        drop(list);
+        for (&(addr, len), buf) in specs.iter().zip(&bufs) {
+            assert!(
+                *buf == image.bytes(addr, len),
+                "{addr:#x}+{len:#x} (cache {cache})"
+            );
+        }
+        let meta = conn.metadata();
+        assert_eq!(meta.max_address.to_umem(), image.size - 1);
+        assert_eq!(meta.real_size, image.size);
+        assert!(meta.readonly);
+    }
+}
+
+#[test]
+fn a_batch_is_one_leechcore_call() {
+    let image = Image::new(32 * MIB);
+    // memflow's default page cache re-chunks batches itself; the plugin's
+    // own promise is one device call per batch it is given.
+    let mut conn = connect_with_cache(&format!("leechcore:\"{}\"", image.device()), false);
+    // LeechCore's `existing` device attaches to the device already open,
+    // sharing its call counters.
+    let spy = LeechCore::open(&DeviceConfig::new("existing")).unwrap();
+    let before = spy.call_count(Call::ReadScatter);
+    let mut bufs = vec![[0u8; 24]; 500];
+    let mut list: Vec<ReadData> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| {
+            CTup2(
+                Address::from(i as u64 * 0x10_0ff0 % (image.size - 64)),
+                b.as_mut_slice().into(),
+            )
+        })
+        .collect();
+    conn.phys_view().read_raw_list(&mut list).unwrap();
+    assert_eq!(spy.call_count(Call::ReadScatter) - before, 1);
+}
+
+/// Runs of bytes as (meta address, length).
+type Runs = Vec<(u64, usize)>;
+
+/// Reads through `phys_read_raw_iter`, returning the bytes reported
+/// through `out` and through `out_fail`, each as (meta address, length).
+fn read_split(
+    conn: &mut ConnectorInstanceArcBox<'static>,
+    addr: u64,
+    buf: &mut [u8],
+) -> (Runs, Runs) {
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    let meta = Address::from(0x5000_0000u64);
+    let items = [CTup3(PhysicalAddress::from(addr), meta, buf.into())];
+    let mut on_ok = |CTup2(a, d): ReadData| {
+        ok.push((a.to_umem(), d.len()));
+        true
+    };
+    let mut on_fail = |CTup2(a, d): ReadData| {
+        failed.push((a.to_umem(), d.len()));
+        true
+    };
+    MemOps::with_raw(
+        items.into_iter(),
+        Some(&mut (&mut on_ok).into()),
+        Some(&mut (&mut on_fail).into()),
+        |ops| conn.phys_read_raw_iter(ops),
+    )
+    .unwrap();
+    (ok, failed)
+}
+
+#[test]
+fn a_read_past_the_end_reports_exact_byte_counts() {
+    let image = Image::new(16 * MIB);
+    let mut conn = connect(&format!("leechcore:\"{}\"", image.device())).unwrap();
+    let mut buf = vec![0xa5u8; 0x2800];
+    let (ok, failed) = read_split(&mut conn, image.size - 0x1800, &mut buf);
+    assert_eq!(ok, vec![(0x5000_0000, 0x1800)]);
+    assert_eq!(failed, vec![(0x5000_1800, 0x1000)]);
+    assert_eq!(buf[..0x1800], image.bytes(image.size - 0x1800, 0x1800)[..]);
+    assert!(
+        buf[0x1800..].iter().all(|&b| b == 0xa5),
+        "failed bytes were written"
+    );
+}
+
+#[test]
+fn writes_land_exactly_on_a_writable_image() {
+    let image = Image::new(16 * MIB);
+    let original = read_file_at(&image.path, 0, image.size as usize);
+    let mut conn = connect(&format!(
+        "leechcore:\"file://file={},write=1\"",
+        image.path.display()
+    ))
+    .unwrap();
+    assert!(!conn.metadata().readonly);
+    let writes: Vec<(u64, Vec<u8>)> = vec![
+        (0x1003, vec![1, 2, 3]),
+        (0x2ffe, vec![9; 0x1005]),
+        (0x8000, vec![7; 0x1000]),
+    ];
+    for (addr, data) in &writes {
+        conn.phys_view()
+            .write_raw(Address::from(*addr), data)
+            .unwrap();
+    }
+    drop(conn); // the file device flushes on close
+    let mut expected = original;
+    for (addr, data) in &writes {
+        expected[*addr as usize..*addr as usize + data.len()].copy_from_slice(data);
+    }
+    let after = read_file_at(&image.path, 0, image.size as usize);
+    assert_eq!(after.iter().zip(&expected).position(|(a, b)| a != b), None);
+}
+
+#[test]
+fn memflow_virtual_reads_over_the_plugin_match_dummy_os() {
+    let mut os = DummyOs::with_seed(DummyMemory::new(32 << 20), 7);
+    let mut rng = fastrand::Rng::with_seed(8);
+    let content: Vec<u8> = std::iter::repeat_with(|| rng.u8(..))
+        .take(0x20_0000)
+        .collect();
+    let pid = os.alloc_process(content.len(), &content);
+    let info = os.process_info_by_pid(pid).unwrap();
+    let mut image = vec![0u8; 32 << 20];
+    os.phys_view()
+        .read_raw_into(Address::null(), &mut image)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dummy.raw");
+    std::fs::write(&path, &image).unwrap();
+
+    for cache in [false, true] {
+        let conn = connect_with_cache(&format!("leechcore:\"file://{}\"", path.display()), cache);
+        let mut virt = VirtualDma::new(
+            conn,
+            memflow::architecture::x86::x64::ARCH,
+            memflow::architecture::x86::x64::new_translator(info.dtb1),
+        );
+        let mut process = os.process_by_pid(pid).unwrap();
+        for _ in 0..300 {
+            let va = info.address + rng.usize(0..content.len() - 64);
+            let (mut ours, mut theirs) = ([0u8; 64], [0u8; 64]);
+            virt.read_raw_into(va, &mut ours).unwrap();
+            process.read_raw_into(va, &mut theirs).unwrap();
+            assert_eq!(ours, theirs, "{va:x} (cache {cache})");
+        }
+    }
+}
+
+#[test]
+fn the_users_memory_map_wins_over_the_os_layers() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("map.toml");
+    std::fs::write(
+        &toml,
+        "[[range]]\nbase=0x100000\nlength=0x100000\nreal_base=0x200000\n",
+    )
+    .unwrap();
+    let mut fixed = connect(&format!(
+        "leechcore:\"{}\":memmap={}",
+        image.device(),
+        toml.display()
+    ))
+    .unwrap();
+    let os_map = [PhysicalMemoryMapping {
+        base: Address::from(0u64),
+        size: 0x1000,
+        real_base: Address::from(0u64),
+    }];
+    fixed.set_mem_map(&os_map);
+    let mut buf = [0u8; 16];
+    fixed
+        .phys_view()
+        .read_raw_into(Address::from(0x10_0010u64), &mut buf)
+        .unwrap();
+    assert_eq!(
+        buf[..],
+        image.bytes(0x20_0010, 16)[..],
+        "the file's remap applies"
+    );
+    assert!(fixed
+        .phys_view()
+        .read_raw_into(Address::from(0x10u64), &mut buf)
+        .is_err());
+
+    // Without a user map the OS layer's map is applied.
+    let mut free = connect(&format!(
+        "leechcore:\"file://file={},\"",
+        image.path.display()
+    ))
+    .unwrap();
+    free.set_mem_map(&os_map);
+    assert_eq!(free.metadata().max_address.to_umem(), 0xfff);
+    assert!(free
+        .phys_view()
+        .read_raw_into(Address::from(0x2000u64), &mut buf)
+        .is_err());
+    free.phys_view()
+        .read_raw_into(Address::from(0x10u64), &mut buf)
+        .unwrap();
+    assert_eq!(buf[..], image.bytes(0x10, 16)[..]);
+}
+
+#[test]
+fn bad_arguments_and_a_missing_leechcore_give_errors_and_log_why() {
+    let image = Image::new(16 * MIB);
+    let logged = |needle: &str| {
+        LOG.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|l| l.contains(needle))
+    };
+
+    let err = refused(&format!("leechcore:\"{}\":colour=red", image.device()));
+    assert_eq!(err.1, ErrorKind::Configuration);
+    assert!(
+        logged("unknown argument `colour`"),
+        "{:?}",
+        LOG.lock().unwrap_or_else(|e| e.into_inner())
+    );
+
+    let err = refused("leechcore::verbosity=1");
+    assert_eq!(err.1, ErrorKind::Configuration);
+    assert!(logged("no device given"));
+
+    let err = refused(&format!(
+        "leechcore:\"{}\":lib=/nonexistent/leechcore.so",
+        image.device()
+    ));
+    assert_eq!(err.1, ErrorKind::UnableToLoadLibrary);
+    assert!(logged("/nonexistent/leechcore.so") && logged("make setup"));
+
+    let err = refused("leechcore:\"file:///nonexistent.raw\"");
+    assert_eq!(err.1, ErrorKind::TargetNotFound);
+    assert!(logged("No such file"));
+
+    let err = refused(&format!(
+        "leechcore:\"{}\":memmap=/nonexistent.toml",
+        image.device()
+    ));
+    assert_eq!(err.1, ErrorKind::Configuration);
+    let dir = tempfile::tempdir().unwrap();
+    let overlapping = dir.path().join("bad.toml");
+    std::fs::write(
+        &overlapping,
+        "[[range]]\nbase=0x0\nlength=0x2000\n[[range]]\nbase=0x1000\nlength=0x2000\n",
+    )
+    .unwrap();
+    let err = refused(&format!(
+        "leechcore:\"{}\":memmap={}",
+        image.device(),
+        overlapping.display()
+    ));
+    assert_eq!(err.1, ErrorKind::Configuration);
+    assert!(logged("ranges overlap"));
+}
+
+#[test]
+fn help_and_target_list_come_through_the_inventory() {
+    let mut inv = inventory();
+    let help = inv.connector_help("leechcore").unwrap();
+    for key in [
+        "device",
+        "remote",
+        "lib",
+        "memmap",
+        "verbosity",
+        "max_address",
+        "max_entries",
+        "leechcore:fpga",
+    ] {
+        assert!(help.contains(key), "help lacks {key}:\n{help}");
+    }
+    // Every listed target is a qemu device string (the list may be empty).
+    for target in inv.connector_target_list("leechcore").unwrap() {
+        assert!(target.name.starts_with("qemu://shm="), "{}", &*target.name);
+    }
+}
