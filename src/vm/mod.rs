@@ -7,6 +7,7 @@
 
 mod cache;
 mod paging;
+mod scan;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use futures::future::join_all;
 
 pub use cache::CacheConfig;
 pub use paging::{PageSize, Translation, WalkError, LEVEL_NAMES};
+pub use scan::{find_address_spaces, SpaceCandidate};
 
 use crate::engine::{Failure, PartialError};
 use crate::{Memory, PageError};

@@ -1,0 +1,357 @@
+//! `leechio dump`: physical RAM or an address space's mapped ranges to an
+//! ELF core (one PT_LOAD per range) or a raw file, with a progress bar, a
+//! list of failed ranges beside the file, and a valid file even when
+//! interrupted.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use super::numbers::{parse_number, parse_range};
+use super::Failure;
+use leechio::{AddressSpace, Memory};
+
+/// Bytes per device call while dumping.
+const CHUNK: u64 = 4 << 20;
+
+#[derive(Args)]
+pub struct DumpArgs {
+    /// Output file
+    #[arg(long, short)]
+    output: PathBuf,
+    /// Page-table root (CR3): dump the address space's mapped ranges instead of RAM
+    #[arg(long, value_parser = parse_number)]
+    dtb: Option<u64>,
+    /// Only addresses in START-END (physical, or virtual with --dtb)
+    #[arg(long, value_parser = parse_range)]
+    range: Option<Range<u64>>,
+    /// File format
+    #[arg(long, value_enum, default_value_t = Format::Elf)]
+    format: Format,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// ELF core file: one PT_LOAD per range (gdb, volatility-style tools)
+    Elf,
+    /// Raw bytes at their offset from the start; holes and failed pages as zeros
+    Raw,
+}
+
+/// A range to dump: `len` bytes at address `addr` (what the file shows)
+/// found at physical address `pa`.
+#[derive(Clone, Copy)]
+struct Piece {
+    addr: u64,
+    pa: u64,
+    len: u64,
+}
+
+/// ELF64 file header.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct ElfHeader {
+    ident: [u8; 16],
+    kind: u16,
+    machine: u16,
+    version: u32,
+    entry: u64,
+    phoff: u64,
+    shoff: u64,
+    flags: u32,
+    ehsize: u16,
+    phentsize: u16,
+    phnum: u16,
+    shentsize: u16,
+    shnum: u16,
+    shstrndx: u16,
+}
+
+/// ELF64 program header.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct ProgramHeader {
+    kind: u32,
+    flags: u32,
+    offset: u64,
+    vaddr: u64,
+    paddr: u64,
+    filesz: u64,
+    memsz: u64,
+    align: u64,
+}
+
+const ET_CORE: u16 = 4;
+const EM_X86_64: u16 = 62;
+const PT_LOAD: u32 = 1;
+const PF_R: u32 = 4;
+const PF_W: u32 = 2;
+
+pub fn progress_bar(total: u64, visible: bool) -> ProgressBar {
+    if !visible {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:40} {bytes}/{total_bytes}  {binary_bytes_per_sec}  ETA {eta}",
+        )
+        .expect("valid template"),
+    );
+    bar
+}
+
+pub fn run(mem: &Memory, args: &DumpArgs, json_output: bool) -> Result<ExitCode, Failure> {
+    let pieces = plan(mem, args)?;
+    if pieces.is_empty() {
+        return Err(Failure("nothing to dump: no memory in that range".into()));
+    }
+    if args.format == Format::Raw && args.dtb.is_some() && args.range.is_none() {
+        return Err(Failure(
+            "--format raw of an address space needs --range (the space spans 2^64 bytes)".into(),
+        ));
+    }
+    if args.format == Format::Elf && pieces.len() >= 0xffff {
+        return Err(Failure(format!(
+            "{} ranges are more than an ELF file holds; narrow it with --range",
+            pieces.len()
+        )));
+    }
+    let mut file = File::create(&args.output)
+        .map_err(|e| Failure(format!("cannot write {}: {e}", args.output.display())))?;
+    let sidecar = failed_list_path(&args.output);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second Ctrl-C while writing the headers is ignored: they are short.
+        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
+    }
+
+    let base = args.range.as_ref().map_or(0, |r| r.start);
+    let total: u64 = pieces.iter().map(|p| p.len).sum();
+    let bar = progress_bar(total, !json_output);
+    let mut offsets = Vec::with_capacity(pieces.len());
+    let mut at = (std::mem::size_of::<ElfHeader>()
+        + pieces.len() * std::mem::size_of::<ProgramHeader>()) as u64;
+    for p in &pieces {
+        at = at.next_multiple_of(0x1000);
+        offsets.push(match args.format {
+            Format::Elf => at,
+            Format::Raw => p.addr - base,
+        });
+        at += p.len;
+    }
+
+    let mut written = vec![0u64; pieces.len()];
+    let mut failed: Vec<(u64, u64, String)> = Vec::new();
+    let mut buf = vec![0u8; CHUNK as usize];
+    'pieces: for (i, p) in pieces.iter().enumerate() {
+        let mut done = 0;
+        while done < p.len {
+            if stop.load(Ordering::SeqCst) {
+                break 'pieces;
+            }
+            let n = (p.len - done).min(CHUNK) as usize;
+            let chunk = &mut buf[..n];
+            let outcome = mem.read_now([(p.pa + done, &mut *chunk)]);
+            for f in outcome.failures(0) {
+                chunk[f.offset..f.offset + f.len].fill(0);
+                let start = p.addr + done + f.offset as u64;
+                failed.push((start, start + f.len as u64, f.reason.to_string()));
+            }
+            file.write_all_at(chunk, offsets[i] + done)
+                .map_err(|e| Failure(format!("writing {}: {e}", args.output.display())))?;
+            done += n as u64;
+            written[i] = done;
+            bar.inc(n as u64);
+        }
+    }
+    bar.finish_and_clear();
+    let interrupted = stop.load(Ordering::SeqCst);
+
+    if args.format == Format::Elf {
+        write_elf_headers(&mut file, &pieces, &offsets, &written, args.dtb.is_some())
+            .map_err(|e| Failure(format!("writing {}: {e}", args.output.display())))?;
+    } else if let Some(r) = &args.range {
+        // Holes at the end of a raw dump are zeros too.
+        let len = if interrupted {
+            file.metadata().map(|m| m.len()).unwrap_or(0)
+        } else {
+            r.end - r.start
+        };
+        file.set_len(len).map_err(|e| Failure(e.to_string()))?;
+    }
+    write_failed_list(&sidecar, &failed)
+        .map_err(|e| Failure(format!("writing {}: {e}", sidecar.display())))?;
+
+    let read: u64 = written.iter().sum();
+    let failed_bytes: u64 = failed.iter().map(|(a, b, _)| b - a).sum();
+    if json_output {
+        println!(
+            "{}",
+            json!({"output": args.output.display().to_string(), "ranges": pieces.len(), "bytes": read,
+                "failed_bytes": failed_bytes, "failed_ranges": failed.len(), "interrupted": interrupted,
+                "failed_list": sidecar.display().to_string()})
+        );
+    } else {
+        println!(
+            "{}: {} bytes in {} ranges, {} bytes failed in {} ranges{}",
+            args.output.display(),
+            read - failed_bytes,
+            pieces.len(),
+            failed_bytes,
+            failed.len(),
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!(" (listed in {})", sidecar.display())
+            }
+        );
+        if interrupted {
+            println!("interrupted: the file holds what was read until then");
+        }
+    }
+    Ok(if interrupted {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The ranges to dump, in address order.
+fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
+    let within = |start: u64, end: u64| -> Option<(u64, u64)> {
+        let (s, e) = match &args.range {
+            Some(r) => (start.max(r.start), end.min(r.end)),
+            None => (start, end),
+        };
+        (s < e).then_some((s, e))
+    };
+    match args.dtb {
+        None => {
+            let map = mem.backend().memory_map();
+            if let Some(r) = &args.range {
+                if r.start >= map.end() {
+                    return Err(Failure(format!(
+                        "range {:#x}-{:#x} starts past the end of memory ({:#x})",
+                        r.start,
+                        r.end,
+                        map.end()
+                    )));
+                }
+            }
+            Ok(map
+                .ranges()
+                .iter()
+                .filter_map(|r| within(r.start, r.end()))
+                .map(|(s, e)| Piece {
+                    addr: s,
+                    pa: s,
+                    len: e - s,
+                })
+                .collect())
+        }
+        Some(dtb) => {
+            let space = AddressSpace::new(mem.clone(), dtb);
+            let range = args.range.clone().unwrap_or(0..u64::MAX);
+            let found = mem.block_on(space.mappings(range));
+            for (r, why) in &found.unreadable {
+                eprintln!(
+                    "leechio: page tables for {:#x}..{:#x} unreadable: {why}",
+                    r.start, r.end
+                );
+            }
+            Ok(found
+                .mappings
+                .iter()
+                .map(|m| Piece {
+                    addr: m.va,
+                    pa: m.pa,
+                    len: m.size,
+                })
+                .collect())
+        }
+    }
+}
+
+fn write_elf_headers(
+    file: &mut File,
+    pieces: &[Piece],
+    offsets: &[u64],
+    written: &[u64],
+    virtual_space: bool,
+) -> std::io::Result<()> {
+    // Ranges not (fully) read by an interruption are cut to what was read.
+    let loads: Vec<ProgramHeader> = pieces
+        .iter()
+        .zip(offsets)
+        .zip(written)
+        .filter(|(_, &w)| w > 0)
+        .map(|((p, &offset), &w)| ProgramHeader {
+            kind: PT_LOAD,
+            flags: PF_R | PF_W,
+            offset,
+            vaddr: p.addr,
+            paddr: if virtual_space { p.pa } else { p.addr },
+            filesz: w,
+            memsz: w,
+            align: 0x1000,
+        })
+        .collect();
+    let mut ident = [0u8; 16];
+    ident[..7].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1]); // 64-bit, little endian, version 1
+    let header = ElfHeader {
+        ident,
+        kind: ET_CORE,
+        machine: EM_X86_64,
+        version: 1,
+        entry: 0,
+        phoff: std::mem::size_of::<ElfHeader>() as u64,
+        shoff: 0,
+        flags: 0,
+        ehsize: std::mem::size_of::<ElfHeader>() as u16,
+        phentsize: std::mem::size_of::<ProgramHeader>() as u16,
+        phnum: loads.len() as u16,
+        shentsize: 64,
+        shnum: 0,
+        shstrndx: 0,
+    };
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(bytemuck::bytes_of(&header))?;
+    file.write_all(bytemuck::cast_slice(&loads))?;
+    file.flush()
+}
+
+fn failed_list_path(output: &std::path::Path) -> PathBuf {
+    let mut name = output.as_os_str().to_owned();
+    name.push(".failed");
+    PathBuf::from(name)
+}
+
+fn write_failed_list(path: &std::path::Path, failed: &[(u64, u64, String)]) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(File::create(path)?);
+    writeln!(
+        out,
+        "# ranges that could not be read (zero-filled in the dump): start end reason"
+    )?;
+    for (start, end, why) in failed {
+        writeln!(out, "{start:#x} {end:#x} {why}")?;
+    }
+    out.flush()
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<ElfHeader>() == 64);
+    assert!(std::mem::size_of::<ProgramHeader>() == 56);
+};

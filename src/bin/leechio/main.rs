@@ -1,0 +1,365 @@
+//! `leechio`: look at a target behind LeechCore, translate addresses, dump
+//! memory. Every command prints plain text, or JSON lines with `--json`.
+
+mod dump;
+mod numbers;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use futures::future::join_all;
+use serde_json::json;
+
+use leechio::vm::LEVEL_NAMES;
+use leechio::{AddressSpace, DeviceConfig, LeechCore, Memory, Verbosity};
+use numbers::{parse_number, parse_size};
+
+/// Memory of a target behind LeechCore: PCILeech FPGA boards, memory
+/// images, live QEMU guests, remote agents.
+#[derive(Parser)]
+#[command(version, about, long_about = None, after_help = EXAMPLES)]
+struct Cli {
+    /// LeechCore device string: fpga, file:///mem.raw, qemu://shm=NAME,qmp=SOCKET, …
+    #[arg(long, short, global = true, env = "LEECHIO_DEVICE")]
+    device: Option<String>,
+    /// LeechCore remote string (rpc://…, smb://…) for a device behind a LeechAgent
+    #[arg(long, global = true)]
+    remote: Option<String>,
+    /// Path of leechcore.so (default: LEECHCORE_LIB, beside this program, the system, make setup's folder)
+    #[arg(long, global = true)]
+    lib: Option<PathBuf>,
+    /// LeechCore's own messages (repeat for more)
+    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Print JSON lines instead of text
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+const EXAMPLES: &str = "examples:
+  leechio -d file:///tmp/mem.raw info
+  leechio -d fpga read 0x1000 0x100
+  leechio -d qemu://shm=guest,qmp=/tmp/qmp.sock translate --dtb 0x2a10000 0xffffffff81000000
+  leechio -d fpga dump -o mem.elf
+  leechio -d fpga dump --dtb 0x2a10000 --range 0xffffffff81000000-0xffffffff82000000 -o kernel.elf";
+
+#[derive(Subcommand)]
+enum Command {
+    /// Device name, LeechCore version, max address, flags, memory map
+    Info,
+    /// Hex dump of LEN bytes at ADDR (physical, or virtual with --dtb); unreadable bytes show as ??
+    Read {
+        /// Address (hex 0x… or decimal)
+        #[arg(value_parser = parse_number)]
+        addr: u64,
+        /// Length (decimal, hex, or with k/m/g)
+        #[arg(value_parser = parse_size)]
+        len: u64,
+        /// Page-table root (CR3) of the address space to read
+        #[arg(long, value_parser = parse_number)]
+        dtb: Option<u64>,
+    },
+    /// Physical address, page size and the entry of each level, per address
+    Translate {
+        /// Virtual addresses
+        #[arg(required = true, value_parser = parse_number)]
+        va: Vec<u64>,
+        /// Page-table root (CR3)
+        #[arg(long, value_parser = parse_number)]
+        dtb: u64,
+    },
+    /// All RAM (per the memory map), or every mapped range of an address space, to a file
+    Dump(dump::DumpArgs),
+    /// Page-table roots found in physical memory: candidate address spaces
+    Spaces,
+}
+
+/// An error for the user: printed as is, exit code 1.
+struct Failure(String);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    // A bug should still read as a message, not a trace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("leechio: internal error: {info}")
+    }));
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(code) => code,
+        Err(Failure(message)) => {
+            eprintln!("leechio: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn open(cli: &Cli) -> Result<Memory, Failure> {
+    let device = cli.device.clone().ok_or_else(|| {
+        Failure("no device: give --device (e.g. --device fpga, --device file:///mem.raw)".into())
+    })?;
+    let config = DeviceConfig {
+        device,
+        remote: cli.remote.clone(),
+        library: cli.lib.clone(),
+        verbosity: Verbosity::from_level(cli.verbose),
+        max_address: None,
+    };
+    let device = LeechCore::open(&config)?;
+    Ok(Memory::with_config(Arc::new(device), Default::default()))
+}
+
+fn run(cli: &Cli) -> Result<ExitCode, Failure> {
+    match &cli.command {
+        Command::Info => info(cli),
+        Command::Read { addr, len, dtb } => read(cli, *addr, *len, *dtb),
+        Command::Translate { va, dtb } => translate(cli, va, *dtb),
+        Command::Dump(args) => dump::run(&open(cli)?, args, cli.json),
+        Command::Spaces => spaces(cli),
+    }
+}
+
+fn info(cli: &Cli) -> Result<ExitCode, Failure> {
+    let device = LeechCore::open(&DeviceConfig {
+        device: cli
+            .device
+            .clone()
+            .ok_or_else(|| Failure("no device: give --device".into()))?,
+        remote: cli.remote.clone(),
+        library: cli.lib.clone(),
+        verbosity: Verbosity::from_level(cli.verbose),
+        max_address: None,
+    })?;
+    let info = device.info();
+    let map = device.memory_map()?;
+    if cli.json {
+        let ranges: Vec<_> = map
+            .ranges()
+            .iter()
+            .map(|r| json!({"start": hex(r.start), "end": hex(r.end()), "remap": hex(r.remap)}))
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "device": info.name, "leechcore_version": info.version.to_string(),
+                "max_address": hex(device.max_address()), "read_only": info.read_only,
+                "volatile": info.volatile, "remote": info.remote,
+                "library": info.library.display().to_string(), "memory_map": ranges,
+                "memory_size": map.total_size(),
+            })
+        );
+    } else {
+        println!("device        {}", info.name);
+        println!(
+            "LeechCore     {} ({})",
+            info.version,
+            info.library.display()
+        );
+        println!("max address   {:#x}", device.max_address());
+        println!("read-only     {}", yes_no(info.read_only));
+        println!("volatile      {}", yes_no(info.volatile));
+        println!(
+            "memory map    {} ranges, {} MiB",
+            map.ranges().len(),
+            map.total_size() >> 20
+        );
+        for r in map.ranges() {
+            println!(
+                "  {:#014x}-{:#014x}  remap {:#x}",
+                r.start,
+                r.end(),
+                r.remap
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Failure> {
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&n| n <= 1 << 30)
+        .ok_or_else(|| Failure(format!("length {len:#x} is over 1 GiB")))?;
+    let mem = open(cli)?;
+    let mut buf = vec![0u8; len];
+    let result = match dtb {
+        Some(dtb) => mem.block_on(AddressSpace::new(mem.clone(), dtb).read(addr, &mut buf)),
+        None => mem.block_on(mem.read(addr, &mut buf)),
+    };
+    let failed: Vec<leechio::Failure> = result
+        .as_ref()
+        .err()
+        .map(|e| e.failed.clone())
+        .unwrap_or_default();
+    let is_failed = |i: usize| {
+        failed
+            .iter()
+            .any(|f| (f.offset..f.offset + f.len).contains(&i))
+    };
+    let mut out = std::io::stdout().lock();
+    if cli.json {
+        let data: String = (0..len)
+            .map(|i| {
+                if is_failed(i) {
+                    "??".into()
+                } else {
+                    format!("{:02x}", buf[i])
+                }
+            })
+            .collect();
+        let failures: Vec<_> = failed
+            .iter()
+            .map(|f| json!({"address": hex(addr.wrapping_add(f.offset as u64)), "length": f.len, "reason": f.reason.to_string()}))
+            .collect();
+        writeln!(
+            out,
+            "{}",
+            json!({"address": hex(addr), "length": len, "data": data, "failed": failures})
+        )?;
+    } else {
+        for (line, chunk) in buf.chunks(16).enumerate() {
+            let base = line * 16;
+            let hexes: Vec<String> = (0..chunk.len())
+                .map(|i| {
+                    if is_failed(base + i) {
+                        "??".into()
+                    } else {
+                        format!("{:02x}", chunk[i])
+                    }
+                })
+                .collect();
+            let text: String = (0..chunk.len())
+                .map(|i| match chunk[i] {
+                    _ if is_failed(base + i) => '?',
+                    b @ 0x20..=0x7e => b as char,
+                    _ => '.',
+                })
+                .collect();
+            writeln!(
+                out,
+                "{:016x}  {:<47}  |{text}|",
+                addr.wrapping_add(base as u64),
+                hexes.join(" ")
+            )?;
+        }
+    }
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            for f in &e.failed {
+                eprintln!(
+                    "leechio: {:#x}..{:#x} unreadable: {}",
+                    addr.wrapping_add(f.offset as u64),
+                    addr.wrapping_add((f.offset + f.len) as u64),
+                    f.reason
+                );
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn translate(cli: &Cli, vas: &[u64], dtb: u64) -> Result<ExitCode, Failure> {
+    let mem = open(cli)?;
+    let space = AddressSpace::new(mem.clone(), dtb);
+    // Every address in one batch: the walks share their device calls.
+    let results = mem.block_on(join_all(vas.iter().map(|&va| space.translate(va))));
+    let mut all_ok = true;
+    for (&va, result) in vas.iter().zip(&results) {
+        all_ok &= result.is_ok();
+        if cli.json {
+            let line = match result {
+                Ok(t) => {
+                    json!({"va": hex(va), "pa": hex(t.pa), "page_size": t.page_size.bytes(), "error": null,
+                    "entries": t.entries.iter().map(|e| e.map(hex)).collect::<Vec<_>>()})
+                }
+                Err(e) => {
+                    json!({"va": hex(va), "pa": null, "page_size": null, "error": e.to_string(),
+                    "entries": e.entries.iter().map(|e| e.map(hex)).collect::<Vec<_>>()})
+                }
+            };
+            println!("{line}");
+            continue;
+        }
+        let (head, entries) = match result {
+            Ok(t) => (
+                format!("{va:#018x} -> {:#x}  ({} page)", t.pa, t.page_size),
+                t.entries,
+            ),
+            Err(e) => (
+                format!("{va:#018x} -> not translated: {}", e.reason),
+                e.entries,
+            ),
+        };
+        println!("{head}");
+        for (name, entry) in LEVEL_NAMES.iter().zip(entries) {
+            if let Some(e) = entry {
+                println!("    {name}  {e:#018x}");
+            }
+        }
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
+    let mem = open(cli)?;
+    let total = mem.backend().memory_map().total_size();
+    let bar = dump::progress_bar(total, !cli.json);
+    let found = leechio::vm::find_address_spaces(&mem, |done, _| bar.set_position(done));
+    bar.finish_and_clear();
+    if !cli.json {
+        println!(
+            "{:>18}  {:>12}  {:>12}  {:>7}  shares kernel half with",
+            "DTB", "user mapped", "kernel mapped", "entries"
+        );
+    }
+    for c in &found {
+        if cli.json {
+            println!(
+                "{}",
+                json!({"dtb": hex(c.dtb), "user_mapped": c.user_mapped, "kernel_mapped": c.kernel_mapped,
+                    "user_entries": c.user_entries, "kernel_entries": c.kernel_entries,
+                    "sharing_kernel_half": c.sharing_kernel_half})
+            );
+        } else {
+            println!(
+                "{:#18x}  {:>10} K  {:>10} K  {:>3}+{:<3}  {}",
+                c.dtb,
+                c.user_mapped >> 10,
+                c.kernel_mapped >> 10,
+                c.user_entries,
+                c.kernel_entries,
+                c.sharing_kernel_half
+            );
+        }
+    }
+    if found.is_empty() {
+        eprintln!("leechio: no page-table roots found");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hex(v: u64) -> String {
+    format!("{v:#x}")
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}

@@ -1,0 +1,225 @@
+//! Finding address spaces in physical memory: pages that look like x86-64
+//! top-level page tables (PML4s), checked one level down, grouped by the
+//! kernel half they share.
+
+use std::collections::HashMap;
+
+use futures::future::join_all;
+
+use super::paging::{ADDR_MASK, ENTRIES, PRESENT};
+use super::{AddressSpace, VmConfig};
+use crate::Memory;
+
+/// Bytes read per device call while scanning.
+const CHUNK: usize = 4 << 20;
+/// Entry bit 7: a large page (never set in a PML4 entry).
+const PAGE_SIZE_BIT: u64 = 1 << 7;
+/// Bits 52..62: available to software or reserved; kept zero by the OSes
+/// this looks for in top and middle tables.
+const HIGH_BITS: u64 = 0x7ff0_0000_0000_0000;
+/// First virtual address of the kernel half.
+const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
+/// One past the last virtual address of the user half.
+const USER_END: u64 = 0x0000_8000_0000_0000;
+
+/// A page that looks like the top table of an address space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpaceCandidate {
+    /// Physical address of the table: the DTB (CR3) of the space.
+    pub dtb: u64,
+    /// Present entries in the user half (0..256).
+    pub user_entries: usize,
+    /// Present entries in the kernel half (256..512).
+    pub kernel_entries: usize,
+    /// How many other candidates have exactly this kernel half (processes
+    /// of one OS share it).
+    pub sharing_kernel_half: usize,
+    /// Bytes mapped in the user half.
+    pub user_mapped: u64,
+    /// Bytes mapped in the kernel half.
+    pub kernel_mapped: u64,
+}
+
+/// Whether `page` could be a page table whose entries point below
+/// `max_address`: every entry is zero or present and sane.
+/// `top` forbids large pages (a PML4 has none).
+fn looks_like_table(page: &[u8], max_address: u64, top: bool) -> bool {
+    let mut present = 0;
+    for e in page
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    {
+        if e == 0 {
+            continue;
+        }
+        if e & PRESENT == 0 || e & HIGH_BITS != 0 || (e & ADDR_MASK) >= max_address {
+            return false;
+        }
+        if top && e & PAGE_SIZE_BIT != 0 {
+            return false;
+        }
+        present += 1;
+    }
+    present > 0
+}
+
+fn entry(page: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(page[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+}
+
+/// Scans all memory in the device's memory map for top-level page tables.
+/// `progress(done, total)` is called after each chunk. Candidates must have
+/// a present kernel-half entry and tables one level down; they come sorted
+/// by how many others share their kernel half, then by DTB.
+pub fn find_address_spaces(
+    mem: &Memory,
+    mut progress: impl FnMut(u64, u64),
+) -> Vec<SpaceCandidate> {
+    let backend = mem.backend();
+    let max_address = backend.max_address();
+    let map = backend.memory_map();
+    let total = map.total_size();
+    let mut found: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut done = 0;
+    for range in map.ranges() {
+        let mut at = range.start;
+        while at < range.end() {
+            let len = (range.end() - at).min(CHUNK as u64) as usize;
+            let outcome = mem.read_now([(at, &mut buf[..len])]);
+            let failed: Vec<_> = outcome.failures(0).copied().collect();
+            for (i, page) in buf[..len].chunks_exact(0x1000).enumerate() {
+                let offset = i * 0x1000;
+                let unreadable = failed
+                    .iter()
+                    .any(|f| f.offset < offset + 0x1000 && offset < f.offset + f.len);
+                let kernel = (ENTRIES / 2..ENTRIES).any(|k| entry(page, k) != 0);
+                if !unreadable && kernel && looks_like_table(page, max_address, true) {
+                    found.push((at + offset as u64, page.to_vec()));
+                }
+            }
+            at += len as u64;
+            done += len as u64;
+            progress(done, total);
+        }
+    }
+
+    // One level down: the kernel entries must lead to tables too (one
+    // batch for every candidate).
+    let mut next: Vec<u64> = found
+        .iter()
+        .flat_map(|(_, page)| {
+            (ENTRIES / 2..ENTRIES)
+                .map(|k| entry(page, k))
+                .filter(|&e| e != 0)
+        })
+        .map(|e| e & ADDR_MASK)
+        .collect();
+    next.sort_unstable();
+    next.dedup();
+    let mut pages = vec![0u8; next.len() * 0x1000];
+    let outcome = mem.read_now(next.iter().copied().zip(pages.chunks_exact_mut(0x1000)));
+    let good: HashMap<u64, bool> = next
+        .iter()
+        .enumerate()
+        .map(|(i, &pa)| {
+            let ok = outcome.failures(i).next().is_none()
+                && looks_like_table(&pages[i * 0x1000..(i + 1) * 0x1000], max_address, false);
+            (pa, ok)
+        })
+        .collect();
+    found.retain(|(_, page)| {
+        (ENTRIES / 2..ENTRIES)
+            .map(|k| entry(page, k))
+            .filter(|&e| e != 0)
+            .all(|e| good.get(&(e & ADDR_MASK)).copied().unwrap_or(false))
+    });
+
+    let mut halves: HashMap<&[u8], usize> = HashMap::new();
+    for (_, page) in &found {
+        *halves.entry(&page[0x800..]).or_default() += 1;
+    }
+    let mut candidates: Vec<SpaceCandidate> = found
+        .iter()
+        .map(|(dtb, page)| SpaceCandidate {
+            dtb: *dtb,
+            user_entries: (0..ENTRIES / 2).filter(|&i| entry(page, i) != 0).count(),
+            kernel_entries: (ENTRIES / 2..ENTRIES)
+                .filter(|&i| entry(page, i) != 0)
+                .count(),
+            sharing_kernel_half: halves[&page[0x800..]] - 1,
+            user_mapped: 0,
+            kernel_mapped: 0,
+        })
+        .collect();
+
+    // Mapped sizes: every candidate's walk in the same batches.
+    let spaces: Vec<AddressSpace> = candidates
+        .iter()
+        .map(|c| AddressSpace::with_config(mem.clone(), c.dtb, VmConfig::UNCACHED))
+        .collect();
+    let sizes = mem.block_on(join_all(spaces.iter().map(|s| async move {
+        let user = s.mappings(0..USER_END).await;
+        let kernel = s.mappings(KERNEL_HALF..u64::MAX).await;
+        let total = |m: &super::Mappings| m.mappings.iter().map(|m| m.size).sum::<u64>();
+        (total(&user), total(&kernel))
+    })));
+    for (c, (user, kernel)) in candidates.iter_mut().zip(sizes) {
+        c.user_mapped = user;
+        c.kernel_mapped = kernel;
+    }
+    candidates.sort_by(|a, b| {
+        b.sharing_kernel_half
+            .cmp(&a.sharing_kernel_half)
+            .then(a.dtb.cmp(&b.dtb))
+    });
+    candidates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(entries: &[(usize, u64)]) -> Vec<u8> {
+        let mut p = vec![0u8; 0x1000];
+        for &(i, e) in entries {
+            p[i * 8..i * 8 + 8].copy_from_slice(&e.to_le_bytes());
+        }
+        p
+    }
+
+    #[test]
+    fn table_shapes() {
+        let max = 1 << 30;
+        assert!(looks_like_table(
+            &page(&[(0, 0x1000 | 0x67), (511, 0x2000 | 0x63)]),
+            max,
+            true
+        ));
+        assert!(!looks_like_table(&page(&[]), max, true), "empty");
+        assert!(
+            !looks_like_table(&page(&[(3, 0x1000)]), max, true),
+            "not present but nonzero"
+        );
+        assert!(
+            !looks_like_table(&page(&[(3, 0x4000_0000 | 1)]), max, true),
+            "points past the end"
+        );
+        assert!(
+            !looks_like_table(&page(&[(3, 0x1000 | 0x81)]), max, true),
+            "large page in a PML4"
+        );
+        assert!(
+            looks_like_table(&page(&[(3, 0x20_0000 | 0x81)]), max, false),
+            "large page below"
+        );
+        assert!(
+            !looks_like_table(&page(&[(3, 0x0010_0000_0000_1001)]), max, true),
+            "high bits"
+        );
+        assert!(
+            looks_like_table(&page(&[(3, 0x8000_0000_0000_1001)]), max, true),
+            "NX is fine"
+        );
+    }
+}

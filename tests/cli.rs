@@ -1,0 +1,511 @@
+//! The `leechio` binary, run as a user runs it, against image files.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{read_file_at, Image};
+use x86_64::structures::paging::{
+    FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags as F, PhysFrame,
+    Size2MiB, Size4KiB, Translate,
+};
+use x86_64::{PhysAddr, VirtAddr};
+
+const MIB: u64 = 1 << 20;
+
+fn leechio(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_leechio"))
+        .args(args)
+        .output()
+        .expect("run leechio")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A clear failure: nonzero exit, a message, no panic.
+fn assert_refused(o: &Output, needle: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "succeeded: {}", stdout(o));
+    assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("internal error"),
+        "{err}"
+    );
+}
+
+#[test]
+fn info_reports_the_device_and_its_memory_map() {
+    let image = Image::new(16 * MIB);
+    let o = leechio(&["-d", &image.device(), "info", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["device"], "file");
+    assert!(v["leechcore_version"].as_str().unwrap().starts_with("2.23"));
+    assert_eq!(v["max_address"], format!("{:#x}", image.size));
+    assert_eq!(v["read_only"], true);
+    assert_eq!(v["memory_map"][0]["end"], format!("{:#x}", image.size));
+    let text = stdout(&leechio(&["-d", &image.device(), "info"]));
+    assert!(
+        text.contains("device        file") && text.contains("16 MiB"),
+        "{text}"
+    );
+}
+
+#[test]
+fn read_prints_the_bytes_and_question_marks_for_unreadable_ones() {
+    let image = Image::new(16 * MIB);
+    let o = leechio(&["-d", &image.device(), "read", "0x1233", "0x25", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let expected: String = image
+        .bytes(0x1233, 0x25)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(v["data"], expected);
+
+    // Across the end: the readable part, then ??, and a nonzero exit.
+    let end = image.size;
+    let o = leechio(&[
+        "-d",
+        &image.device(),
+        "read",
+        &format!("{:#x}", end - 8),
+        "16",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let line = stdout(&o);
+    let bytes: Vec<String> = image
+        .bytes(end - 8, 8)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(
+        line.starts_with(&format!(
+            "{:016x}  {} ?? ?? ?? ?? ?? ?? ?? ??",
+            end - 8,
+            bytes.join(" ")
+        )),
+        "{line}"
+    );
+    assert!(stderr(&o).contains("unreadable"), "{}", stderr(&o));
+}
+
+/// A page-aligned physical memory image the `x86_64` crate's mapper writes
+/// page tables into.
+#[repr(C, align(4096))]
+#[derive(Clone, Copy)]
+struct Frame([u8; 4096]);
+
+struct Bump(u64);
+
+unsafe impl FrameAllocator<Size4KiB> for Bump {
+    fn allocate_frame(&mut self) -> Option<PhysFrame> {
+        let f = PhysFrame::containing_address(PhysAddr::new(self.0));
+        self.0 += 4096;
+        Some(f)
+    }
+}
+
+const KERNEL_TEXT: u64 = 0xffff_ffff_8100_0000;
+const USER_BASE: u64 = 0x0000_5555_5555_0000;
+/// Mapped in the third space to a frame past the end of the image.
+const BEYOND: u64 = 0x0000_7000_0000_0000;
+
+/// An image file with address spaces in it.
+struct SpacesImage {
+    _dir: tempfile::TempDir,
+    /// Its `file://` device string.
+    device: String,
+    /// The roots of its address spaces.
+    dtbs: Vec<u64>,
+    /// (virtual address, physical address per the `x86_64` crate), five
+    /// per space.
+    oracle: Vec<(u64, Option<u64>)>,
+}
+
+/// An image with three address spaces that share a kernel half (2 MiB
+/// pages of "kernel text") and each map a few user pages.
+fn spaces_image() -> SpacesImage {
+    let size = 32 << 20;
+    let mut frames = vec![Frame([0; 4096]); size / 4096];
+    // Pattern the data so every page is recognisable.
+    for (i, f) in frames.iter_mut().enumerate() {
+        for (j, w) in f.0.chunks_exact_mut(8).enumerate() {
+            w.copy_from_slice(&((i as u64) << 12 | (j as u64) << 3).to_le_bytes());
+        }
+    }
+    let base = frames.as_mut_ptr() as *mut u8;
+    let dtbs = [0x100_0000u64, 0x100_1000, 0x100_2000];
+    let mut bump = Bump(0x110_0000);
+    let mut oracle = Vec::new();
+    for (n, &dtb) in dtbs.iter().enumerate() {
+        // SAFETY: the tables and every frame the mapper touches lie in
+        // `frames`, reached at offset `base`.
+        let table = unsafe { &mut *(base.add(dtb as usize) as *mut PageTable) };
+        *table = PageTable::new();
+        if n > 0 {
+            // Share the first space's kernel half.
+            // SAFETY: as above.
+            let first = unsafe { &*(base.add(dtbs[0] as usize) as *const PageTable) };
+            for i in 256..512 {
+                table[i] = first[i].clone();
+            }
+        }
+        let mut mapper = unsafe { OffsetPageTable::new(table, VirtAddr::from_ptr(base)) };
+        // SAFETY: fresh mappings on tables nothing runs on; no TLB.
+        unsafe {
+            if n == 0 {
+                for k in 0..4u64 {
+                    mapper
+                        .map_to(
+                            Page::<Size2MiB>::containing_address(VirtAddr::new(
+                                KERNEL_TEXT + k * 0x20_0000,
+                            )),
+                            PhysFrame::<Size2MiB>::containing_address(PhysAddr::new(
+                                0x20_0000 * (k + 1),
+                            )),
+                            F::PRESENT | F::WRITABLE | F::HUGE_PAGE,
+                            &mut bump,
+                        )
+                        .unwrap()
+                        .ignore();
+                }
+            }
+            for k in 0..(3 + n as u64) {
+                mapper
+                    .map_to(
+                        Page::<Size4KiB>::containing_address(VirtAddr::new(USER_BASE + k * 0x1000)),
+                        PhysFrame::containing_address(PhysAddr::new(
+                            0x140_0000 + (n as u64 * 16 + k) * 0x1000,
+                        )),
+                        F::PRESENT | F::WRITABLE | F::USER_ACCESSIBLE,
+                        &mut bump,
+                    )
+                    .unwrap()
+                    .ignore();
+            }
+        }
+        if n == 2 {
+            // A page whose frame lies past the end of the image: mapped,
+            // but unreadable.
+            // SAFETY: as above.
+            unsafe {
+                mapper
+                    .map_to(
+                        Page::<Size4KiB>::containing_address(VirtAddr::new(BEYOND)),
+                        PhysFrame::containing_address(PhysAddr::new(0x4000_0000)),
+                        F::PRESENT | F::USER_ACCESSIBLE,
+                        &mut bump,
+                    )
+                    .unwrap()
+                    .ignore();
+            }
+        }
+        for va in [
+            KERNEL_TEXT + 0x1234,
+            KERNEL_TEXT + 0x60_0ff8,
+            USER_BASE + 0x2010,
+            USER_BASE + 0x5000,
+            0x1000,
+        ] {
+            oracle.push((
+                va,
+                mapper.translate_addr(VirtAddr::new(va)).map(|a| a.as_u64()),
+            ));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spaces.raw");
+    // SAFETY: `frames` is plain initialised bytes.
+    std::fs::write(&path, unsafe {
+        std::slice::from_raw_parts(base as *const u8, size)
+    })
+    .unwrap();
+    let device = format!("file://{}", path.display());
+    SpacesImage {
+        _dir: dir,
+        device,
+        dtbs: dtbs.to_vec(),
+        oracle,
+    }
+}
+
+#[test]
+fn translate_agrees_with_the_x86_64_crate() {
+    let SpacesImage {
+        _dir,
+        device,
+        dtbs,
+        oracle,
+    } = spaces_image();
+    for (n, dtb) in dtbs.iter().enumerate() {
+        let expected = &oracle[n * 5..n * 5 + 5];
+        let mut args = vec![
+            "-d".to_string(),
+            device.clone(),
+            "translate".into(),
+            "--json".into(),
+            "--dtb".into(),
+            format!("{dtb:#x}"),
+        ];
+        args.extend(expected.iter().map(|(va, _)| format!("{va:#x}")));
+        let o = leechio(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let lines: Vec<serde_json::Value> = stdout(&o)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 5);
+        for ((va, pa), line) in expected.iter().zip(&lines) {
+            assert_eq!(line["va"], format!("{va:#x}"));
+            match pa {
+                Some(pa) => {
+                    assert_eq!(line["pa"], format!("{pa:#x}"), "{line}");
+                    assert!(line["error"].is_null());
+                    let size = if *va >= KERNEL_TEXT { 2 << 20 } else { 4096 };
+                    assert_eq!(line["page_size"], size);
+                }
+                None => {
+                    assert!(
+                        line["pa"].is_null() && line["page_size"].is_null(),
+                        "{line}"
+                    );
+                    assert!(
+                        line["error"].as_str().unwrap().contains("not mapped"),
+                        "{line}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "an unmapped address makes the exit nonzero"
+        );
+    }
+}
+
+#[test]
+fn spaces_finds_every_root_and_that_they_share_the_kernel_half() {
+    let SpacesImage {
+        _dir, device, dtbs, ..
+    } = spaces_image();
+    let o = leechio(&["-d", &device, "spaces", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let found: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (n, dtb) in dtbs.iter().enumerate() {
+        let c = found
+            .iter()
+            .find(|c| c["dtb"] == format!("{dtb:#x}"))
+            .unwrap_or_else(|| panic!("{dtb:#x} not found: {found:?}"));
+        assert_eq!(c["sharing_kernel_half"], 2, "{c}");
+        let beyond = if n == 2 { 0x1000 } else { 0 };
+        assert_eq!(c["user_mapped"], (3 + n as u64) * 0x1000 + beyond, "{c}");
+        assert_eq!(c["kernel_mapped"], 4 * 0x20_0000, "{c}");
+    }
+}
+
+/// (type, offset, vaddr, paddr, filesz) of each program header.
+fn program_headers(elf: &[u8]) -> Vec<(u32, u64, u64, u64, u64)> {
+    assert_eq!(&elf[..4], b"\x7fELF");
+    assert_eq!(u16::from_le_bytes([elf[16], elf[17]]), 4, "ET_CORE");
+    let phoff = u64::from_le_bytes(elf[32..40].try_into().unwrap()) as usize;
+    let phnum = u16::from_le_bytes([elf[56], elf[57]]) as usize;
+    (0..phnum)
+        .map(|i| {
+            let h = &elf[phoff + i * 56..phoff + (i + 1) * 56];
+            let word = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap());
+            (
+                u32::from_le_bytes(h[..4].try_into().unwrap()),
+                word(8),
+                word(16),
+                word(24),
+                word(32),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let elf_path = dir.path().join("ram.elf");
+    let o = leechio(&[
+        "-d",
+        &image.device(),
+        "dump",
+        "-o",
+        elf_path.to_str().unwrap(),
+        "--range",
+        "0x3000-0x25000",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let elf = std::fs::read(&elf_path).unwrap();
+    let loads = program_headers(&elf);
+    assert_eq!(loads.len(), 1);
+    let (kind, offset, vaddr, paddr, size) = loads[0];
+    assert_eq!((kind, vaddr, paddr, size), (1, 0x3000, 0x3000, 0x22000));
+    assert!(elf[offset as usize..(offset + size) as usize] == image.bytes(0x3000, 0x22000)[..]);
+
+    // Raw, running past the end of memory: the hole is zeros.
+    let raw_path = dir.path().join("tail.raw");
+    let start = image.size - 0x2000;
+    let o = leechio(&[
+        "-d",
+        &image.device(),
+        "dump",
+        "--format",
+        "raw",
+        "-o",
+        raw_path.to_str().unwrap(),
+        "--range",
+        &format!("{start:#x}-{:#x}", image.size + 0x3000),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let raw = std::fs::read(&raw_path).unwrap();
+    assert_eq!(raw.len(), 0x5000, "the whole range, holes included");
+    assert_eq!(raw[..0x2000], image.bytes(start, 0x2000)[..]);
+    assert!(raw[0x2000..].iter().all(|&b| b == 0));
+
+    // An address space: one PT_LOAD per mapped range, virtual and physical.
+    let SpacesImage {
+        _dir: _d,
+        device,
+        dtbs,
+        ..
+    } = spaces_image();
+    let space_path = dir.path().join("space.elf");
+    let o = leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "--dtb",
+        &format!("{:#x}", dtbs[1]),
+        "-o",
+        space_path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let elf = std::fs::read(&space_path).unwrap();
+    let loads = program_headers(&elf);
+    let image_path = device.strip_prefix("file://").unwrap();
+    let mut covered = Vec::new();
+    for (_, offset, vaddr, paddr, size) in &loads {
+        assert!(
+            elf[*offset as usize..(offset + size) as usize]
+                == read_file_at(Path::new(image_path), *paddr, *size as usize)[..]
+        );
+        covered.push((*vaddr, *size));
+    }
+    assert!(
+        covered.contains(&(KERNEL_TEXT, 4 * 0x20_0000)),
+        "{covered:x?}"
+    );
+    assert_eq!(
+        covered
+            .iter()
+            .filter(|(va, _)| *va < KERNEL_TEXT)
+            .map(|(_, s)| s)
+            .sum::<u64>(),
+        4 * 0x1000
+    );
+
+    // A mapped page that cannot be read: zeros in the file, listed aside.
+    let path = dir.path().join("third.elf");
+    let o = leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "--dtb",
+        &format!("{:#x}", dtbs[2]),
+        "-o",
+        path.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(
+        (
+            summary["failed_bytes"].as_u64(),
+            summary["failed_ranges"].as_u64()
+        ),
+        (Some(0x1000), Some(1))
+    );
+    let elf = std::fs::read(&path).unwrap();
+    let (_, offset, ..) = program_headers(&elf)
+        .into_iter()
+        .find(|h| h.2 == BEYOND)
+        .expect("a PT_LOAD for the page");
+    assert!(elf[offset as usize..offset as usize + 0x1000]
+        .iter()
+        .all(|&b| b == 0));
+    let listed = std::fs::read_to_string(dir.path().join("third.elf.failed")).unwrap();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&format!("{BEYOND:#x} {:#x} ", BEYOND + 0x1000))),
+        "{listed}"
+    );
+}
+
+#[test]
+fn bad_input_gives_a_message_and_a_nonzero_exit() {
+    let image = Image::new(16 * MIB);
+    let dev = image.device();
+    assert_refused(
+        &leechio(&["-d", "nosuch://device", "info"]),
+        "unknown device type `nosuch`",
+    );
+    assert_refused(
+        &leechio(&["-d", "file:///no/such/file.raw", "info"]),
+        "No such file",
+    );
+    assert_refused(&leechio(&["info"]), "no device");
+    assert_refused(
+        &leechio(&["-d", &dev, "read", "0x10000000000", "8"]),
+        "unreadable",
+    );
+    assert_refused(&leechio(&["-d", &dev, "read", "zz", "8"]), "not a number");
+    assert_refused(
+        &leechio(&[
+            "-d",
+            &dev,
+            "dump",
+            "-o",
+            "/tmp/x.elf",
+            "--range",
+            "0x5000-0x1000",
+        ]),
+        "backwards",
+    );
+    assert_refused(
+        &leechio(&[
+            "-d",
+            &dev,
+            "dump",
+            "-o",
+            "/tmp/x.elf",
+            "--range",
+            "0x100000000-0x100001000",
+        ]),
+        "past the end",
+    );
+    assert_refused(
+        &leechio(&["-d", &dev, "dump", "-o", "/nonexistent/dir/x.elf"]),
+        "cannot write /nonexistent/dir/x.elf",
+    );
+    assert_refused(
+        &leechio(&["-d", &dev, "translate", "--dtb", "0x1000", "0x1234"]),
+        "",
+    );
+}
