@@ -1,6 +1,7 @@
 //! `leechio`: look at a target behind LeechCore, translate addresses, dump
 //! memory. Every command prints plain text, or JSON lines with `--json`.
 
+mod bench;
 mod dump;
 mod numbers;
 
@@ -77,6 +78,8 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Page-table roots found in physical memory: candidate address spaces
     Spaces,
+    /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
+    Bench(bench::BenchArgs),
 }
 
 /// An error for the user: printed as is, exit code 1.
@@ -125,6 +128,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Translate { va, dtb } => translate(cli, va, *dtb),
         Command::Dump(args) => dump::run(&open(cli)?, args, cli.json),
         Command::Spaces => spaces(cli),
+        Command::Bench(args) => bench::run(cli, args),
     }
 }
 

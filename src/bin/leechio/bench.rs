@@ -1,0 +1,692 @@
+//! `leechio bench`: the same workloads on one device through LeechCore
+//! called directly with ideal batches (the limit), the engine, the memflow
+//! plugin, and memflow's own synchronous stack. Device calls are counted
+//! by LeechCore itself; times are the median of several runs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use futures::future::join_all;
+use memflow::architecture::x86::x64;
+use memflow::cglue::CTup2;
+use memflow::plugins::ConnectorMiddlewareArgs;
+use memflow::prelude::v1::{
+    Address, ConnectorArgs, ConnectorInstanceArcBox, Inventory, MemoryView, PhysicalMemory,
+    ReadData, VirtualDma,
+};
+use serde_json::json;
+
+use super::numbers::parse_number;
+use super::Failure;
+use leechio::vm::{find_address_spaces, Mapping};
+use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory, MemoryMap, ScatterEntry};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Page-table root (CR3) of the kernel for the virtual workloads
+    /// (default: the first root `leechio spaces` lists)
+    #[arg(long, value_parser = parse_number)]
+    dtb: Option<u64>,
+    /// Runs per measurement; the median is shown
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Physical address of 2 MiB the pointer-chain workload may overwrite
+    /// (restored afterwards); without it the chains are skipped
+    #[arg(long, value_parser = parse_number)]
+    chains_at: Option<u64>,
+    /// Folder holding libmemflow_leechcore.so (default: this build's
+    /// target/release, then ~/.local/lib/memflow)
+    #[arg(long)]
+    plugins: Option<PathBuf>,
+    /// Print a Markdown table
+    #[arg(long)]
+    markdown: bool,
+}
+
+const READS: usize = 4096;
+const CHAINS: usize = 64;
+const DEPTH: usize = 8;
+const DUMP: u64 = 64 << 20;
+
+/// One measured row.
+struct Row {
+    workload: String,
+    method: &'static str,
+    calls: u64,
+    time: Duration,
+    bytes: u64,
+}
+
+/// What every measurement needs: the device string, where the plugin is,
+/// how many runs.
+struct Bench {
+    device: String,
+    plugin_dir: PathBuf,
+    runs: usize,
+    rows: Vec<Row>,
+}
+
+/// A memflow instance of the plugin with a LeechCore handle attached to the
+/// same device context (LeechCore's `existing` device), for its counter.
+struct Plugin {
+    conn: ConnectorInstanceArcBox<'static>,
+    counter: LeechCore,
+}
+
+impl Bench {
+    /// Opens the device through the plugin, as memflow does. While it is
+    /// open it is the only LeechCore context, so `existing` attaches to it.
+    fn plugin(&self, cache: bool) -> Result<Plugin, Failure> {
+        let mut inventory = Inventory::empty();
+        inventory.add_dir(&self.plugin_dir).map_err(|e| {
+            Failure(format!(
+                "loading plugins from {}: {e}",
+                self.plugin_dir.display()
+            ))
+        })?;
+        let args = ConnectorArgs {
+            target: Some(self.device.as_str().into()),
+            middleware_args: ConnectorMiddlewareArgs::new().cache(cache),
+            ..Default::default()
+        };
+        let conn = inventory
+            .instantiate_connector("leechcore", None, Some(&args))
+            .map_err(|e| {
+                Failure(format!(
+                    "the plugin in {} did not open {}: {e}",
+                    self.plugin_dir.display(),
+                    self.device
+                ))
+            })?;
+        let counter = LeechCore::open(&DeviceConfig::new("existing"))?;
+        Ok(Plugin { conn, counter })
+    }
+
+    /// Runs `run` (which returns its own time and device calls) `runs`
+    /// times and records the median time.
+    fn row(
+        &mut self,
+        workload: &str,
+        method: &'static str,
+        bytes: u64,
+        mut run: impl FnMut() -> Result<(Duration, u64), Failure>,
+    ) -> Result<(), Failure> {
+        let mut results = Vec::new();
+        for _ in 0..self.runs {
+            results.push(run()?);
+        }
+        results.sort();
+        let (time, calls) = results[results.len() / 2];
+        self.rows.push(Row {
+            workload: workload.to_string(),
+            method,
+            calls,
+            time,
+            bytes,
+        });
+        Ok(())
+    }
+}
+
+/// Times `f` and counts the scatter calls it makes on `counter`.
+fn timed(counter: &LeechCore, f: impl FnOnce()) -> (Duration, u64) {
+    let before = counter.call_count(Call::ReadScatter);
+    let start = Instant::now();
+    f();
+    (
+        start.elapsed(),
+        counter.call_count(Call::ReadScatter) - before,
+    )
+}
+
+pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
+    let device = cli
+        .device
+        .clone()
+        .ok_or_else(|| Failure("no device: give --device".into()))?;
+    let plugin_dir = match &args.plugins {
+        Some(dir) => dir.clone(),
+        None => [
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release"),
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default()
+                .join(".local/lib/memflow"),
+        ]
+        .into_iter()
+        .find(|d| d.join("libmemflow_leechcore.so").exists())
+        .ok_or_else(|| {
+            Failure(
+                "libmemflow_leechcore.so not found: run `make plugin`, or give --plugins".into(),
+            )
+        })?,
+    };
+    let mut bench = Bench {
+        device,
+        plugin_dir,
+        runs: args.runs.max(1),
+        rows: Vec::new(),
+    };
+    let mut rng = fastrand::Rng::with_seed(0x1ee0);
+
+    let saved = match args.chains_at {
+        Some(at) => Some(write_chains(&bench.device, at)?),
+        None => None,
+    };
+    let result = measure_all(&mut bench, args, &mut rng);
+    if let (Some(at), Some(original)) = (args.chains_at, saved) {
+        let device = LeechCore::open(&DeviceConfig::new(&bench.device))?;
+        let mem = Memory::new(device);
+        if !mem.write_now([(at, &original[..])]).is_ok() {
+            eprintln!("leechio: could not restore the chain region at {at:#x}");
+        }
+    }
+    // What was measured is shown even when a later workload failed.
+    print_rows(&bench.rows, args.markdown, cli.json);
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+fn measure_all(
+    bench: &mut Bench,
+    args: &BenchArgs,
+    rng: &mut fastrand::Rng,
+) -> Result<(), Failure> {
+    // Phase one: the plugin opens the device and the engine and the limit
+    // attach to the same context, so one counter sees every path.
+    let (dtb, vas, target) = {
+        let plugin = bench.plugin(false)?;
+        let device = Arc::new(LeechCore::open(&DeviceConfig::new("existing"))?);
+        let mem = Memory::with_config(device.clone(), Default::default());
+        let map = mem.backend().memory_map();
+        physical(bench, &plugin, &device, &mem, &map, rng)?;
+        if let Some(at) = args.chains_at {
+            chains(bench, &plugin, &device, &mem, at)?;
+        }
+        let dtb = match args.dtb {
+            Some(d) => d,
+            None => find_address_spaces(&mem, |_, _| {})
+                .first()
+                .map(|c| c.dtb)
+                .ok_or_else(|| {
+                    Failure("no page-table root found for the virtual workloads; give --dtb".into())
+                })?,
+        };
+        let kernel = AddressSpace::new(mem.clone(), dtb);
+        let ram: Vec<Mapping> = mem
+            .block_on(kernel.mappings(0xffff_8000_0000_0000..u64::MAX))
+            .mappings
+            .into_iter()
+            .filter(|m| {
+                map.find(m.pa)
+                    .is_some_and(|r| r.contains(m.pa + m.size - 1))
+            })
+            .collect();
+        if ram.is_empty() {
+            return Err(Failure(format!(
+                "nothing in the kernel half of {dtb:#x} maps RAM; give --dtb"
+            )));
+        }
+        let vas = random_virtual(&ram, rng);
+        engine_virtual(bench, &device, &mem, dtb, &vas)?;
+        // The largest run of the kernel's mappings of RAM, up to 64 MiB.
+        let m = *ram.iter().max_by_key(|m| m.size).expect("some mapping");
+        let target = Mapping {
+            size: m.size.min(DUMP),
+            ..m
+        };
+        engine_dump(bench, &device, &mem, dtb, target)?;
+        (dtb, vas, target)
+    };
+    // Phase two: memflow's own stack, each run on an instance of its own
+    // (now the only context, which `existing` attaches to).
+    memflow_virtual(bench, dtb, &vas)?;
+    memflow_dump(bench, dtb, target)
+}
+
+/// A random address `align`-aligned with `len` bytes of RAM after it.
+fn random_ram(rng: &mut fastrand::Rng, map: &MemoryMap, align: u64, len: u64) -> u64 {
+    let fitting: Vec<_> = map
+        .ranges()
+        .iter()
+        .filter(|r| r.size >= len + align)
+        .collect();
+    let total: u64 = fitting.iter().map(|r| r.size - len).sum();
+    let mut off = rng.u64(0..total);
+    for r in fitting {
+        if off < r.size - len {
+            return (r.start + off) & !(align - 1);
+        }
+        off -= r.size - len;
+    }
+    unreachable!("the offset lies in some range")
+}
+
+fn physical(
+    bench: &mut Bench,
+    plugin: &Plugin,
+    device: &LeechCore,
+    mem: &Memory,
+    map: &MemoryMap,
+    rng: &mut fastrand::Rng,
+) -> Result<(), Failure> {
+    for (workload, size, align) in [
+        ("4 KiB random physical pages", 4096usize, 4096u64),
+        ("8-byte random physical reads", 8, 8),
+    ] {
+        let addrs: Vec<u64> = (0..READS)
+            .map(|_| random_ram(rng, map, align, size as u64))
+            .collect();
+        let bytes = (READS * size) as u64;
+        let mut bufs = vec![vec![0u8; size]; READS];
+        bench.row(
+            workload,
+            "limit: LeechCore scatter, one batch",
+            bytes,
+            || {
+                let mut entries: Vec<ScatterEntry> = addrs
+                    .iter()
+                    .zip(bufs.iter_mut())
+                    .map(|(&a, b)| ScatterEntry::new(a, b))
+                    .collect();
+                Ok(timed(device, || device.read_scatter(&mut entries)))
+            },
+        )?;
+        bench.row(workload, "engine: joined futures", bytes, || {
+            Ok(timed(device, || {
+                mem.block_on(join_all(
+                    addrs
+                        .iter()
+                        .zip(bufs.iter_mut())
+                        .map(|(&a, b)| mem.read(a, b)),
+                ));
+            }))
+        })?;
+        let mut conn = plugin.conn.clone();
+        bench.row(workload, "plugin: memflow read_raw_list", bytes, || {
+            let mut list: Vec<ReadData> = addrs
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&a, b)| CTup2(Address::from(a), b.as_mut_slice().into()))
+                .collect();
+            Ok(timed(device, || {
+                let _ = conn.phys_view().read_raw_list(&mut list);
+            }))
+        })?;
+        bench.row(workload, "memflow: read by read", bytes, || {
+            Ok(timed(device, || {
+                for (&a, b) in addrs.iter().zip(bufs.iter_mut()) {
+                    let _ = conn.phys_view().read_raw_into(Address::from(a), b);
+                }
+            }))
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes 64 chains of 8 pointers into 2 MiB at `at` (each hop on its own
+/// page) and returns what was there.
+fn write_chains(device: &str, at: u64) -> Result<Vec<u8>, Failure> {
+    let region = (CHAINS * DEPTH * 4096) as u64;
+    let mem = Memory::new(LeechCore::open(&DeviceConfig::new(device))?);
+    let mut original = vec![0u8; region as usize];
+    if !mem.read_now([(at, &mut original[..])]).is_ok() {
+        return Err(Failure(format!(
+            "the chain region {at:#x}+{region:#x} is not all readable"
+        )));
+    }
+    let mut chains = original.clone();
+    for c in 0..CHAINS {
+        for h in 0..DEPTH {
+            let here = hop(at, c, h) - at;
+            let next = if h + 1 < DEPTH {
+                hop(at, c, h + 1)
+            } else {
+                END ^ c as u64
+            };
+            chains[here as usize..here as usize + 8].copy_from_slice(&next.to_le_bytes());
+        }
+    }
+    if !mem.write_now([(at, &chains[..])]).is_ok() {
+        return Err(Failure(format!(
+            "cannot write the chains at {at:#x}: is the device writable (file://file=…,write=1)?"
+        )));
+    }
+    // Closing flushes what LeechCore's file device buffers.
+    Ok(original)
+}
+
+/// Address of hop `h` of chain `c`.
+fn hop(at: u64, c: usize, h: usize) -> u64 {
+    at + ((h * CHAINS + c) * 4096 + c * 8) as u64
+}
+
+/// What the last hop of chain `c` holds, xor `c`.
+const END: u64 = 0x1eec_0000_c0ff_ee00;
+
+fn chains(
+    bench: &mut Bench,
+    plugin: &Plugin,
+    device: &LeechCore,
+    mem: &Memory,
+    at: u64,
+) -> Result<(), Failure> {
+    let workload = "64 pointer chains of depth 8";
+    let bytes = (CHAINS * DEPTH * 8) as u64;
+    let check = |ends: &[u64]| {
+        let ok = ends.iter().enumerate().all(|(c, &e)| e == END ^ c as u64);
+        if ok {
+            Ok(())
+        } else {
+            Err(Failure(format!("the chains at {at:#x} do not read back (a live target changed them, or writes did not land)")))
+        }
+    };
+    let mut ends = vec![0u64; CHAINS];
+    bench.row(
+        workload,
+        "limit: LeechCore scatter, one batch per level",
+        bytes,
+        || {
+            let mut cur: Vec<u64> = (0..CHAINS).map(|c| hop(at, c, 0)).collect();
+            let t = timed(device, || {
+                for _ in 0..DEPTH {
+                    let mut bufs = vec![[0u8; 8]; CHAINS];
+                    let mut entries: Vec<ScatterEntry> = cur
+                        .iter()
+                        .zip(bufs.iter_mut())
+                        .map(|(&a, b)| ScatterEntry::new(a, b))
+                        .collect();
+                    device.read_scatter(&mut entries);
+                    drop(entries);
+                    cur = bufs.iter().map(|b| u64::from_le_bytes(*b)).collect();
+                }
+            });
+            ends.copy_from_slice(&cur);
+            Ok(t)
+        },
+    )?;
+    check(&ends)?;
+    bench.row(workload, "engine: joined async chains", bytes, || {
+        let t = timed(device, || {
+            let got = mem.block_on(join_all((0..CHAINS).map(|c| async move {
+                let mut p = hop(at, c, 0);
+                for _ in 0..DEPTH {
+                    p = mem.read_val::<u64>(p).await.unwrap_or(0);
+                }
+                p
+            })));
+            ends.copy_from_slice(&got);
+        });
+        Ok(t)
+    })?;
+    check(&ends)?;
+    let mut conn = plugin.conn.clone();
+    bench.row(workload, "memflow: read by read", bytes, || {
+        Ok(timed(device, || {
+            for (c, end) in ends.iter_mut().enumerate() {
+                let mut p = hop(at, c, 0);
+                for _ in 0..DEPTH {
+                    p = conn.phys_view().read::<u64>(Address::from(p)).unwrap_or(0);
+                }
+                *end = p;
+            }
+        }))
+    })?;
+    check(&ends)?;
+    bench.row(
+        workload,
+        "memflow: hand-batched, read_raw_list per level",
+        bytes,
+        || {
+            let mut cur: Vec<u64> = (0..CHAINS).map(|c| hop(at, c, 0)).collect();
+            let t = timed(device, || {
+                for _ in 0..DEPTH {
+                    let mut bufs = vec![[0u8; 8]; CHAINS];
+                    let mut list: Vec<ReadData> = cur
+                        .iter()
+                        .zip(bufs.iter_mut())
+                        .map(|(&a, b)| CTup2(Address::from(a), b.as_mut_slice().into()))
+                        .collect();
+                    let _ = conn.phys_view().read_raw_list(&mut list);
+                    drop(list);
+                    cur = bufs.iter().map(|b| u64::from_le_bytes(*b)).collect();
+                }
+            });
+            ends.copy_from_slice(&cur);
+            Ok(t)
+        },
+    )?;
+    check(&ends)
+}
+
+/// Random 8-byte-aligned kernel addresses whose pages map RAM.
+fn random_virtual(ram: &[Mapping], rng: &mut fastrand::Rng) -> Vec<u64> {
+    let mapped: u64 = ram.iter().map(|m| m.size).sum();
+    (0..READS)
+        .map(|_| {
+            let mut off = rng.u64(0..mapped / 8) * 8;
+            for m in ram {
+                if off < m.size {
+                    return m.va + off;
+                }
+                off -= m.size;
+            }
+            ram[0].va
+        })
+        .collect()
+}
+
+const COLD: &str = "4096 random kernel virtual reads, cold";
+const WARM: &str = "4096 random kernel virtual reads, warm";
+
+fn engine_virtual(
+    bench: &mut Bench,
+    device: &LeechCore,
+    mem: &Memory,
+    dtb: u64,
+    vas: &[u64],
+) -> Result<(), Failure> {
+    let bytes = (READS * 8) as u64;
+    bench.row(COLD, "engine: joined futures", bytes, || {
+        let space = AddressSpace::new(mem.clone(), dtb);
+        Ok(timed(device, || {
+            mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
+        }))
+    })?;
+    let space = AddressSpace::new(mem.clone(), dtb);
+    let pas: Vec<u64> = mem
+        .block_on(join_all(vas.iter().map(|&va| space.translate(va))))
+        .into_iter()
+        .map(|t| t.map_or(0, |t| t.pa))
+        .collect();
+    bench.row(WARM, "engine: joined futures", bytes, || {
+        Ok(timed(device, || {
+            mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
+        }))
+    })?;
+    let mut bufs = vec![[0u8; 8]; READS];
+    bench.row(
+        WARM,
+        "limit: LeechCore scatter of the translated addresses",
+        bytes,
+        || {
+            let mut entries: Vec<ScatterEntry> = pas
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&a, b)| ScatterEntry::new(a, b))
+                .collect();
+            Ok(timed(device, || device.read_scatter(&mut entries)))
+        },
+    )
+}
+
+/// memflow's VirtualDma over the plugin, with memflow's default cache.
+type Virtual = VirtualDma<
+    ConnectorInstanceArcBox<'static>,
+    memflow::mem::DirectTranslate,
+    memflow::architecture::x86::X86VirtualTranslate,
+>;
+
+/// One way of reading the addresses through memflow.
+type VirtualRead = fn(&mut Virtual, &[u64], &mut [[u8; 8]]);
+
+fn memflow_virtual(bench: &mut Bench, dtb: u64, vas: &[u64]) -> Result<(), Failure> {
+    let bytes = (READS * 8) as u64;
+    let mut bufs = vec![[0u8; 8]; READS];
+    let methods: [(&'static str, VirtualRead); 2] = [
+        ("memflow VirtualDma: read by read", |v, vas, bufs| {
+            for (&va, b) in vas.iter().zip(bufs.iter_mut()) {
+                let _ = v.read_raw_into(Address::from(va), b);
+            }
+        }),
+        ("memflow VirtualDma: one read_raw_list", |v, vas, bufs| {
+            let mut list: Vec<ReadData> = vas
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&va, b)| CTup2(Address::from(va), b.as_mut_slice().into()))
+                .collect();
+            let _ = v.read_raw_list(&mut list);
+        }),
+    ];
+    for (method, read) in methods {
+        // A new instance per run is cold; one instance kept is warm.
+        let mut cold = Vec::new();
+        for _ in 0..bench.runs {
+            let p = bench.plugin(true)?;
+            let mut v = virtual_dma(&p, dtb);
+            cold.push(timed(&p.counter, || read(&mut v, vas, &mut bufs)));
+        }
+        push_median(bench, COLD, method, bytes, cold);
+        let p = bench.plugin(true)?;
+        let mut v = virtual_dma(&p, dtb);
+        read(&mut v, vas, &mut bufs);
+        let warm = (0..bench.runs)
+            .map(|_| timed(&p.counter, || read(&mut v, vas, &mut bufs)))
+            .collect();
+        push_median(bench, WARM, method, bytes, warm);
+    }
+    Ok(())
+}
+
+fn virtual_dma(p: &Plugin, dtb: u64) -> Virtual {
+    VirtualDma::new(
+        p.conn.clone(),
+        x64::ARCH,
+        x64::new_translator(Address::from(dtb)),
+    )
+}
+
+fn push_median(
+    bench: &mut Bench,
+    workload: &str,
+    method: &'static str,
+    bytes: u64,
+    mut runs: Vec<(Duration, u64)>,
+) {
+    runs.sort();
+    let (time, calls) = runs[runs.len() / 2];
+    bench.rows.push(Row {
+        workload: workload.to_string(),
+        method,
+        calls,
+        time,
+        bytes,
+    });
+}
+
+fn dump_workload(target: &Mapping) -> String {
+    format!("dump of {} MiB of an address space", target.size >> 20)
+}
+
+fn engine_dump(
+    bench: &mut Bench,
+    device: &LeechCore,
+    mem: &Memory,
+    dtb: u64,
+    m: Mapping,
+) -> Result<(), Failure> {
+    let workload = dump_workload(&m);
+    let mut buf = vec![0u8; m.size as usize];
+    bench.row(
+        &workload,
+        "limit: LeechCore scatter of every page, one batch",
+        m.size,
+        || {
+            let mut entries: Vec<ScatterEntry> = buf
+                .chunks_mut(4096)
+                .enumerate()
+                .map(|(i, b)| ScatterEntry::new(m.pa + i as u64 * 4096, b))
+                .collect();
+            Ok(timed(device, || device.read_scatter(&mut entries)))
+        },
+    )?;
+    bench.row(
+        &workload,
+        "engine: one AddressSpace::read, cold",
+        m.size,
+        || {
+            let space = AddressSpace::new(mem.clone(), dtb);
+            Ok(timed(device, || {
+                let _ = mem.block_on(space.read(m.va, &mut buf));
+            }))
+        },
+    )
+}
+
+fn memflow_dump(bench: &mut Bench, dtb: u64, m: Mapping) -> Result<(), Failure> {
+    let mut buf = vec![0u8; m.size as usize];
+    let mut runs = Vec::new();
+    for _ in 0..bench.runs {
+        let p = bench.plugin(true)?;
+        let mut v = virtual_dma(&p, dtb);
+        runs.push(timed(&p.counter, || {
+            let _ = v.read_raw_into(Address::from(m.va), &mut buf);
+        }));
+    }
+    push_median(
+        bench,
+        &dump_workload(&m),
+        "memflow VirtualDma: one read_raw_into, cold",
+        m.size,
+        runs,
+    );
+    Ok(())
+}
+
+fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
+    // Rows of one workload together, in the order workloads first came.
+    let mut order: Vec<&str> = Vec::new();
+    for r in rows {
+        if !order.contains(&r.workload.as_str()) {
+            order.push(&r.workload);
+        }
+    }
+    let mut rows: Vec<&Row> = rows.iter().collect();
+    rows.sort_by_key(|r| order.iter().position(|w| *w == r.workload));
+    if markdown {
+        println!("| workload | method | device calls | median time | MB/s |");
+        println!("|---|---|---:|---:|---:|");
+    }
+    for r in rows {
+        let ms = r.time.as_secs_f64() * 1e3;
+        let mbs = r.bytes as f64 / r.time.as_secs_f64() / 1e6;
+        if json_output {
+            println!(
+                "{}",
+                json!({"workload": r.workload, "method": r.method, "calls": r.calls, "ms": ms, "bytes": r.bytes})
+            );
+        } else if markdown {
+            println!(
+                "| {} | {} | {} | {ms:.2} ms | {mbs:.1} |",
+                r.workload, r.method, r.calls
+            );
+        } else {
+            println!(
+                "{:<44} {:<54} {:>6} calls {:>10.2} ms {:>9.1} MB/s",
+                r.workload, r.method, r.calls, ms, mbs
+            );
+        }
+    }
+}
