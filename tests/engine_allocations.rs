@@ -1,0 +1,91 @@
+//! In steady state a batch of reads allocates nothing: slots, buffers,
+//! wakers and the flush's working arrays are all reused.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use leechio::{MemBackend, Memory};
+
+/// Counts the allocations of the current thread (other test threads do
+/// not disturb the count).
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// Polls every unfinished future on each wake: a join that allocates
+/// nothing itself.
+struct JoinSlice<'a, F>(&'a mut [(bool, F)]);
+
+impl<F: Future + Unpin> Future for JoinSlice<'_, F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut pending = false;
+        for (done, f) in self.0.iter_mut() {
+            if !*done {
+                *done = Pin::new(f).poll(cx).is_ready();
+                pending |= !*done;
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+}
+
+#[test]
+fn a_warm_batch_of_reads_allocates_nothing() {
+    let mem = Memory::new(MemBackend::with_address_pattern(16 << 20));
+    let addrs: Vec<u64> = (0..512u64)
+        .map(|i| (i * 0x7_3a18) % (16 << 20) & !7)
+        .collect();
+    let mut bufs = vec![[0u8; 24]; addrs.len()];
+    let batch = |bufs: &mut [[u8; 24]]| {
+        let mut futures: Vec<_> = Vec::with_capacity(addrs.len());
+        let before = allocations();
+        futures.extend(
+            addrs
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&a, b)| (false, mem.read(a, b))),
+        );
+        mem.block_on(JoinSlice(&mut futures));
+        let during = allocations() - before;
+        drop(futures);
+        during
+    };
+    let first = batch(&mut bufs);
+    assert!(first > 0, "the first batch grows the pools");
+    assert_eq!(batch(&mut bufs), 0, "a warm batch allocated");
+    for (&a, b) in addrs.iter().zip(&bufs) {
+        assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), a);
+    }
+}
