@@ -65,7 +65,7 @@ impl<F: Future + Unpin> Future for JoinSlice<'_, F> {
 fn a_warm_batch_of_reads_allocates_nothing() {
     let mem = Memory::new(MemBackend::with_address_pattern(16 << 20));
     let addrs: Vec<u64> = (0..512u64)
-        .map(|i| (i * 0x7_3a18) % (16 << 20) & !7)
+        .map(|i| ((i * 0x7_3a18) % (16 << 20)) & !7)
         .collect();
     let mut bufs = vec![[0u8; 24]; addrs.len()];
     let batch = |bufs: &mut [[u8; 24]]| {
