@@ -512,17 +512,36 @@ fn bad_input_gives_a_message_and_a_nonzero_exit() {
 
 #[test]
 fn bench_counts_the_calls_each_path_makes() {
-    let SpacesImage { _dir, device, dtbs, .. } = spaces_image();
+    let SpacesImage {
+        _dir, device, dtbs, ..
+    } = spaces_image();
     // Writable, for the pointer chains (in a region nothing else uses).
     let path = device.strip_prefix("file://").unwrap();
     let writable = format!("file://file={path},write=1");
     let before = std::fs::read(path).unwrap();
-    let o = leechio(&["-d", &writable, "bench", "--runs", "1", "--json", "--dtb", &format!("{:#x}", dtbs[0]), "--chains-at", "0x1800000"]);
+    let o = leechio(&[
+        "-d",
+        &writable,
+        "bench",
+        "--runs",
+        "1",
+        "--json",
+        "--dtb",
+        &format!("{:#x}", dtbs[0]),
+        "--chains-at",
+        "0x1800000",
+    ]);
     assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
-    let rows: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let calls = |workload: &str, method: &str| -> u64 {
         rows.iter()
-            .find(|r| r["workload"].as_str().unwrap().starts_with(workload) && r["method"].as_str().unwrap().starts_with(method))
+            .find(|r| {
+                r["workload"].as_str().unwrap().starts_with(workload)
+                    && r["method"].as_str().unwrap().starts_with(method)
+            })
             .unwrap_or_else(|| panic!("no row {workload} / {method}: {rows:#?}"))["calls"]
             .as_u64()
             .unwrap()
@@ -539,8 +558,16 @@ fn bench_counts_the_calls_each_path_makes() {
     assert!(calls("4096 random kernel virtual reads, cold", "engine") <= 5);
     assert_eq!(calls("4096 random kernel virtual reads, warm", "engine"), 1);
     assert_eq!(calls("4096 random kernel virtual reads, warm", "limit"), 1);
-    assert!(calls("4096 random kernel virtual reads, cold", "memflow VirtualDma: read by read") >= 4096);
+    assert!(
+        calls(
+            "4096 random kernel virtual reads, cold",
+            "memflow VirtualDma: read by read"
+        ) >= 4096
+    );
     assert_eq!(calls("dump of 8 MiB", "limit"), 1);
     // The chain region is restored.
-    assert!(std::fs::read(path).unwrap() == before, "bench left the image changed");
+    assert!(
+        std::fs::read(path).unwrap() == before,
+        "bench left the image changed"
+    );
 }
