@@ -20,7 +20,7 @@ plugin:
 	$(CARGO) build --release -p memflow-leechcore
 
 ## unit: the whole test suite, without set-up
-unit: plugin
+unit: plugin ffi
 	$(CARGO) test --workspace
 
 ## install: the plugin with LeechCore beside it, where memflow looks
@@ -29,3 +29,21 @@ install: setup plugin
 
 ## test: set-up, then formatting, lints and every test
 test: setup check unit
+
+# The C and C++ API (ffi/): libleechio.so, libleechio.a, ffi/include/.
+.PHONY: ffi header install-c
+# `make install-c PREFIX=…` to change.
+PREFIX ?= /usr/local
+
+## ffi: the C library, release build: target/release/libleechio.{so,a}
+ffi:
+	$(CARGO) build --release -p leechio-ffi
+
+## header: regenerate ffi/include/leechio.h from ffi/src (cbindgen); a test
+## fails while the committed header is out of date
+header:
+	LEECHIO_WRITE_HEADER=1 $(CARGO) test -p leechio-ffi --test header
+
+## install-c: headers into PREFIX/include, libleechio and LeechCore into PREFIX/lib
+install-c: setup ffi
+	scripts/install-c.sh "$(PREFIX)"

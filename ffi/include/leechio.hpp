@@ -1,0 +1,426 @@
+/*
+ * leechio for C++17: RAII handles over the C API of leechio.h, header-only.
+ *
+ * - leechio::device, leechio::address_space and leechio::queue own their C
+ *   handle and release it when destroyed (device and address_space are
+ *   movable; a queue is pinned in place because its pending reads point
+ *   back at it).
+ * - A call that fails throws leechio::error (the C status and the message
+ *   of leechio_last_error_message).
+ * - A read or write of which some bytes failed is a result, not an error:
+ *   batches return a batch_result with every fragment, exactly as C gets
+ *   them. Only read_value, which has no way to return a partial value,
+ *   throws for it (status LEECHIO_INCOMPLETE).
+ * - No exception ever unwinds through the C library: callbacks catch what
+ *   user code throws and rethrow it once the C call has returned.
+ *
+ * Written by hand; leechio.h is generated (`make header`).
+ */
+#ifndef LEECHIO_HPP
+#define LEECHIO_HPP
+
+#include "leechio.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace leechio {
+
+/// The library's own version, e.g. "0.1.0".
+inline std::string version() { return leechio_version(); }
+
+/// The message of the most recent failed call on this thread.
+inline std::string last_error_message() {
+    size_t len = 0;
+    leechio_last_error_message(nullptr, 0, &len);
+    std::string text(len + 1, '\0');
+    leechio_last_error_message(&text[0], text.size(), &len);
+    text.resize(len);
+    return text;
+}
+
+/// A failed call: its status and message.
+class error : public std::runtime_error {
+public:
+    /// An error with the given status and message.
+    error(leechio_status code, const std::string &message)
+        : std::runtime_error(message), code_(code) {}
+    /// The C status.
+    leechio_status code() const noexcept { return code_; }
+
+private:
+    leechio_status code_;
+};
+
+namespace detail {
+
+/// Whether a status is the outcome of I/O (success, or bytes that failed)
+/// rather than a failed call.
+inline bool is_io_result(uint32_t s) {
+    return s == LEECHIO_OK || s == LEECHIO_INCOMPLETE || s >= 100;
+}
+
+inline void check(leechio_status s) {
+    if (s != LEECHIO_OK) {
+        throw error(s, last_error_message());
+    }
+}
+
+inline void check_io(leechio_status s) {
+    if (!is_io_result(s)) {
+        throw error(s, last_error_message());
+    }
+}
+
+/// Calls a C function that copies a string out, twice: once for the
+/// length, once for the text.
+template <class F> std::string text(F copy) {
+    size_t len = 0;
+    leechio_status s = copy(nullptr, 0, &len);
+    if (s != LEECHIO_OK && s != LEECHIO_BUFFER_TOO_SMALL) {
+        check(s);
+    }
+    std::string out(len + 1, '\0');
+    check(copy(&out[0], out.size(), &len));
+    out.resize(len);
+    return out;
+}
+
+/// Gathers the items a C callback hands over; never lets an exception
+/// escape into C.
+template <class T> struct collector {
+    std::vector<T> items;
+    std::exception_ptr failure;
+
+    static void add(void *context, const T *item) noexcept {
+        auto *self = static_cast<collector *>(context);
+        try {
+            self->items.push_back(*item);
+        } catch (...) {
+            if (!self->failure) {
+                self->failure = std::current_exception();
+            }
+        }
+    }
+
+    void rethrow() const {
+        if (failure) {
+            std::rethrow_exception(failure);
+        }
+    }
+};
+
+struct device_deleter {
+    void operator()(leechio_device *d) const noexcept { leechio_device_close(d); }
+};
+struct space_deleter {
+    void operator()(leechio_space *s) const noexcept { leechio_space_free(s); }
+};
+
+} // namespace detail
+
+/// Every fragment of a batch of reads or writes.
+struct batch_result {
+    /// LEECHIO_OK when every byte succeeded, else LEECHIO_INCOMPLETE.
+    leechio_status status = LEECHIO_OK;
+    /// Every fragment, by operation then offset; they cover each
+    /// operation exactly.
+    std::vector<leechio_fragment> fragments;
+
+    /// Whether every byte succeeded.
+    bool ok() const noexcept { return status == LEECHIO_OK; }
+
+    /// The failed fragments only.
+    std::vector<leechio_fragment> failures() const {
+        std::vector<leechio_fragment> out;
+        for (const auto &f : fragments) {
+            if (f.status != LEECHIO_OK) {
+                out.push_back(f);
+            }
+        }
+        return out;
+    }
+};
+
+class address_space;
+class queue;
+
+/// An open device (closed when destroyed). Thread-safe like the C handle.
+class device {
+public:
+    /// Opens a LeechCore device; remote and library may be null.
+    explicit device(const std::string &device_string, const char *remote = nullptr,
+                    const char *library = nullptr) {
+        leechio_device *raw = nullptr;
+        detail::check(leechio_device_open(device_string.c_str(), remote, library, &raw));
+        handle_.reset(raw);
+    }
+
+    /// The C handle, still owned by this object.
+    leechio_device *get() const noexcept { return handle_.get(); }
+
+    /// Max address, LeechCore version, flags.
+    leechio_device_info info() const {
+        leechio_device_info out{};
+        detail::check(leechio_device_get_info(get(), &out));
+        return out;
+    }
+
+    /// Device type name, e.g. "file".
+    std::string name() const {
+        return detail::text([this](char *b, size_t n, size_t *len) {
+            return leechio_device_name(get(), b, n, len);
+        });
+    }
+
+    /// LeechCore's version, e.g. "2.23.3".
+    std::string leechcore_version() const {
+        return detail::text([this](char *b, size_t n, size_t *len) {
+            return leechio_device_leechcore_version(get(), b, n, len);
+        });
+    }
+
+    /// Path of the leechcore.so in use.
+    std::string library_path() const {
+        return detail::text([this](char *b, size_t n, size_t *len) {
+            return leechio_device_library_path(get(), b, n, len);
+        });
+    }
+
+    /// The physical memory map.
+    std::vector<leechio_memory_range> memory_map() const {
+        size_t count = 0;
+        leechio_status s = leechio_device_memory_map(get(), nullptr, 0, &count);
+        if (s != LEECHIO_OK && s != LEECHIO_BUFFER_TOO_SMALL) {
+            detail::check(s);
+        }
+        std::vector<leechio_memory_range> ranges(count);
+        detail::check(leechio_device_memory_map(get(), ranges.data(), ranges.size(), &count));
+        ranges.resize(count);
+        return ranges;
+    }
+
+    /// LeechCore's count of calls of one kind on this device.
+    uint64_t call_count(leechio_call kind) const {
+        uint64_t n = 0;
+        detail::check(leechio_device_call_count(get(), static_cast<uint32_t>(kind), &n));
+        return n;
+    }
+
+    /// Reads every op in one batch (one device call).
+    batch_result read(const std::vector<leechio_read_op> &ops) const {
+        detail::collector<leechio_fragment> c;
+        batch_result r;
+        r.status = leechio_read(get(), ops.data(), ops.size(),
+                                &detail::collector<leechio_fragment>::add, &c);
+        detail::check_io(r.status);
+        c.rethrow();
+        r.fragments = std::move(c.items);
+        return r;
+    }
+
+    /// Writes every op in one batch.
+    batch_result write(const std::vector<leechio_write_op> &ops) const {
+        detail::collector<leechio_fragment> c;
+        batch_result r;
+        r.status = leechio_write(get(), ops.data(), ops.size(),
+                                 &detail::collector<leechio_fragment>::add, &c);
+        detail::check_io(r.status);
+        c.rethrow();
+        r.fragments = std::move(c.items);
+        return r;
+    }
+
+    /// Reads one value; throws leechio::error if any byte fails.
+    template <class T> T read_value(uint64_t address) const {
+        static_assert(std::is_trivially_copyable<T>::value, "read_value needs a plain type");
+        T value{};
+        leechio_read_op op{address, reinterpret_cast<uint8_t *>(&value), sizeof(T)};
+        detail::check(leechio_read(get(), &op, 1, nullptr, nullptr));
+        return value;
+    }
+
+private:
+    std::unique_ptr<leechio_device, detail::device_deleter> handle_;
+};
+
+/// A virtual address space (freed when destroyed). It keeps the device
+/// open even if the device object goes first.
+class address_space {
+public:
+    /// The space whose top table is at dtb; options null: default caches.
+    address_space(const device &dev, uint64_t dtb,
+                  const leechio_cache_options *options = nullptr) {
+        leechio_space *raw = nullptr;
+        detail::check(leechio_space_new(dev.get(), dtb, options, &raw));
+        handle_.reset(raw);
+    }
+
+    /// The C handle, still owned by this object.
+    leechio_space *get() const noexcept { return handle_.get(); }
+
+    /// Translates va; a failed walk is a result (see .status), not an error.
+    leechio_translation translate(uint64_t va) const {
+        leechio_translation t{};
+        detail::check_io(leechio_space_translate(get(), va, &t));
+        return t;
+    }
+
+    /// Translates many addresses at once (one device call per level).
+    std::vector<leechio_translation> translate(const std::vector<uint64_t> &vas) const {
+        std::vector<leechio_translation> out(vas.size());
+        detail::check_io(leechio_space_translate_many(get(), vas.data(), vas.size(), out.data()));
+        return out;
+    }
+
+    /// Reads every op (virtual addresses) in one batch.
+    batch_result read(const std::vector<leechio_read_op> &ops) const {
+        detail::collector<leechio_fragment> c;
+        batch_result r;
+        r.status = leechio_space_read(get(), ops.data(), ops.size(),
+                                      &detail::collector<leechio_fragment>::add, &c);
+        detail::check_io(r.status);
+        c.rethrow();
+        r.fragments = std::move(c.items);
+        return r;
+    }
+
+    /// Writes every op (virtual addresses) in one batch.
+    batch_result write(const std::vector<leechio_write_op> &ops) const {
+        detail::collector<leechio_fragment> c;
+        batch_result r;
+        r.status = leechio_space_write(get(), ops.data(), ops.size(),
+                                       &detail::collector<leechio_fragment>::add, &c);
+        detail::check_io(r.status);
+        c.rethrow();
+        r.fragments = std::move(c.items);
+        return r;
+    }
+
+    /// Reads one value at a virtual address; throws if any byte fails.
+    template <class T> T read_value(uint64_t va) const {
+        static_assert(std::is_trivially_copyable<T>::value, "read_value needs a plain type");
+        T value{};
+        leechio_read_op op{va, reinterpret_cast<uint8_t *>(&value), sizeof(T)};
+        detail::check(leechio_space_read(get(), &op, 1, nullptr, nullptr));
+        return value;
+    }
+
+    /// Mapped ranges of [start, end), then unreadable ranges (status != OK).
+    std::vector<leechio_mapping> mappings(uint64_t start, uint64_t end) const {
+        detail::collector<leechio_mapping> c;
+        detail::check_io(leechio_space_mappings(get(), start, end,
+                                                &detail::collector<leechio_mapping>::add, &c));
+        c.rethrow();
+        return std::move(c.items);
+    }
+
+    /// Forgets cached translations and page tables.
+    void invalidate() const { detail::check(leechio_space_invalidate(get())); }
+
+private:
+    std::unique_ptr<leechio_space, detail::space_deleter> handle_;
+};
+
+/// Queued reads with a callback each; flush() sends all in one device
+/// call, and callbacks may queue follow-ups for the next flush. Use from
+/// one thread at a time. Reads still queued when the queue is destroyed
+/// are dropped without calling their callbacks.
+class queue {
+public:
+    /// What a completed read's callback receives.
+    using callback = std::function<void(const leechio_completion &)>;
+
+    /// An empty queue on dev.
+    explicit queue(const device &dev) { detail::check(leechio_queue_new(dev.get(), &handle_)); }
+
+    queue(const queue &) = delete;
+    queue &operator=(const queue &) = delete;
+
+    ~queue() { leechio_queue_free(handle_); }
+
+    /// The C handle, still owned by this object.
+    leechio_queue *get() const noexcept { return handle_; }
+
+    /// Queues a physical read into buffer (valid until the callback).
+    void read(uint64_t address, void *buffer, size_t length, callback done) {
+        auto ctx = std::make_unique<context>(context{this, std::move(done)});
+        detail::check(leechio_queue_read(handle_, address, static_cast<uint8_t *>(buffer), length,
+                                         &queue::trampoline, ctx.get()));
+        ctx.release(); // owned by the C queue until the callback
+    }
+
+    /// Queues a virtual read in space (which must come from the same device).
+    void read_virtual(const address_space &space, uint64_t va, void *buffer, size_t length,
+                      callback done) {
+        auto ctx = std::make_unique<context>(context{this, std::move(done)});
+        detail::check(leechio_queue_read_virtual(handle_, space.get(), va,
+                                                 static_cast<uint8_t *>(buffer), length,
+                                                 &queue::trampoline, ctx.get()));
+        ctx.release();
+    }
+
+    /// One flush; returns how many callbacks ran. Rethrows the first
+    /// exception a callback threw.
+    size_t flush() {
+        size_t n = 0;
+        detail::check(leechio_queue_flush(handle_, &n));
+        rethrow();
+        return n;
+    }
+
+    /// Flushes until nothing is left; returns the number of flushes.
+    size_t run() {
+        size_t n = 0;
+        detail::check(leechio_queue_run(handle_, &n));
+        rethrow();
+        return n;
+    }
+
+    /// Reads whose callbacks have not run yet.
+    size_t pending() const { return leechio_queue_pending(handle_); }
+
+private:
+    struct context {
+        queue *owner;
+        callback fn;
+    };
+
+    static void trampoline(void *ctx, leechio_queue *q, const leechio_completion *c) noexcept {
+        std::unique_ptr<context> owned(static_cast<context *>(ctx));
+        if (q == nullptr) {
+            return; // cancelled: the queue is being destroyed
+        }
+        try {
+            owned->fn(*c);
+        } catch (...) {
+            if (!owned->owner->failure_) {
+                owned->owner->failure_ = std::current_exception();
+            }
+        }
+    }
+
+    void rethrow() {
+        if (failure_) {
+            std::exception_ptr e = std::move(failure_);
+            failure_ = nullptr;
+            std::rethrow_exception(e);
+        }
+    }
+
+    leechio_queue *handle_ = nullptr;
+    std::exception_ptr failure_;
+};
+
+} // namespace leechio
+
+#endif /* LEECHIO_HPP */

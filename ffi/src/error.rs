@@ -1,0 +1,419 @@
+//! The one error type of the C API: a status code, and a message per thread.
+//!
+//! Every exported function runs inside [`guard`], which catches panics (none
+//! may unwind into C) and records the message of a failure in a
+//! thread-local slot that [`leechio_last_error_message`] copies out, the way
+//! `errno` and `strerror` work together, but with the details of the call
+//! that failed (the device string, LeechCore's reason, the failed ranges).
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use engine::PageError;
+
+/// The status of a call, and the reason of each failed byte range.
+///
+/// `LEECHIO_OK` is 0. Codes below 100 describe a whole call; codes from 100
+/// on are the reasons a byte range of a read or write failed (they mirror
+/// the engine's `PageError`), and appear in `leechio_fragment.status`, in
+/// `leechio_translation.status` and as the return value of calls about a
+/// single address.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum leechio_status {
+    /// Success: every byte was read or written.
+    LEECHIO_OK = 0,
+    /// A required pointer argument was NULL.
+    LEECHIO_NULL_ARGUMENT = 1,
+    /// An argument was malformed: a string that is not UTF-8 or too long, an
+    /// unknown enum value, read buffers that overlap, a length too large.
+    LEECHIO_INVALID_ARGUMENT = 2,
+    /// An output buffer was too small; the needed size was reported.
+    LEECHIO_BUFFER_TOO_SMALL = 3,
+    /// `leechcore.so` could not be found or is not LeechCore.
+    LEECHIO_LOAD_FAILED = 4,
+    /// LeechCore could not open the device.
+    LEECHIO_OPEN_FAILED = 5,
+    /// The device refused a command or cannot do what was asked.
+    LEECHIO_DEVICE_ERROR = 6,
+    /// Some bytes of a read or write failed: the fragments say which, and why.
+    LEECHIO_INCOMPLETE = 7,
+    /// The call is not allowed here, e.g. flushing a queue from one of its
+    /// own completion callbacks.
+    LEECHIO_BUSY = 8,
+    /// Memory for the request could not be allocated.
+    LEECHIO_NO_MEMORY = 9,
+    /// A bug in leechio: it panicked. The message says where.
+    LEECHIO_PANIC = 10,
+    /// Nothing answered at the address (PCIe unsupported request).
+    LEECHIO_UNSUPPORTED_REQUEST = 100,
+    /// The target aborted the request (PCIe completer abort).
+    LEECHIO_COMPLETER_ABORT = 101,
+    /// No answer came in time.
+    LEECHIO_NO_COMPLETION = 102,
+    /// Only part of a device entry completed; none of it is trusted.
+    LEECHIO_PARTIAL_COMPLETION = 103,
+    /// The link to the device failed.
+    LEECHIO_TRANSPORT_ERROR = 104,
+    /// The device's answer was malformed.
+    LEECHIO_PROTOCOL_ERROR = 105,
+    /// The device failed without saying why (e.g. outside its memory map).
+    LEECHIO_UNSPECIFIED = 106,
+    /// The range never reached the device (or its request was cancelled).
+    LEECHIO_NOT_ISSUED = 107,
+    /// The device refused to write the range.
+    LEECHIO_WRITE_FAILED = 108,
+    /// The device is read-only.
+    LEECHIO_READ_ONLY = 109,
+    /// The range breaks the device's scatter rules and was not sent.
+    LEECHIO_INVALID_ENTRY = 110,
+    /// The range is at or past the device's max address.
+    LEECHIO_OUT_OF_RANGE = 111,
+    /// The range runs past the end of the 64-bit address space.
+    LEECHIO_ADDRESS_OVERFLOW = 112,
+    /// The virtual address is not mapped (a table entry is not present).
+    LEECHIO_NOT_MAPPED = 113,
+    /// The virtual address is not canonical (bits 63..47 differ).
+    LEECHIO_NON_CANONICAL = 114,
+    /// A reason this version of the C API does not know yet.
+    LEECHIO_UNKNOWN_REASON = 199,
+}
+
+use leechio_status::*;
+
+/// Every status, for the message table and the tests.
+pub(crate) const ALL_STATUSES: [leechio_status; 27] = [
+    LEECHIO_OK,
+    LEECHIO_NULL_ARGUMENT,
+    LEECHIO_INVALID_ARGUMENT,
+    LEECHIO_BUFFER_TOO_SMALL,
+    LEECHIO_LOAD_FAILED,
+    LEECHIO_OPEN_FAILED,
+    LEECHIO_DEVICE_ERROR,
+    LEECHIO_INCOMPLETE,
+    LEECHIO_BUSY,
+    LEECHIO_NO_MEMORY,
+    LEECHIO_PANIC,
+    LEECHIO_UNSUPPORTED_REQUEST,
+    LEECHIO_COMPLETER_ABORT,
+    LEECHIO_NO_COMPLETION,
+    LEECHIO_PARTIAL_COMPLETION,
+    LEECHIO_TRANSPORT_ERROR,
+    LEECHIO_PROTOCOL_ERROR,
+    LEECHIO_UNSPECIFIED,
+    LEECHIO_NOT_ISSUED,
+    LEECHIO_WRITE_FAILED,
+    LEECHIO_READ_ONLY,
+    LEECHIO_INVALID_ENTRY,
+    LEECHIO_OUT_OF_RANGE,
+    LEECHIO_ADDRESS_OVERFLOW,
+    LEECHIO_NOT_MAPPED,
+    LEECHIO_NON_CANONICAL,
+    LEECHIO_UNKNOWN_REASON,
+];
+
+impl leechio_status {
+    /// The status of a failed byte range.
+    pub(crate) fn from_page_error(e: PageError) -> Self {
+        match e {
+            PageError::UnsupportedRequest => LEECHIO_UNSUPPORTED_REQUEST,
+            PageError::CompleterAbort => LEECHIO_COMPLETER_ABORT,
+            PageError::NoCompletion => LEECHIO_NO_COMPLETION,
+            PageError::Partial => LEECHIO_PARTIAL_COMPLETION,
+            PageError::TransportError => LEECHIO_TRANSPORT_ERROR,
+            PageError::ProtocolError => LEECHIO_PROTOCOL_ERROR,
+            PageError::Unspecified => LEECHIO_UNSPECIFIED,
+            PageError::NotIssued => LEECHIO_NOT_ISSUED,
+            PageError::WriteFailed => LEECHIO_WRITE_FAILED,
+            PageError::ReadOnly => LEECHIO_READ_ONLY,
+            PageError::InvalidEntry(_) => LEECHIO_INVALID_ENTRY,
+            PageError::OutOfRange => LEECHIO_OUT_OF_RANGE,
+            PageError::AddressOverflow => LEECHIO_ADDRESS_OVERFLOW,
+            PageError::NotMapped => LEECHIO_NOT_MAPPED,
+            PageError::NonCanonical => LEECHIO_NON_CANONICAL,
+            // PageError is non-exhaustive: a reason added later still
+            // reaches C as a failure, never as success.
+            _ => LEECHIO_UNKNOWN_REASON,
+        }
+    }
+
+    /// A fixed English description, NUL-terminated.
+    fn description(self) -> &'static CStr {
+        match self {
+            LEECHIO_OK => c"success",
+            LEECHIO_NULL_ARGUMENT => c"a required pointer argument was NULL",
+            LEECHIO_INVALID_ARGUMENT => c"an argument was malformed",
+            LEECHIO_BUFFER_TOO_SMALL => c"the output buffer is too small",
+            LEECHIO_LOAD_FAILED => c"leechcore.so could not be loaded",
+            LEECHIO_OPEN_FAILED => c"LeechCore could not open the device",
+            LEECHIO_DEVICE_ERROR => c"the device refused the request",
+            LEECHIO_INCOMPLETE => c"some bytes failed; the fragments say which",
+            LEECHIO_BUSY => c"not allowed while the object is busy (from its own callback)",
+            LEECHIO_NO_MEMORY => c"out of memory",
+            LEECHIO_PANIC => c"internal error (leechio panicked)",
+            LEECHIO_UNSUPPORTED_REQUEST => c"unsupported request: nothing answers at this address",
+            LEECHIO_COMPLETER_ABORT => c"completer abort",
+            LEECHIO_NO_COMPLETION => c"no completion",
+            LEECHIO_PARTIAL_COMPLETION => c"partial completion",
+            LEECHIO_TRANSPORT_ERROR => c"transport error",
+            LEECHIO_PROTOCOL_ERROR => c"protocol error",
+            LEECHIO_UNSPECIFIED => c"device gave no reason (e.g. address outside the memory map)",
+            LEECHIO_NOT_ISSUED => c"not issued to the device",
+            LEECHIO_WRITE_FAILED => c"write failed",
+            LEECHIO_READ_ONLY => c"device is read-only",
+            LEECHIO_INVALID_ENTRY => c"invalid scatter entry",
+            LEECHIO_OUT_OF_RANGE => c"address past the end of the device's memory",
+            LEECHIO_ADDRESS_OVERFLOW => c"range wraps past the end of the address space",
+            LEECHIO_NOT_MAPPED => c"virtual address not mapped",
+            LEECHIO_NON_CANONICAL => c"virtual address not canonical",
+            LEECHIO_UNKNOWN_REASON => c"failed for a reason this leechio does not know",
+        }
+    }
+}
+
+/// A failed call: its status and what to tell the caller.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    pub status: leechio_status,
+    pub message: String,
+}
+
+impl Fail {
+    pub fn new(status: leechio_status, message: impl Into<String>) -> Self {
+        Fail {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<engine::Error> for Fail {
+    fn from(e: engine::Error) -> Self {
+        let status = match &e {
+            engine::Error::Load(_) => LEECHIO_LOAD_FAILED,
+            engine::Error::InvalidConfig(_) => LEECHIO_INVALID_ARGUMENT,
+            engine::Error::Open { .. } => LEECHIO_OPEN_FAILED,
+            _ => LEECHIO_DEVICE_ERROR,
+        };
+        Fail::new(status, e.to_string())
+    }
+}
+
+/// What exported functions return inside [`guard`].
+pub(crate) type CallResult = Result<(), Fail>;
+
+thread_local! {
+    /// The message of the last failed call on this thread.
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn record(message: &str) {
+    // A NUL inside a message would cut it short in C; drop such bytes.
+    let bytes: Vec<u8> = message.bytes().filter(|&b| b != 0).collect();
+    let text = CString::new(bytes).unwrap_or_default();
+    // Ignore a thread being torn down: there is no one left to read it.
+    let _ = LAST_ERROR.try_with(|last| *last.borrow_mut() = text);
+}
+
+/// Runs the body of an exported function: a failure's message is recorded
+/// for [`leechio_last_error_message`], a panic becomes `LEECHIO_PANIC`.
+pub(crate) fn guard(function: &str, body: impl FnOnce() -> CallResult) -> leechio_status {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => LEECHIO_OK,
+        Ok(Err(fail)) => {
+            record(&format!("{function}: {}", fail.message));
+            fail.status
+        }
+        Err(panic) => {
+            record(&format!("{function}: panicked: {}", panic_text(&*panic)));
+            LEECHIO_PANIC
+        }
+    }
+}
+
+/// [`guard`] for functions that return a value rather than a status:
+/// `fallback` on failure or panic (the message is still recorded).
+pub(crate) fn guard_value<T>(
+    function: &str,
+    fallback: T,
+    body: impl FnOnce() -> Result<T, Fail>,
+) -> T {
+    let mut out = None;
+    guard(function, || {
+        out = Some(body()?);
+        Ok(())
+    });
+    out.unwrap_or(fallback)
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s
+    } else {
+        "(no message)"
+    }
+}
+
+/// A NULL check that names the argument.
+pub(crate) fn non_null<T>(p: *const T, name: &str) -> Result<(), Fail> {
+    if p.is_null() {
+        Err(Fail::new(
+            LEECHIO_NULL_ARGUMENT,
+            format!("`{name}` is NULL"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Copies `text` into `buf` (`len` bytes) as a NUL-terminated string,
+/// truncated if it does not fit, and stores its full length (without the
+/// NUL) in `*out_len` when `out_len` is not NULL. `buf` may be NULL only
+/// when `len` is 0, to ask for the length.
+///
+/// # Safety
+/// `buf` must be NULL or valid for `len` bytes; `out_len` NULL or valid.
+pub(crate) unsafe fn copy_string(
+    text: &[u8],
+    buf: *mut c_char,
+    len: usize,
+    out_len: *mut usize,
+) -> Result<(), Fail> {
+    if buf.is_null() && len > 0 {
+        return Err(Fail::new(
+            LEECHIO_NULL_ARGUMENT,
+            "`buf` is NULL but `len` is not 0",
+        ));
+    }
+    if !out_len.is_null() {
+        // SAFETY: checked non-NULL; the caller passes a valid pointer.
+        unsafe { *out_len = text.len() };
+    }
+    if len > 0 {
+        let n = text.len().min(len - 1);
+        // SAFETY: `buf` holds `len` > n bytes; `text` is ours, so the two
+        // cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    if text.len() >= len {
+        return Err(Fail::new(
+            LEECHIO_BUFFER_TOO_SMALL,
+            format!(
+                "the text needs {} bytes with its NUL; the buffer has {len}",
+                text.len() + 1
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A fixed English description of `status` (any value; unknown ones get
+/// "unknown status"). The string is static: never free it.
+#[no_mangle]
+pub extern "C" fn leechio_status_message(status: u32) -> *const c_char {
+    ALL_STATUSES
+        .iter()
+        .find(|s| **s as u32 == status)
+        .map_or(c"unknown status", |s| s.description())
+        .as_ptr()
+}
+
+/// Copies the message of the most recent failed call on this thread into
+/// `buf` (`len` bytes, NUL-terminated, truncated if needed) and stores its
+/// full length in `*out_len` (if `out_len` is not NULL). The message is
+/// empty when no call has failed on this thread yet; a successful call does
+/// not clear it. This function never changes the recorded message itself.
+///
+/// Returns `LEECHIO_OK`, `LEECHIO_BUFFER_TOO_SMALL` (the truncated text is
+/// still written) or `LEECHIO_NULL_ARGUMENT` (`buf` NULL with `len` > 0).
+///
+/// # Safety
+/// `buf` must be NULL or valid for `len` bytes; `out_len` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_last_error_message(
+    buf: *mut c_char,
+    len: usize,
+    out_len: *mut usize,
+) -> leechio_status {
+    let copied = catch_unwind(AssertUnwindSafe(|| {
+        LAST_ERROR.with(|last| {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { copy_string(last.borrow().as_bytes(), buf, len, out_len) }
+        })
+    }));
+    match copied {
+        Ok(Ok(())) => LEECHIO_OK,
+        Ok(Err(fail)) => fail.status,
+        Err(_) => LEECHIO_PANIC,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_message() -> String {
+        let mut buf = [0 as c_char; 256];
+        // SAFETY: a local buffer of the given size.
+        let status =
+            unsafe { leechio_last_error_message(buf.as_mut_ptr(), 256, std::ptr::null_mut()) };
+        assert_eq!(status, LEECHIO_OK);
+        // SAFETY: copy_string NUL-terminates.
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn panics_become_a_status_and_a_message() {
+        let status = guard("leechio_test", || panic!("boom {}", 7));
+        assert_eq!(status, LEECHIO_PANIC);
+        assert_eq!(last_message(), "leechio_test: panicked: boom 7");
+        // A success leaves the last message as it was.
+        assert_eq!(guard("leechio_other", || Ok(())), LEECHIO_OK);
+        assert_eq!(last_message(), "leechio_test: panicked: boom 7");
+    }
+
+    #[test]
+    fn strings_are_truncated_terminated_and_measured() {
+        let mut buf = [0x7f as c_char; 4];
+        let mut len = 0usize;
+        // SAFETY: a local buffer of the given size.
+        let r = unsafe { copy_string(b"hello", buf.as_mut_ptr(), 4, &mut len) };
+        assert_eq!(r.unwrap_err().status, LEECHIO_BUFFER_TOO_SMALL);
+        assert_eq!(len, 5);
+        assert_eq!(buf.map(|c| c as u8), *b"hel\0");
+        // SAFETY: a length query with no buffer.
+        let r = unsafe { copy_string(b"hello", std::ptr::null_mut(), 0, &mut len) };
+        assert_eq!(r.unwrap_err().status, LEECHIO_BUFFER_TOO_SMALL);
+        // SAFETY: as above; NULL with a length is refused before any write.
+        let r = unsafe { copy_string(b"x", std::ptr::null_mut(), 3, &mut len) };
+        assert_eq!(r.unwrap_err().status, LEECHIO_NULL_ARGUMENT);
+        let mut buf = [0 as c_char; 6];
+        // SAFETY: a local buffer of the given size.
+        unsafe { copy_string(b"hello", buf.as_mut_ptr(), 6, std::ptr::null_mut()) }.unwrap();
+        assert_eq!(buf.map(|c| c as u8), *b"hello\0");
+    }
+
+    #[test]
+    fn every_status_has_its_own_description() {
+        let mut seen = std::collections::HashSet::new();
+        for s in ALL_STATUSES {
+            // SAFETY: the function returns static NUL-terminated strings.
+            let text = unsafe { CStr::from_ptr(leechio_status_message(s as u32)) };
+            assert!(
+                seen.insert(text.to_bytes().to_vec()),
+                "{s:?} repeats a description"
+            );
+        }
+        // SAFETY: as above.
+        let unknown = unsafe { CStr::from_ptr(leechio_status_message(12345)) };
+        assert_eq!(unknown.to_bytes(), b"unknown status");
+    }
+}

@@ -1,0 +1,401 @@
+//! Virtual address spaces: translation, virtual reads and writes, mappings.
+//!
+//! Every batch runs all its operations as futures joined in one
+//! `block_on`, so all page walks advance together: a batch of cold reads
+//! costs one device call per table level plus one for the data, however
+//! many reads it holds.
+
+use std::ffi::c_void;
+use std::time::Duration;
+
+use engine::vm::CacheConfig;
+use engine::{AddressSpace, VmConfig, WalkError};
+use futures::future::join_all;
+
+use crate::device::{device_ref, leechio_device};
+use crate::error::{guard, non_null, Fail};
+use crate::leechio_status::{self, *};
+use crate::ops::{
+    failures, leechio_fragment_fn, leechio_read_op, leechio_write_op, op_array, read_buffers,
+    report, write_data,
+};
+
+/// The virtual address space of one page-table root (x86-64, 4 levels),
+/// with caches of translations and page-table pages. Free it with
+/// `leechio_space_free`. Safe to use from several threads at once.
+pub struct leechio_space {
+    pub(crate) space: AddressSpace,
+}
+
+/// How long an address space trusts what it cached (see `leechio_space_new`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct leechio_cache_options {
+    /// Milliseconds a translation of a virtual page is reused; 0 turns the
+    /// cache off, `UINT64_MAX` keeps entries until `leechio_space_invalidate`.
+    pub translation_ms: u64,
+    /// Milliseconds a page-table page is reused, with the same meaning.
+    pub page_table_ms: u64,
+}
+
+/// A translated (or untranslatable) virtual address.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct leechio_translation {
+    /// The virtual address.
+    pub va: u64,
+    /// `LEECHIO_OK`, or why there is no translation: `LEECHIO_NOT_MAPPED`,
+    /// `LEECHIO_NON_CANONICAL`, or the failure of reading a table.
+    pub status: leechio_status,
+    /// The physical address (0 when `status` is not `LEECHIO_OK`).
+    pub pa: u64,
+    /// Size of the page in bytes: 4096, 2 MiB or 1 GiB (0 on failure).
+    pub page_size: u64,
+    /// Entries read, top level first (PML4E, PDPTE, PDE, PTE); only the
+    /// first `levels` are meaningful, the rest are 0.
+    pub entries: [u64; 4],
+    /// How many entries were read (4 for a 4 KiB page, fewer for large
+    /// pages or a walk that stopped).
+    pub levels: u32,
+    /// The level where a failed walk stopped (0 = PML4), or -1.
+    pub failed_level: i32,
+}
+
+/// A mapped range, or a range whose page tables could not be read.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct leechio_mapping {
+    /// First virtual address.
+    pub va: u64,
+    /// Physical address of `va` (0 for an unreadable range).
+    pub pa: u64,
+    /// Bytes: `va..va+size` maps to `pa..pa+size`.
+    pub size: u64,
+    /// Size of the pages of this range (0 for an unreadable range).
+    pub page_size: u64,
+    /// `LEECHIO_OK` for a mapping; otherwise the tables for this range
+    /// could not be read, and why.
+    pub status: leechio_status,
+}
+
+/// Called once per mapping (sorted by address), then once per unreadable
+/// range. `mapping` is valid only during the call.
+pub type leechio_mapping_fn =
+    Option<unsafe extern "C" fn(context: *mut c_void, mapping: *const leechio_mapping)>;
+
+/// # Safety
+/// `p` must be NULL or a live handle from `leechio_space_new`.
+pub(crate) unsafe fn space_ref<'a>(p: *const leechio_space) -> Result<&'a leechio_space, Fail> {
+    non_null(p, "space")?;
+    // SAFETY: non-NULL; the caller passes a live handle.
+    Ok(unsafe { &*p })
+}
+
+fn cache(ms: u64, capacity: usize) -> CacheConfig {
+    match ms {
+        0 => CacheConfig::DISABLED,
+        ms => CacheConfig::valid_for(Duration::from_millis(ms), capacity),
+    }
+}
+
+/// Creates the address space whose top table is at `dtb` (a CR3 value; its
+/// low flag bits are ignored), on `device`'s engine. `options` NULL keeps
+/// both caches for one second. The space keeps the device open until it
+/// is freed, even if the device handle is closed first.
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `options` NULL or valid; `out`
+/// NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_space_new(
+    device: *const leechio_device,
+    dtb: u64,
+    options: *const leechio_cache_options,
+    out: *mut *mut leechio_space,
+) -> leechio_status {
+    guard("leechio_space_new", || {
+        non_null(out, "out")?;
+        // SAFETY: checked non-NULL; NULL on every failure below.
+        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: the caller's contract.
+        let d = unsafe { device_ref(device)? };
+        let config = if options.is_null() {
+            VmConfig::default()
+        } else {
+            // SAFETY: non-NULL; the caller passes valid options.
+            let o = unsafe { *options };
+            let defaults = VmConfig::default();
+            VmConfig {
+                translations: cache(o.translation_ms, defaults.translations.capacity),
+                page_tables: cache(o.page_table_ms, defaults.page_tables.capacity),
+            }
+        };
+        let space = AddressSpace::with_config(d.mem.clone(), dtb, config);
+        // SAFETY: checked non-NULL above.
+        unsafe { *out = Box::into_raw(Box::new(leechio_space { space })) };
+        Ok(())
+    })
+}
+
+/// Frees an address space. NULL is ignored.
+///
+/// # Safety
+/// `space` must be NULL or a handle from `leechio_space_new`, not used
+/// again afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_space_free(space: *mut leechio_space) {
+    guard("leechio_space_free", || {
+        if !space.is_null() {
+            // SAFETY: a handle from Box::into_raw, freed once.
+            drop(unsafe { Box::from_raw(space) });
+        }
+        Ok(())
+    });
+}
+
+/// Forgets every cached translation and page-table page, so the next
+/// access sees the target's tables as they are now.
+///
+/// # Safety
+/// `space` must be NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_space_invalidate(space: *const leechio_space) -> leechio_status {
+    guard("leechio_space_invalidate", || {
+        // SAFETY: the caller's contract.
+        unsafe { space_ref(space)? }.space.invalidate();
+        Ok(())
+    })
+}
+
+fn translation(va: u64, result: Result<engine::Translation, WalkError>) -> leechio_translation {
+    let (entries_read, status, pa, page_size, failed_level) = match result {
+        Ok(t) => (t.entries, LEECHIO_OK, t.pa, t.page_size.bytes(), -1),
+        Err(e) => (
+            e.entries,
+            leechio_status::from_page_error(e.reason),
+            0,
+            0,
+            e.level.map_or(-1, |l| l as i32),
+        ),
+    };
+    let mut entries = [0u64; 4];
+    let mut levels = 0;
+    for (slot, e) in entries.iter_mut().zip(entries_read.iter()) {
+        if let Some(e) = e {
+            *slot = *e;
+            levels += 1;
+        }
+    }
+    leechio_translation {
+        va,
+        status,
+        pa,
+        page_size,
+        entries,
+        levels,
+        failed_level,
+    }
+}
+
+/// Translates `count` virtual addresses at once (their walks share each
+/// level's device call) into `out[0..count]`. Returns `LEECHIO_OK` when
+/// all translated, `LEECHIO_INCOMPLETE` when some did not (each
+/// `out[i].status` says why).
+///
+/// # Safety
+/// `space` must be NULL or a live handle; `vas` valid for `count`
+/// addresses and `out` for `count` translations (either may be NULL only
+/// when `count` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn leechio_space_translate_many(
+    space: *const leechio_space,
+    vas: *const u64,
+    count: usize,
+    out: *mut leechio_translation,
+) -> leechio_status {
+    guard("leechio_space_translate_many", || {
+        // SAFETY: the caller's contract.
+        let (s, vas) = unsafe { (space_ref(space)?, op_array(vas, count)?) };
+        if count > 0 {
+            non_null(out, "out")?;
+        }
+        let space = &s.space;
+        let results = space
+            .memory()
+            .block_on(join_all(vas.iter().map(|&va| space.translate(va))));
+        let mut failed = 0;
+        for (i, (&va, r)) in vas.iter().zip(results).enumerate() {
+            let t = translation(va, r);
+            failed += usize::from(t.status != LEECHIO_OK);
+            // SAFETY: i < count; `out` holds `count` elements.
+            unsafe { out.add(i).write(t) };
+        }
+        if failed > 0 {
+            return Err(Fail::new(
+                LEECHIO_INCOMPLETE,
+                format!("{failed} of {count} addresses have no translation"),
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// Translates one virtual address into `*out` and returns its status
+/// (`LEECHIO_OK`, `LEECHIO_NOT_MAPPED`, `LEECHIO_NON_CANONICAL`, or why a
+/// table could not be read); `*out` is filled either way.
+///
+/// # Safety
+/// `space` must be NULL or a live handle; `out` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_space_translate(
+    space: *const leechio_space,
+    va: u64,
+    out: *mut leechio_translation,
+) -> leechio_status {
+    guard("leechio_space_translate", || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { space_ref(space)? };
+        non_null(out, "out")?;
+        let t = translation(va, s.space.memory().block_on(s.space.translate(va)));
+        // SAFETY: checked non-NULL.
+        unsafe { out.write(t) };
+        match t.status {
+            LEECHIO_OK => Ok(()),
+            status => Err(Fail::new(
+                status,
+                format!("{va:#x} has no translation: {:?}", status),
+            )),
+        }
+    })
+}
+
+/// Reads every op of `ops` from virtual memory in one batch, reporting
+/// fragments like `leechio_read`: pages that are unmapped, non-canonical,
+/// or whose tables or data cannot be read fail; the rest is read.
+///
+/// # Safety
+/// As for `leechio_read`, with `space` instead of `device`.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_space_read(
+    space: *const leechio_space,
+    ops: *const leechio_read_op,
+    count: usize,
+    on_fragment: leechio_fragment_fn,
+    context: *mut c_void,
+) -> leechio_status {
+    guard("leechio_space_read", || {
+        // SAFETY (this block): the caller's contract on every pointer.
+        let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count)?) };
+        // SAFETY: as above; the buffers are used only during this call.
+        let buffers = unsafe { read_buffers(ops)? };
+        let space = &s.space;
+        let results = space.memory().block_on(join_all(
+            buffers.into_iter().map(|(va, buf)| space.read(va, buf)),
+        ));
+        // SAFETY: the caller vouches for the callback.
+        unsafe {
+            report(
+                ops.iter().map(|op| op.length),
+                |i| failures(&results[i]).to_vec(),
+                on_fragment,
+                context,
+            )
+        }
+    })
+}
+
+/// Writes every op of `ops` to virtual memory in one batch, reporting
+/// fragments like `leechio_write`.
+///
+/// # Safety
+/// As for `leechio_write`, with `space` instead of `device`.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_space_write(
+    space: *const leechio_space,
+    ops: *const leechio_write_op,
+    count: usize,
+    on_fragment: leechio_fragment_fn,
+    context: *mut c_void,
+) -> leechio_status {
+    guard("leechio_space_write", || {
+        // SAFETY (this block): the caller's contract on every pointer.
+        let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count)?) };
+        // SAFETY: as above.
+        let data = unsafe { write_data(ops)? };
+        let space = &s.space;
+        let results = space.memory().block_on(join_all(
+            data.into_iter().map(|(va, bytes)| space.write(va, bytes)),
+        ));
+        // SAFETY: the caller vouches for the callback.
+        unsafe {
+            report(
+                ops.iter().map(|op| op.length),
+                |i| failures(&results[i]).to_vec(),
+                on_fragment,
+                context,
+            )
+        }
+    })
+}
+
+/// Finds the mapped ranges of `start..end` (end exclusive) by walking
+/// every present table entry, one device call per level, and calls
+/// `on_mapping` for each (merged where virtually and physically contiguous
+/// with one page size), then for each range whose tables could not be
+/// read. Returns `LEECHIO_OK`, or `LEECHIO_INCOMPLETE` when some tables
+/// could not be read.
+///
+/// # Safety
+/// `space` must be NULL or a live handle; `on_mapping` must be safe to
+/// call with `context`.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_space_mappings(
+    space: *const leechio_space,
+    start: u64,
+    end: u64,
+    on_mapping: leechio_mapping_fn,
+    context: *mut c_void,
+) -> leechio_status {
+    guard("leechio_space_mappings", || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { space_ref(space)? };
+        let Some(callback) = on_mapping else {
+            return Err(Fail::new(LEECHIO_NULL_ARGUMENT, "`on_mapping` is NULL"));
+        };
+        let found = s.space.memory().block_on(s.space.mappings(start..end));
+        for m in &found.mappings {
+            let mapping = leechio_mapping {
+                va: m.va,
+                pa: m.pa,
+                size: m.size,
+                page_size: m.page_size.bytes(),
+                status: LEECHIO_OK,
+            };
+            // SAFETY: the caller vouches for the callback.
+            unsafe { callback(context, &mapping) };
+        }
+        for (range, reason) in &found.unreadable {
+            let mapping = leechio_mapping {
+                va: range.start,
+                pa: 0,
+                size: range.end.wrapping_sub(range.start),
+                page_size: 0,
+                status: leechio_status::from_page_error(*reason),
+            };
+            // SAFETY: as above.
+            unsafe { callback(context, &mapping) };
+        }
+        match found.unreadable.first() {
+            None => Ok(()),
+            Some((range, reason)) => Err(Fail::new(
+                LEECHIO_INCOMPLETE,
+                format!(
+                    "{} range(s) have unreadable page tables; first {:#x}..{:#x}: {reason}",
+                    found.unreadable.len(),
+                    range.start,
+                    range.end
+                ),
+            )),
+        }
+    })
+}

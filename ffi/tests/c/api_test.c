@@ -1,0 +1,699 @@
+/*
+ * The C API against real LeechCore devices (file images), compiled and run
+ * by ffi/tests/c_api.rs with -Wall -Wextra -Werror against the installed
+ * header and library.
+ *
+ * Usage: api_test PARAMS_FILE, where PARAMS_FILE has lines
+ *   version V        leechio's expected version string
+ *   phys PATH        a pattern image: the 8 bytes at an 8-aligned address a
+ *                    are pattern_word(a), little-endian
+ *   virt PATH        an image with page tables made by memflow's DummyOs
+ *   dtb X            the process's page-table root in the virt image
+ *   vbase X          first virtual address of its mapping
+ *   vsize X          size of the mapping; its byte at offset o is
+ *                    pattern_byte(vseed + o)
+ *   vseed X
+ *   vtop VA PA|none  memflow's own translation of VA
+ *
+ * Bytes are checked against the image files read with stdio (and those
+ * against the pattern), failed ranges against the image size and the
+ * mapping, translations against memflow, and device round trips against
+ * LeechCore's own counter of scatter calls. Exits 1 on the first mismatch.
+ */
+#include "leechio.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- checking ---- */
+
+static unsigned checks;
+
+#define CHECK(cond, ...)                                                                 \
+    do {                                                                                 \
+        checks++;                                                                        \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "%s:%d: check failed: %s\n  ", __FILE__, __LINE__, #cond);   \
+            fprintf(stderr, __VA_ARGS__);                                                \
+            fprintf(stderr, "\n  last error: %s\n", last_error());                       \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+#define CHECK_STATUS(call, expected)                                                     \
+    do {                                                                                 \
+        leechio_status got_ = (call);                                                    \
+        CHECK(got_ == (expected), "%s returned %u (%s), expected %u", #call,             \
+              (unsigned)got_, leechio_status_message(got_), (unsigned)(expected));       \
+    } while (0)
+
+static const char *last_error(void) {
+    static char buf[1024];
+    leechio_last_error_message(buf, sizeof buf, NULL);
+    return buf;
+}
+
+/* ---- the images' contents ---- */
+
+static uint64_t pattern_word(uint64_t addr) {
+    uint64_t z = addr + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint8_t pattern_byte(uint64_t addr) {
+    return (uint8_t)(pattern_word(addr & ~7ull) >> (8 * (addr & 7)));
+}
+
+static uint8_t *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *bytes = malloc((size_t)n);
+    CHECK(bytes && fread(bytes, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
+    fclose(f);
+    *size = (size_t)n;
+    return bytes;
+}
+
+/* ---- parameters ---- */
+
+#define MAX_VTOP 256
+
+static struct {
+    char version[4096], phys[4096], virt[4096];
+    uint64_t dtb, vbase, vsize, vseed;
+    size_t nvtop;
+    uint64_t vtop_va[MAX_VTOP], vtop_pa[MAX_VTOP];
+    int vtop_mapped[MAX_VTOP];
+} P;
+
+static void read_params(const char *path) {
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "cannot open %s", path);
+    char key[32], value[4096], pa[64];
+    while (fscanf(f, "%31s %4095s", key, value) == 2) {
+        if (!strcmp(key, "version")) snprintf(P.version, sizeof P.version, "%s", value);
+        else if (!strcmp(key, "phys")) snprintf(P.phys, sizeof P.phys, "%s", value);
+        else if (!strcmp(key, "virt")) snprintf(P.virt, sizeof P.virt, "%s", value);
+        else if (!strcmp(key, "dtb")) P.dtb = strtoull(value, NULL, 0);
+        else if (!strcmp(key, "vbase")) P.vbase = strtoull(value, NULL, 0);
+        else if (!strcmp(key, "vsize")) P.vsize = strtoull(value, NULL, 0);
+        else if (!strcmp(key, "vseed")) P.vseed = strtoull(value, NULL, 0);
+        else if (!strcmp(key, "vtop")) {
+            CHECK(P.nvtop < MAX_VTOP && fscanf(f, "%63s", pa) == 1, "bad vtop line");
+            P.vtop_va[P.nvtop] = strtoull(value, NULL, 0);
+            P.vtop_mapped[P.nvtop] = strcmp(pa, "none") != 0;
+            P.vtop_pa[P.nvtop] = P.vtop_mapped[P.nvtop] ? strtoull(pa, NULL, 0) : 0;
+            P.nvtop++;
+        } else CHECK(0, "unknown parameter %s", key);
+    }
+    fclose(f);
+}
+
+/* ---- small helpers ---- */
+
+static uint64_t rng_state = 0x1eec;
+static uint64_t rng(uint64_t bound) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (rng_state >> 33) % bound;
+}
+
+static uint64_t scatter_calls(const leechio_device *d, uint32_t kind) {
+    uint64_t n = 0;
+    CHECK_STATUS(leechio_device_call_count(d, kind, &n), LEECHIO_OK);
+    return n;
+}
+
+static leechio_device *open_device(const char *fmt, const char *path) {
+    char spec[4200];
+    snprintf(spec, sizeof spec, fmt, path);
+    leechio_device *d = NULL;
+    CHECK_STATUS(leechio_device_open(spec, NULL, NULL, &d), LEECHIO_OK);
+    CHECK(d != NULL, "open returned no handle");
+    return d;
+}
+
+/* Fragments gathered by a callback. */
+#define MAX_FRAGS 1024
+typedef struct {
+    size_t n;
+    leechio_fragment f[MAX_FRAGS];
+} frags;
+
+static void collect(void *context, const leechio_fragment *fragment) {
+    frags *fs = context;
+    CHECK(fs->n < MAX_FRAGS, "too many fragments");
+    fs->f[fs->n++] = *fragment;
+}
+
+/* Checks that op `op` of `len` bytes is covered in order by fragments
+ * whose statuses are `expect` (a run-length list of {length, status}
+ * pairs, ended by length 0), and returns how many fragments it had. */
+typedef struct {
+    size_t len;
+    leechio_status status;
+} run;
+
+static void check_fragments(const frags *fs, size_t op, size_t len, const run *expect) {
+    size_t at = 0, k = 0;
+    for (size_t i = 0; i < fs->n; i++) {
+        const leechio_fragment *f = &fs->f[i];
+        if (f->op != op) continue;
+        CHECK(f->offset == at, "op %zu: fragment at +%#zx, expected +%#zx", op, f->offset, at);
+        CHECK(expect[k].len != 0, "op %zu: more fragments than expected", op);
+        CHECK(f->length == expect[k].len && f->status == expect[k].status,
+              "op %zu fragment %zu: +%#zx len %#zx status %u, expected len %#zx status %u", op,
+              k, f->offset, f->length, (unsigned)f->status, expect[k].len,
+              (unsigned)expect[k].status);
+        at += f->length;
+        k++;
+    }
+    CHECK(expect[k].len == 0, "op %zu: only %zu fragments", op, k);
+    CHECK(at == len, "op %zu: fragments cover %#zx of %#zx bytes", op, at, len);
+}
+
+/* ---- A: information and errors ---- */
+
+static void test_info_and_errors(const uint8_t *image, size_t image_size) {
+    CHECK(!strcmp(leechio_version(), P.version), "version %s, expected %s", leechio_version(),
+          P.version);
+
+    leechio_device *d = open_device("file://%s", P.phys);
+    leechio_device_info info;
+    CHECK_STATUS(leechio_device_get_info(d, &info), LEECHIO_OK);
+    CHECK(info.read_only && !info.is_volatile && !info.remote, "flags of a plain file device");
+    CHECK(info.max_address == image_size, "max address %#" PRIx64 ", image is %#zx bytes",
+          info.max_address, image_size);
+
+    char text[64], expect[64];
+    size_t len = 0;
+    CHECK_STATUS(leechio_device_name(d, text, sizeof text, &len), LEECHIO_OK);
+    CHECK(!strcmp(text, "file") && len == 4, "device name %s", text);
+    CHECK_STATUS(leechio_device_name(d, text, 3, &len), LEECHIO_BUFFER_TOO_SMALL);
+    CHECK(!strcmp(text, "fi") && len == 4, "truncated name %s, length %zu", text, len);
+    CHECK_STATUS(leechio_device_name(d, NULL, 0, &len), LEECHIO_BUFFER_TOO_SMALL);
+    CHECK_STATUS(leechio_device_leechcore_version(d, text, sizeof text, NULL), LEECHIO_OK);
+    snprintf(expect, sizeof expect, "%" PRIu64 ".%" PRIu64 ".%" PRIu64, info.leechcore_major,
+             info.leechcore_minor, info.leechcore_revision);
+    CHECK(!strcmp(text, expect) && info.leechcore_major == 2, "LeechCore %s vs %s", text,
+          expect);
+    CHECK_STATUS(leechio_device_library_path(d, text, 2, &len), LEECHIO_BUFFER_TOO_SMALL);
+    CHECK(len > strlen("leechcore.so"), "library path length %zu", len);
+
+    size_t count = 0;
+    CHECK_STATUS(leechio_device_memory_map(d, NULL, 0, &count), LEECHIO_BUFFER_TOO_SMALL);
+    CHECK(count == 1, "memory map of a file has %zu ranges", count);
+    leechio_memory_range ranges[4];
+    CHECK_STATUS(leechio_device_memory_map(d, ranges, 4, &count), LEECHIO_OK);
+    CHECK(ranges[0].start == 0 && ranges[0].size == image_size && ranges[0].remap == 0,
+          "range %#" PRIx64 "+%#" PRIx64, ranges[0].start, ranges[0].size);
+
+    /* Every pointer is checked; nothing reaches the device. */
+    uint64_t before = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
+    uint8_t a[16], b[16];
+    leechio_read_op overlapping[2] = {{0x1000, a, 16}, {0x2000, a + 8, 8}};
+    CHECK_STATUS(leechio_read(d, overlapping, 2, NULL, NULL), LEECHIO_INVALID_ARGUMENT);
+    CHECK(strstr(last_error(), "overlap") != NULL, "message: %s", last_error());
+    leechio_read_op null_buffer[2] = {{0x1000, b, 16}, {0x2000, NULL, 8}};
+    CHECK_STATUS(leechio_read(d, null_buffer, 2, NULL, NULL), LEECHIO_NULL_ARGUMENT);
+    CHECK_STATUS(leechio_read(NULL, null_buffer, 1, NULL, NULL), LEECHIO_NULL_ARGUMENT);
+    CHECK_STATUS(leechio_read(d, NULL, 3, NULL, NULL), LEECHIO_NULL_ARGUMENT);
+    CHECK_STATUS(leechio_read(d, NULL, 0, NULL, NULL), LEECHIO_OK);
+    CHECK_STATUS(leechio_device_get_info(d, NULL), LEECHIO_NULL_ARGUMENT);
+    CHECK_STATUS(leechio_device_memory_map(d, NULL, 2, &count), LEECHIO_NULL_ARGUMENT);
+    CHECK_STATUS(leechio_device_call_count(d, 99, &before), LEECHIO_INVALID_ARGUMENT);
+    CHECK_STATUS(leechio_space_translate(NULL, 0, NULL), LEECHIO_NULL_ARGUMENT);
+    CHECK_STATUS(leechio_queue_flush(NULL, NULL), LEECHIO_NULL_ARGUMENT);
+    CHECK(leechio_queue_pending(NULL) == 0, "pending of NULL");
+    CHECK(scatter_calls(d, LEECHIO_CALL_READ_SCATTER) == 0, "refused calls reached LeechCore");
+    leechio_device_close(d);
+    leechio_device_close(NULL);
+
+    leechio_device *missing = (leechio_device *)&a; /* must be overwritten */
+    CHECK_STATUS(leechio_device_open("file:///nonexistent/leechio-test.raw", NULL, NULL, &missing),
+                 LEECHIO_OPEN_FAILED);
+    CHECK(missing == NULL, "failed open left a handle");
+    CHECK(strstr(last_error(), "/nonexistent/leechio-test.raw") != NULL, "message: %s",
+          last_error());
+    char spec[4200];
+    snprintf(spec, sizeof spec, "file://%s", P.phys);
+    CHECK_STATUS(leechio_device_open(spec, NULL, "/nonexistent/leechcore.so", &missing),
+                 LEECHIO_LOAD_FAILED);
+    CHECK(strstr(last_error(), "/nonexistent/leechcore.so") != NULL, "message: %s",
+          last_error());
+    CHECK_STATUS(leechio_device_open(NULL, NULL, NULL, &missing), LEECHIO_NULL_ARGUMENT);
+    CHECK_STATUS(leechio_device_open(spec, NULL, NULL, NULL), LEECHIO_NULL_ARGUMENT);
+    CHECK(strlen(leechio_status_message(LEECHIO_NOT_MAPPED)) > 0, "status message");
+    (void)image;
+}
+
+/* ---- B: a physical batch is one device call, with exact failed ranges ---- */
+
+static void test_physical_read(const uint8_t *image, size_t size) {
+    leechio_device *d = open_device("file://%s", P.phys);
+    enum { N = 66 };
+    leechio_read_op ops[N];
+    for (size_t i = 0; i < N; i++) {
+        size_t len = 1 + (size_t)rng(9000);
+        ops[i].length = len;
+        ops[i].address = rng(size - len);
+        ops[i].buffer = malloc(len);
+        memset(ops[i].buffer, 0xa5, len);
+    }
+    /* The last two run past the end of the image. */
+    ops[N - 2].address = size - 0x800;
+    ops[N - 2].length = 0x1000;
+    ops[N - 2].buffer = realloc(ops[N - 2].buffer, 0x1000);
+    memset(ops[N - 2].buffer, 0xa5, 0x1000);
+    ops[N - 1].address = size + 0x10000;
+    ops[N - 1].length = 16;
+    memset(ops[N - 1].buffer, 0xa5, 16);
+
+    frags fs = {0};
+    uint64_t before = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
+    CHECK_STATUS(leechio_read(d, ops, N, collect, &fs), LEECHIO_INCOMPLETE);
+    CHECK(scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before == 1,
+          "a batch of %d reads took %" PRIu64 " device calls", N,
+          scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before);
+
+    for (size_t i = 0; i < N - 2; i++) {
+        run whole[] = {{ops[i].length, LEECHIO_OK}, {0, LEECHIO_OK}};
+        check_fragments(&fs, i, ops[i].length, whole);
+        CHECK(!memcmp(ops[i].buffer, image + ops[i].address, ops[i].length),
+              "op %zu: bytes at %#" PRIx64 " differ from the image", i, ops[i].address);
+    }
+    run straddle[] = {{0x800, LEECHIO_OK}, {0x800, LEECHIO_OUT_OF_RANGE}, {0, LEECHIO_OK}};
+    check_fragments(&fs, N - 2, 0x1000, straddle);
+    CHECK(!memcmp(ops[N - 2].buffer, image + size - 0x800, 0x800), "bytes before the end");
+    run past[] = {{16, LEECHIO_OUT_OF_RANGE}, {0, LEECHIO_OK}};
+    check_fragments(&fs, N - 1, 16, past);
+    for (size_t k = 0x800; k < 0x1000; k++)
+        CHECK(ops[N - 2].buffer[k] == 0xa5, "failed byte +%#zx was written", k);
+    for (size_t k = 0; k < 16; k++)
+        CHECK(ops[N - 1].buffer[k] == 0xa5, "failed byte +%#zx was written", k);
+    CHECK(strstr(last_error(), "2 operation(s) failed") != NULL, "message: %s", last_error());
+
+    for (size_t i = 0; i < N; i++) free(ops[i].buffer);
+    leechio_device_close(d);
+}
+
+/* ---- C: writes, then pointer chasing through a queue ---- */
+
+enum { CHAINS = 8, DEPTH = 4 };
+#define CHAIN_BASE 0x800000ull
+
+/* Node k of a chain holds the address of node k + 1; the last holds the
+ * chain's sentinel. Every node has a page of its own: the engine keeps
+ * writes to one page in order, one device call each. */
+static uint64_t node(int chain, int k) {
+    return CHAIN_BASE + (uint64_t)(chain * DEPTH + k) * 0x1000 + (uint64_t)chain * 0x108;
+}
+
+static uint64_t sentinel(int chain) { return 0xc0de0000ull + (uint64_t)chain; }
+
+static void test_writes(size_t size) {
+    /* A read-only device refuses, per byte, without a device call. */
+    leechio_device *ro = open_device("file://%s", P.phys);
+    uint64_t value = 1;
+    leechio_write_op one = {0x1000, (const uint8_t *)&value, 8};
+    frags fs = {0};
+    CHECK_STATUS(leechio_write(ro, &one, 1, collect, &fs), LEECHIO_INCOMPLETE);
+    run refused[] = {{8, LEECHIO_READ_ONLY}, {0, LEECHIO_OK}};
+    check_fragments(&fs, 0, 8, refused);
+    CHECK(scatter_calls(ro, LEECHIO_CALL_WRITE_SCATTER) == 0, "read-only device was written");
+    leechio_device_close(ro);
+
+    leechio_device *d = open_device("file://file=%s,write=1", P.phys);
+    leechio_device_info info;
+    CHECK_STATUS(leechio_device_get_info(d, &info), LEECHIO_OK);
+    CHECK(!info.read_only, "write=1 device is read-only");
+
+    static uint64_t words[CHAINS * DEPTH];
+    leechio_write_op ops[CHAINS * DEPTH + 2];
+    size_t n = 0;
+    for (int c = 0; c < CHAINS; c++) {
+        for (int k = 0; k < DEPTH; k++) {
+            words[n] = k + 1 < DEPTH ? node(c, k + 1) : sentinel(c);
+            ops[n] = (leechio_write_op){node(c, k), (const uint8_t *)&words[n], 8};
+            n++;
+        }
+    }
+    static const uint8_t odd[5] = {1, 2, 3, 4, 5};
+    static const uint8_t tail[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+    ops[n++] = (leechio_write_op){0x900003, odd, 5};
+    ops[n++] = (leechio_write_op){size - 4, tail, 8};
+    fs.n = 0;
+    uint64_t writes = scatter_calls(d, LEECHIO_CALL_WRITE_SCATTER);
+    uint64_t reads = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
+    CHECK_STATUS(leechio_write(d, ops, n, collect, &fs), LEECHIO_INCOMPLETE);
+    CHECK(scatter_calls(d, LEECHIO_CALL_WRITE_SCATTER) - writes == 1, "writes took %" PRIu64
+          " calls", scatter_calls(d, LEECHIO_CALL_WRITE_SCATTER) - writes);
+    /* Short and unaligned pieces are read, patched and written whole. */
+    CHECK(scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - reads == 1, "patch reads took %" PRIu64
+          " calls", scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - reads);
+    for (size_t i = 0; i + 1 < n; i++) {
+        run whole[] = {{ops[i].length, LEECHIO_OK}, {0, LEECHIO_OK}};
+        check_fragments(&fs, i, ops[i].length, whole);
+    }
+    run tail_runs[] = {{4, LEECHIO_OK}, {4, LEECHIO_OUT_OF_RANGE}, {0, LEECHIO_OK}};
+    check_fragments(&fs, n - 1, 8, tail_runs);
+    leechio_device_close(d); /* LeechCore's file device writes on close */
+
+    size_t after_size;
+    uint8_t *after = read_file(P.phys, &after_size);
+    CHECK(after_size == size, "the image changed size");
+    for (size_t i = 0; i + 1 < n; i++)
+        CHECK(!memcmp(after + ops[i].address, ops[i].data, ops[i].length),
+              "write %zu did not land at %#" PRIx64, i, ops[i].address);
+    CHECK(!memcmp(after + size - 4, tail, 4), "the last 4 bytes");
+    /* Bytes around the unaligned write kept the pattern. */
+    for (uint64_t a = 0x900000; a < 0x900010; a++)
+        if (a < 0x900003 || a >= 0x900008)
+            CHECK(after[a] == pattern_byte(a), "byte %#" PRIx64 " next to a write changed", a);
+    free(after);
+}
+
+typedef struct {
+    int chain, hops, busy_checked;
+    uint64_t value;
+} chase;
+
+static unsigned chase_callbacks, cancelled;
+/* Who completed in the first flush, in callback order (-1: the straddle). */
+static int first_order[CHAINS + 1], first_count;
+
+static void on_hop(void *context, leechio_queue *q, const leechio_completion *c) {
+    chase *ch = context;
+    chase_callbacks++;
+    CHECK(q != NULL, "a flushed read was cancelled");
+    CHECK(c->status == LEECHIO_OK && c->fragment_count == 1 && c->length == 8,
+          "chain %d hop %d: status %u", ch->chain, ch->hops, (unsigned)c->status);
+    CHECK(c->address == node(ch->chain, ch->hops), "chain %d hop %d read %#" PRIx64, ch->chain,
+          ch->hops, c->address);
+    if (!ch->busy_checked) {
+        ch->busy_checked = 1;
+        CHECK_STATUS(leechio_queue_flush(q, NULL), LEECHIO_BUSY);
+    }
+    if (ch->hops == 0) first_order[first_count++] = ch->chain;
+    ch->hops++;
+    if (ch->hops < DEPTH)
+        CHECK_STATUS(leechio_queue_read(q, ch->value, (uint8_t *)&ch->value, 8, on_hop, ch),
+                     LEECHIO_OK);
+}
+
+static void on_straddle(void *context, leechio_queue *q, const leechio_completion *c) {
+    frags *fs = context;
+    (void)q;
+    first_order[first_count++] = -1;
+    CHECK(c->status == LEECHIO_INCOMPLETE, "straddling queued read: status %u",
+          (unsigned)c->status);
+    for (size_t i = 0; i < c->fragment_count; i++) collect(fs, &c->fragments[i]);
+}
+
+static void on_cancel(void *context, leechio_queue *q, const leechio_completion *c) {
+    (void)context;
+    CHECK(q == NULL && c->status == LEECHIO_NOT_ISSUED && c->fragment_count == 1 &&
+              c->fragments[0].status == LEECHIO_NOT_ISSUED,
+          "cancelled read: queue %p status %u", (void *)q, (unsigned)c->status);
+    cancelled++;
+}
+
+static void test_queue(size_t size) {
+    size_t image_size;
+    uint8_t *image = read_file(P.phys, &image_size);
+    leechio_device *d = open_device("file://%s", P.phys);
+    leechio_queue *q = NULL;
+    CHECK_STATUS(leechio_queue_new(d, &q), LEECHIO_OK);
+
+    chase chains[CHAINS];
+    for (int c = 0; c < CHAINS; c++) {
+        chains[c] = (chase){c, 0, c != 0, 0};
+        CHECK_STATUS(leechio_queue_read(q, node(c, 0), (uint8_t *)&chains[c].value, 8, on_hop,
+                                        &chains[c]),
+                     LEECHIO_OK);
+    }
+    uint8_t straddle[0x1000];
+    memset(straddle, 0xa5, sizeof straddle);
+    frags fs = {0};
+    CHECK_STATUS(leechio_queue_read(q, size - 0x800, straddle, sizeof straddle, on_straddle, &fs),
+                 LEECHIO_OK);
+    CHECK_STATUS(leechio_queue_read(q, 0, straddle, 8, NULL, NULL), LEECHIO_NULL_ARGUMENT);
+    CHECK(leechio_queue_pending(q) == CHAINS + 1, "pending %zu", leechio_queue_pending(q));
+
+    uint64_t before = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
+    size_t flushes = 0;
+    CHECK_STATUS(leechio_queue_run(q, &flushes), LEECHIO_OK);
+    uint64_t calls = scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before;
+    CHECK(flushes == DEPTH && calls == DEPTH,
+          "%d chains of depth %d took %zu flushes and %" PRIu64 " device calls", CHAINS, DEPTH,
+          flushes, calls);
+    CHECK(chase_callbacks == CHAINS * DEPTH, "%u callbacks", chase_callbacks);
+    /* Callbacks run in the order the reads were queued. */
+    CHECK(first_count == CHAINS + 1 && first_order[CHAINS] == -1, "first flush order");
+    for (int c = 0; c < CHAINS; c++)
+        CHECK(first_order[c] == c, "callback %d was chain %d", c, first_order[c]);
+    for (int c = 0; c < CHAINS; c++)
+        CHECK(chains[c].hops == DEPTH && chains[c].value == sentinel(c),
+              "chain %d ended at %#" PRIx64, c, chains[c].value);
+    run runs[] = {{0x800, LEECHIO_OK}, {0x800, LEECHIO_OUT_OF_RANGE}, {0, LEECHIO_OK}};
+    check_fragments(&fs, 0, 0x1000, runs);
+    CHECK(!memcmp(straddle, image + size - 0x800, 0x800), "queued bytes before the end");
+    for (size_t k = 0x800; k < 0x1000; k++)
+        CHECK(straddle[k] == 0xa5, "failed queued byte +%#zx was written", k);
+
+    /* Freeing a queue cancels what is left, each callback once. */
+    CHECK_STATUS(leechio_queue_read(q, 0x1000, straddle, 8, on_cancel, NULL), LEECHIO_OK);
+    CHECK_STATUS(leechio_queue_read(q, 0x2000, straddle + 8, 8, on_cancel, NULL), LEECHIO_OK);
+    leechio_queue_free(q);
+    CHECK(cancelled == 2, "%u cancel callbacks", cancelled);
+    leechio_device_close(d);
+    free(image);
+}
+
+/* ---- D: virtual memory against memflow's DummyOs ---- */
+
+static void check_virtual_bytes(const leechio_read_op *op, size_t valid) {
+    for (size_t k = 0; k < valid; k++) {
+        uint64_t off = op->address - P.vbase + k;
+        CHECK(op->buffer[k] == pattern_byte(P.vseed + off), "virtual byte %#" PRIx64 " differs",
+              op->address + k);
+    }
+}
+
+static void count_mapping(void *context, const leechio_mapping *m) {
+    leechio_mapping *all = context;
+    size_t i = 0;
+    while (all[i].size != 0) i++;
+    CHECK(i < 255, "too many mappings");
+    all[i] = *m;
+}
+
+typedef struct {
+    leechio_read_op *op;
+    int done;
+} vread;
+
+static void on_virtual(void *context, leechio_queue *q, const leechio_completion *c) {
+    vread *v = context;
+    (void)q;
+    CHECK(c->status == LEECHIO_OK, "queued virtual read: status %u", (unsigned)c->status);
+    check_virtual_bytes(v->op, v->op->length);
+    v->done = 1;
+}
+
+static void test_virtual(void) {
+    leechio_device *d = open_device("file://%s", P.virt);
+    const leechio_cache_options forever = {UINT64_MAX, UINT64_MAX};
+    leechio_space *s = NULL;
+    CHECK_STATUS(leechio_space_new(d, P.dtb, &forever, &s), LEECHIO_OK);
+
+    /* Translations agree with memflow's; a cold batch walks once. */
+    leechio_translation t[MAX_VTOP + 1];
+    uint64_t vas[MAX_VTOP + 1];
+    memcpy(vas, P.vtop_va, P.nvtop * sizeof vas[0]);
+    vas[P.nvtop] = 0x0000800000000000ull; /* non-canonical */
+    uint64_t before = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
+    CHECK_STATUS(leechio_space_translate_many(s, vas, P.nvtop + 1, t), LEECHIO_INCOMPLETE);
+    CHECK(scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before == 4,
+          "%zu cold walks took %" PRIu64 " calls (one per level expected)", P.nvtop,
+          scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before);
+    for (size_t i = 0; i < P.nvtop; i++) {
+        if (P.vtop_mapped[i]) {
+            CHECK(t[i].status == LEECHIO_OK && t[i].pa == P.vtop_pa[i] &&
+                      t[i].page_size == 4096 && t[i].levels == 4 && t[i].failed_level == -1,
+                  "%#" PRIx64 ": status %u pa %#" PRIx64 ", memflow says %#" PRIx64, vas[i],
+                  (unsigned)t[i].status, t[i].pa, P.vtop_pa[i]);
+            CHECK((t[i].entries[3] & 0x000ffffffffff000ull) == (P.vtop_pa[i] & ~0xfffull),
+                  "PTE of %#" PRIx64, vas[i]);
+        } else {
+            CHECK(t[i].status == LEECHIO_NOT_MAPPED && t[i].failed_level >= 0 &&
+                      t[i].levels == (uint32_t)t[i].failed_level + 1,
+                  "%#" PRIx64 ": status %u, memflow says unmapped", vas[i],
+                  (unsigned)t[i].status);
+        }
+    }
+    CHECK(t[P.nvtop].status == LEECHIO_NON_CANONICAL && t[P.nvtop].failed_level == -1 &&
+              t[P.nvtop].levels == 0,
+          "non-canonical: status %u", (unsigned)t[P.nvtop].status);
+    leechio_translation one;
+    CHECK_STATUS(leechio_space_translate(s, P.vbase + 0x10, &one), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_translate(s, vas[P.nvtop], &one), LEECHIO_NON_CANONICAL);
+
+    /* Mappings cover exactly the process's range, consistent with memflow. */
+    static leechio_mapping maps[256];
+    CHECK_STATUS(leechio_space_mappings(s, P.vbase - 0x10000, P.vbase + P.vsize + 0x10000,
+                                        count_mapping, maps),
+                 LEECHIO_OK);
+    uint64_t at = P.vbase;
+    for (size_t i = 0; maps[i].size != 0; i++) {
+        CHECK(maps[i].va == at && maps[i].status == LEECHIO_OK && maps[i].page_size == 4096,
+              "mapping %zu at %#" PRIx64 ", expected %#" PRIx64, i, maps[i].va, at);
+        for (size_t k = 0; k < P.nvtop; k++)
+            if (P.vtop_va[k] >= maps[i].va && P.vtop_va[k] < maps[i].va + maps[i].size)
+                CHECK(P.vtop_pa[k] == maps[i].pa + (P.vtop_va[k] - maps[i].va),
+                      "mapping of %#" PRIx64 " disagrees with memflow", P.vtop_va[k]);
+        at += maps[i].size;
+    }
+    CHECK(at == P.vbase + P.vsize, "mappings end at %#" PRIx64, at);
+    CHECK_STATUS(leechio_space_mappings(s, 0, 1, NULL, NULL), LEECHIO_NULL_ARGUMENT);
+
+    /* A batch of virtual reads: cold = 4 levels + data, warm = data only. */
+    enum { N = 34 };
+    leechio_read_op ops[N];
+    for (size_t i = 0; i < N - 2; i++) {
+        ops[i].length = 1 + (size_t)rng(3 * 4096);
+        ops[i].address = P.vbase + rng(P.vsize - ops[i].length);
+        ops[i].buffer = malloc(ops[i].length);
+    }
+    ops[N - 2] = (leechio_read_op){P.vbase + P.vsize - 0x100, malloc(0x200), 0x200};
+    ops[N - 1] = (leechio_read_op){0x0000900000000000ull, malloc(16), 16};
+    /* A fresh space for a cold start (the one above has cached walks). */
+    leechio_space_free(s);
+    CHECK_STATUS(leechio_space_new(d, P.dtb, &forever, &s), LEECHIO_OK);
+    /* Round 0 is cold, round 1 warm (caches kept forever), round 2 cold
+     * again after leechio_space_invalidate. */
+    uint64_t expected_calls[3] = {5, 1, 5};
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) CHECK_STATUS(leechio_space_invalidate(s), LEECHIO_OK);
+        for (size_t i = 0; i < N; i++) memset(ops[i].buffer, 0xa5, ops[i].length);
+        frags fs = {0};
+        before = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
+        CHECK_STATUS(leechio_space_read(s, ops, N, collect, &fs), LEECHIO_INCOMPLETE);
+        uint64_t calls = scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before;
+        CHECK(calls == expected_calls[round], "round %d: %d virtual reads took %" PRIu64
+              " calls, expected %" PRIu64, round, N, calls, expected_calls[round]);
+        for (size_t i = 0; i < N - 2; i++) {
+            run whole[] = {{ops[i].length, LEECHIO_OK}, {0, LEECHIO_OK}};
+            check_fragments(&fs, i, ops[i].length, whole);
+            check_virtual_bytes(&ops[i], ops[i].length);
+        }
+        run end_runs[] = {{0x100, LEECHIO_OK}, {0x100, LEECHIO_NOT_MAPPED}, {0, LEECHIO_OK}};
+        check_fragments(&fs, N - 2, 0x200, end_runs);
+        check_virtual_bytes(&ops[N - 2], 0x100);
+        for (size_t k = 0x100; k < 0x200; k++)
+            CHECK(ops[N - 2].buffer[k] == 0xa5, "unmapped byte +%#zx was written", k);
+        run bad[] = {{16, LEECHIO_NON_CANONICAL}, {0, LEECHIO_OK}};
+        check_fragments(&fs, N - 1, 16, bad);
+    }
+
+    /* Queued virtual reads: a cold walk completes after five flushes. */
+    leechio_space *cold = NULL;
+    CHECK_STATUS(leechio_space_new(d, P.dtb, NULL, &cold), LEECHIO_OK);
+    leechio_queue *q = NULL;
+    CHECK_STATUS(leechio_queue_new(d, &q), LEECHIO_OK);
+    vread v[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = (vread){&ops[i], 0};
+        CHECK_STATUS(leechio_queue_read_virtual(q, cold, ops[i].address, ops[i].buffer,
+                                                ops[i].length, on_virtual, &v[i]),
+                     LEECHIO_OK);
+    }
+    size_t flushes = 0;
+    before = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
+    CHECK_STATUS(leechio_queue_run(q, &flushes), LEECHIO_OK);
+    CHECK(flushes == 5 && scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before == 5,
+          "queued cold virtual reads: %zu flushes", flushes);
+    for (int i = 0; i < 4; i++) CHECK(v[i].done, "virtual read %d never completed", i);
+
+    /* A space from another device handle is refused for this queue. */
+    leechio_device *other = open_device("file://%s", P.virt);
+    leechio_space *foreign = NULL;
+    CHECK_STATUS(leechio_space_new(other, P.dtb, NULL, &foreign), LEECHIO_OK);
+    CHECK_STATUS(leechio_queue_read_virtual(q, foreign, P.vbase, ops[0].buffer, 8, on_virtual,
+                                            &v[0]),
+                 LEECHIO_INVALID_ARGUMENT);
+    leechio_space_free(foreign);
+    leechio_device_close(other);
+    leechio_queue_free(q);
+    leechio_space_free(cold);
+
+    /* A space outlives its device handle: LeechCore closes with the last. */
+    leechio_device_close(d);
+    CHECK_STATUS(leechio_space_read(s, ops, 1, NULL, NULL), LEECHIO_OK);
+    check_virtual_bytes(&ops[0], ops[0].length);
+    leechio_space_free(s);
+    for (size_t i = 0; i < N; i++) free(ops[i].buffer);
+}
+
+static void test_virtual_write(void) {
+    leechio_device *d = open_device("file://file=%s,write=1", P.virt);
+    leechio_space *s = NULL;
+    CHECK_STATUS(leechio_space_new(d, P.dtb, NULL, &s), LEECHIO_OK);
+    /* 16 bytes across a page boundary: two physical pages. */
+    uint64_t va = P.vbase + 0x1ff8;
+    static const uint8_t data[16] = "leechio virtual";
+    leechio_translation lo, hi;
+    CHECK_STATUS(leechio_space_translate(s, va, &lo), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_translate(s, va + 8, &hi), LEECHIO_OK);
+    leechio_write_op w[2] = {{va, data, 16}, {P.vbase + P.vsize - 4, data, 8}};
+    frags fs = {0};
+    CHECK_STATUS(leechio_space_write(s, w, 2, collect, &fs), LEECHIO_INCOMPLETE);
+    run whole[] = {{16, LEECHIO_OK}, {0, LEECHIO_OK}};
+    check_fragments(&fs, 0, 16, whole);
+    run end_runs[] = {{4, LEECHIO_OK}, {4, LEECHIO_NOT_MAPPED}, {0, LEECHIO_OK}};
+    check_fragments(&fs, 1, 8, end_runs);
+    uint8_t back[16] = {0};
+    leechio_read_op r = {va, back, 16};
+    CHECK_STATUS(leechio_space_read(s, &r, 1, NULL, NULL), LEECHIO_OK);
+    CHECK(!memcmp(back, data, 16), "virtual write did not read back");
+    leechio_space_free(s);
+    leechio_device_close(d);
+
+    size_t size;
+    uint8_t *image = read_file(P.virt, &size);
+    CHECK(!memcmp(image + lo.pa, data, 8) && !memcmp(image + hi.pa, data + 8, 8),
+          "virtual write did not land at %#" PRIx64 " and %#" PRIx64, lo.pa, hi.pa);
+    free(image);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PARAMS_FILE\n", argv[0]);
+        return 2;
+    }
+    read_params(argv[1]);
+    size_t size;
+    uint8_t *image = read_file(P.phys, &size);
+    CHECK(size >= 16u << 20, "image of %zu bytes", size);
+    for (size_t a = 0; a < size; a += 8) {
+        uint64_t word = 0;
+        for (int k = 7; k >= 0; k--) word = word << 8 | image[a + (size_t)k];
+        CHECK(word == pattern_word(a), "the image does not hold the pattern at %#zx", a);
+    }
+
+    test_info_and_errors(image, size);
+    test_physical_read(image, size);
+    test_writes(size);
+    test_queue(size);
+    test_virtual();
+    test_virtual_write();
+    free(image);
+    printf("leechio C API test: %u checks passed\n", checks);
+    return 0;
+}
