@@ -64,6 +64,27 @@ struct Piece {
 
 const NO_GROUP: u32 = u32::MAX;
 
+/// What earlier requests of a flush ask of later ones on one page.
+#[derive(Clone, Copy)]
+struct PageRounds {
+    /// 1 + the last round with a read of this page: a write must come later.
+    reads_until: u32,
+    /// The newest write span on this page, or `NO_SPAN`.
+    writes: u32,
+}
+
+/// Bytes `start..end` rewritten by a write in `round`; `next` is the older
+/// span on the same page.
+#[derive(Clone, Copy)]
+struct WriteSpan {
+    start: u64,
+    end: u64,
+    round: u32,
+    next: u32,
+}
+
+const NO_SPAN: u32 = u32::MAX;
+
 /// Up to this many read pieces, pages are matched by a linear scan.
 const SMALL_FLUSH: usize = 16;
 
@@ -91,8 +112,10 @@ pub(crate) struct Flusher {
     order: Vec<u32>,
     groups: Vec<Group>,
     scratch: Vec<u8>,
-    /// Per page: (1 + round of its last read, 1 + round of its last write).
-    pages: FxHashMap<u64, (u32, u32)>,
+    /// Per page touched by a flush with writes: what orders later requests.
+    pages: FxHashMap<u64, PageRounds>,
+    /// The windows written in this flush, linked per page.
+    write_spans: Vec<WriteSpan>,
     /// Per page: the read entry (group) that covers it in this round.
     page_groups: FxHashMap<u64, u32>,
     /// Failed runs of every request, in request order.
@@ -198,7 +221,7 @@ impl Flusher {
             ..Default::default()
         };
         self.cut_pieces(limits.page_size, backend.max_address());
-        let rounds = self.assign_rounds(limits.page_size);
+        let rounds = self.assign_rounds(&limits);
         let read_only = backend.read_only();
         for round in 0..rounds {
             let write_calls =
@@ -312,12 +335,18 @@ impl Flusher {
 
     /// Puts each request in the first round after every earlier request it
     /// conflicts with; returns the number of rounds.
-    fn assign_rounds(&mut self, page_size: u64) -> u32 {
+    ///
+    /// A write conflicts with an earlier write whose window (the bytes it
+    /// rewrites, read-modify-write included) overlaps its own, and with any
+    /// earlier read of its pages; a read conflicts with earlier writes whose
+    /// windows overlap its bytes. Writes of a round run before its reads, so
+    /// a read may share the round of the writes it must see.
+    fn assign_rounds(&mut self, limits: &Limits) -> u32 {
         if self.reqs.iter().all(|r| r.kind == Kind::Read) {
             return 1;
         }
-        // Per page: (1 + round of its last read, 1 + round of its last write).
         self.pages.clear();
+        self.write_spans.clear();
         let mut rounds = 1;
         let mut first_piece = 0;
         for (ri, req) in self.reqs.iter_mut().enumerate() {
@@ -327,30 +356,62 @@ impl Flusher {
                 .map_or(self.pieces.len(), |n| first_piece + n);
             let pieces = &self.pieces[first_piece..end];
             first_piece = end;
-            let page_of = |p: &Piece| p.addr / page_size;
-            let round = pieces
-                .iter()
-                .filter(|p| p.result == Err(PageError::NotIssued))
-                .map(|p| {
-                    let (read, write) = self.pages.get(&page_of(p)).copied().unwrap_or((0, 0));
-                    match req.kind {
-                        // Writes of a round run before its reads.
-                        Kind::Read => write.saturating_sub(1),
-                        Kind::Write => read.max(write),
+            let issued = || {
+                pieces
+                    .iter()
+                    .filter(|p| p.result == Err(PageError::NotIssued))
+            };
+            let span = |p: &Piece| match req.kind {
+                Kind::Write => {
+                    let (start, len) = window(limits, p.addr, p.len);
+                    (start, start + len as u64)
+                }
+                Kind::Read => (p.addr, p.addr + p.len as u64),
+            };
+            let mut round = 0;
+            for p in issued() {
+                let (start, end) = span(p);
+                let Some(page) = self.pages.get(&(start / limits.page_size)) else {
+                    continue;
+                };
+                if req.kind == Kind::Write {
+                    round = round.max(page.reads_until);
+                }
+                let mut at = page.writes;
+                while let Some(w) = self.write_spans.get(at as usize) {
+                    if w.start < end && start < w.end {
+                        let after = if req.kind == Kind::Write {
+                            w.round + 1
+                        } else {
+                            w.round
+                        };
+                        round = round.max(after);
                     }
-                })
-                .max()
-                .unwrap_or(0);
+                    at = w.next;
+                }
+            }
             req.round = round;
             rounds = rounds.max(round + 1);
-            for p in pieces
-                .iter()
-                .filter(|p| p.result == Err(PageError::NotIssued))
-            {
-                let entry = self.pages.entry(page_of(p)).or_insert((0, 0));
+            for p in issued() {
+                let (start, end) = span(p);
+                let page = self
+                    .pages
+                    .entry(start / limits.page_size)
+                    .or_insert(PageRounds {
+                        reads_until: 0,
+                        writes: NO_SPAN,
+                    });
                 match req.kind {
-                    Kind::Read => entry.0 = entry.0.max(round + 1),
-                    Kind::Write => entry.1 = entry.1.max(round + 1),
+                    Kind::Read => page.reads_until = page.reads_until.max(round + 1),
+                    Kind::Write => {
+                        self.write_spans.push(WriteSpan {
+                            start,
+                            end,
+                            round,
+                            next: page.writes,
+                        });
+                        page.writes = (self.write_spans.len() - 1) as u32;
+                    }
                 }
             }
         }

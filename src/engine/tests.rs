@@ -615,3 +615,36 @@ fn a_synchronous_batch_reads_into_the_callers_buffers_in_one_call() {
     assert_eq!(backend.bytes(0x7000, 8), expected);
     assert_eq!(backend.bytes(0x9000, 0x1000), vec![7; 0x1000]);
 }
+
+#[test]
+fn disjoint_small_writes_to_one_page_share_a_round() {
+    let reference = MemBackend::with_address_pattern(MIB);
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
+    // Eight fields of one struct, each in its own 8-byte window.
+    let fields: Vec<(u64, [u8; 3])> = (0..8u64)
+        .map(|i| (0x5001 + i * 16, [i as u8 + 1; 3]))
+        .collect();
+    let results = mem.block_on(join_all(fields.iter().map(|(a, d)| mem.write(*a, d))));
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!((backend.read_calls(), backend.write_calls()), (1, 1));
+    let mut expected = reference.bytes(0x5000, 0x100);
+    for (a, d) in &fields {
+        let at = (*a - 0x5000) as usize;
+        expected[at..at + 3].copy_from_slice(d);
+    }
+    assert_eq!(backend.bytes(0x5000, 0x100), expected);
+
+    // Disjoint bytes in one window: the second write must see the first.
+    let (a, b) =
+        mem.block_on(async { join!(mem.write(0x6001, &[0xaa]), mem.write(0x6005, &[0xbb])) });
+    assert_eq!((a, b), (Ok(()), Ok(())));
+    let mut expected = reference.bytes(0x6000, 8);
+    expected[1] = 0xaa;
+    expected[5] = 0xbb;
+    assert_eq!(backend.bytes(0x6000, 8), expected);
+    assert_eq!(
+        (backend.read_calls(), backend.write_calls()),
+        (3, 3),
+        "two rounds"
+    );
+}
