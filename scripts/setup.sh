@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a Debian machine (run as root), and
 # does nothing that is already done:
-#   - Debian packages: libusb-1.0-0 (LeechCore links it);
+#   - Debian packages: libusb-1.0-0 (LeechCore links it); gcc, g++,
+#     binutils and valgrind (the C API tests compile and check C programs);
 #   - LeechCore 2.23.3 from the PyPI wheel leechcorepyc, unpacked into
-#     target/leechcore/ (leechcore.so beside its device plugins).
+#     target/leechcore/ (leechcore.so beside its device plugins);
+#   - for the live-guest tests (scripts/guest.sh): Debian's qemu-system-x86
+#     (no GUI), busybox-static and cpio, and the kernel of Debian's
+#     linux-image-amd64, of which only vmlinuz is kept, in target/guest/
+#     (it is booted by QEMU, never installed on this machine).
+# Prints nothing when there is nothing to do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,10 +17,20 @@ LEECHCORE_VERSION=2.23.3
 WHEEL=leechcorepyc-${LEECHCORE_VERSION}-cp36-abi3-manylinux1_x86_64.whl
 WHEEL_SHA256=bcd75aa423a078fb512e18262e66ebd34a34c0b92e2aca915756d38439acdd28
 DEST=target/leechcore
+GUEST=target/guest
 
 say() { printf '[setup] %s\n' "$*"; }
 
+scratch=()
+trap 'rm -rf "${scratch[@]}"' EXIT
+
 apt_updated=
+apt_update_once() {
+    [ -n "$apt_updated" ] && return 0
+    say "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=1
+}
 apt_install() {
     local missing=()
     for pkg in "$@"; do
@@ -25,26 +41,21 @@ apt_install() {
         say "missing Debian packages: ${missing[*]}; run this as root or: sudo apt-get install ${missing[*]}"
         exit 1
     fi
-    if [ -z "$apt_updated" ]; then
-        say "apt-get update"
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq
-        apt_updated=1
-    fi
+    apt_update_once
     say "installing ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+        2> >(grep -v 'since apt-utils is not installed' >&2) >/dev/null
 }
 
 command -v cargo >/dev/null || { say "cargo not found: install Rust (https://rustup.rs) first"; exit 1; }
 
-apt_install libusb-1.0-0 ca-certificates
+apt_install libusb-1.0-0 ca-certificates qemu-system-x86 busybox-static cpio gcc g++ binutils valgrind
 
-if [ -f "$DEST/VERSION" ] && [ "$(cat "$DEST/VERSION")" = "$LEECHCORE_VERSION" ] && [ -f "$DEST/leechcore.so" ]; then
-    say "LeechCore $LEECHCORE_VERSION already in $DEST"
-else
+if ! { [ -f "$DEST/VERSION" ] && [ "$(cat "$DEST/VERSION")" = "$LEECHCORE_VERSION" ] && [ -f "$DEST/leechcore.so" ]; }; then
     command -v python3 >/dev/null || apt_install python3
     python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
     tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
+    scratch+=("$tmp")
     say "downloading leechcorepyc==$LEECHCORE_VERSION (LeechCore's own build of leechcore.so)"
     python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
         --dest "$tmp" "leechcorepyc==$LEECHCORE_VERSION"
@@ -57,4 +68,33 @@ else
     install -m 0644 "$tmp"/x/leechcorepyc-"$LEECHCORE_VERSION".dist-info/LICENSE "$DEST"/LICENSE
     echo "$LEECHCORE_VERSION" > "$DEST/VERSION"
     say "LeechCore $LEECHCORE_VERSION installed in $DEST"
+fi
+
+# The guest kernel: linux-image-amd64 is a metapackage; the kernel is the
+# linux-image-* package it depends on. Its files are pulled out of the .deb
+# (vmlinuz only: the guest needs no modules, and the package's System.map is
+# a placeholder; the guest prints the symbols the tests need itself).
+if ! { [ -f "$GUEST/vmlinuz" ] && [ -f "$GUEST/KERNEL" ]; }; then
+    kernel_package() {
+        apt-cache depends linux-image-amd64 2>/dev/null |
+            sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -n 1
+    }
+    pkg=$(kernel_package)
+    if [ -z "$pkg" ]; then
+        apt_update_once
+        pkg=$(kernel_package)
+    fi
+    [ -n "$pkg" ] || { say "cannot find the kernel package linux-image-amd64 depends on"; exit 1; }
+    ktmp=$(mktemp -d)
+    scratch+=("$ktmp")
+    say "downloading $pkg (the guest's kernel)"
+    # As root, apt fetches into a folder its sandbox user cannot write to.
+    (cd "$ktmp" && apt-get download -qq -o APT::Sandbox::User=root "$pkg" >/dev/null)
+    version=${pkg#linux-image-}
+    dpkg-deb --fsys-tarfile "$ktmp"/"$pkg"_*.deb |
+        tar -x -C "$ktmp" "./boot/vmlinuz-$version"
+    mkdir -p "$GUEST"
+    install -m 0644 "$ktmp/boot/vmlinuz-$version" "$GUEST/vmlinuz"
+    echo "$version" > "$GUEST/KERNEL"
+    say "guest kernel $version in $GUEST"
 fi

@@ -1,5 +1,8 @@
-//! Test support: memory images on disk whose every byte can be checked.
+//! Test support: memory images on disk whose every byte can be checked, and
+//! live QEMU guests ([`qemu`]).
 #![allow(dead_code)]
+
+pub mod qemu;
 
 use std::fs::File;
 use std::io::Write;

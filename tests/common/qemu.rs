@@ -1,0 +1,604 @@
+//! A live Linux guest under QEMU, for end-to-end tests through LeechCore's
+//! `qemu://` device, with QEMU's monitor as the independent oracle.
+//!
+//! [`Guest::start`] runs `scripts/guest.sh`, which boots the guest with its
+//! RAM in `/dev/shm/<name>` and two QMP sockets: one for LeechCore, one for
+//! the monitor here (QMP serves one client at a time). It returns once the
+//! guest's `/init` runs, so the kernel's page tables are in place.
+//!
+//! Cleanup, whatever happens to the test:
+//! - `Drop` asks the script to stop (QEMU quits, the RAM file and the socket
+//!   folder go), kills QEMU itself if the script does not answer in time, and
+//!   removes the RAM file and folder too;
+//! - the script holds the guest only while its standard input is open: the
+//!   write end lives in this process, so when the process ends for any
+//!   reason (panic, abort, SIGKILL) the script sees the end of input and
+//!   cleans up; that is what stops a guest kept in a `static`
+//!   ([`shared_guest`]), which is never dropped;
+//! - QEMU runs with a parent-death signal (SIGKILL) bound to the script.
+//!
+//! Names are `leechio-test-<pid>-<n>`, so guests of parallel tests and test
+//! binaries never clash.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use leechio::{DeviceConfig, LeechCore, MemoryMap, MemoryRange};
+use serde_json::{json, Value};
+
+/// How long a guest may take from start to its `/init` (about 5 s alone;
+/// much more when several boot at once on two cores under TCG).
+const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest one monitor command may take.
+const MONITOR_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the script gets to stop QEMU and clean up on drop.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Start of the kernel text mapping on x86-64 (`__START_KERNEL_map`).
+pub const KERNEL_MAP: u64 = 0xffff_ffff_8000_0000;
+/// Start of the direct map of all physical memory without KASLR
+/// (`PAGE_OFFSET`, 4-level paging).
+pub const DIRECT_MAP: u64 = 0xffff_8880_0000_0000;
+
+/// How much RAM a guest gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GuestMemory {
+    /// 256 MiB: all of it below the PCI hole. The default.
+    #[default]
+    Mib256,
+    /// 4 GiB: 3 GiB below the PCI hole, 1 GiB at 4 GiB and up. Sparse in
+    /// `/dev/shm`: only pages the guest touches take host memory.
+    Gib4,
+}
+
+impl GuestMemory {
+    /// The size in bytes.
+    pub fn bytes(self) -> u64 {
+        match self {
+            GuestMemory::Mib256 => 256 << 20,
+            GuestMemory::Gib4 => 4 << 30,
+        }
+    }
+
+    fn qemu_size(self) -> &'static str {
+        match self {
+            GuestMemory::Mib256 => "256M",
+            GuestMemory::Gib4 => "4G",
+        }
+    }
+}
+
+/// A running guest; stopped and cleaned up on drop.
+pub struct Guest {
+    name: String,
+    memory: GuestMemory,
+    device: String,
+    shm: PathBuf,
+    dir: PathBuf,
+    serial: PathBuf,
+    qemu_pid: u32,
+    script: Child,
+    stdin: Option<ChildStdin>,
+    monitor: Mutex<Option<Qmp>>,
+    kernel_text: u64,
+    init_top_pgt: u64,
+    kernel_dtb: u64,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl Guest {
+    /// Boots a guest and waits until its `/init` runs.
+    pub fn start(memory: GuestMemory) -> Guest {
+        let name = format!(
+            "leechio-test-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(&name);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/guest.sh");
+        let mut child = Command::new("bash")
+            .arg(&script)
+            .args(["--memory", memory.qemu_size(), "--name", &name, "--dir"])
+            .arg(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        // Lines are read on a thread, so every wait for one has a deadline.
+        // It reads to the end: a script writing to a closed pipe would die
+        // of SIGPIPE before cleaning up.
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        let mut guest = Guest {
+            shm: Path::new("/dev/shm").join(&name),
+            name,
+            memory,
+            device: String::new(),
+            dir,
+            serial: PathBuf::new(),
+            qemu_pid: 0,
+            script: child,
+            stdin,
+            monitor: Mutex::new(None),
+            kernel_text: 0,
+            init_top_pgt: 0,
+            kernel_dtb: 0,
+        };
+        // From here on, a panic drops `guest`, which cleans up.
+        guest.wait_until_ready(lines);
+        guest
+    }
+
+    fn wait_until_ready(&mut self, lines: Receiver<String>) {
+        let deadline = Instant::now() + BOOT_TIMEOUT;
+        loop {
+            let line = match lines.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "guest {} not ready after {BOOT_TIMEOUT:?}; serial log:\n{}",
+                    self.name,
+                    self.serial_log()
+                ),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "guest script for {} ended before the guest was ready",
+                        self.name
+                    )
+                }
+            };
+            match line.split_once('=') {
+                Some(("device", v)) => self.device = v.to_string(),
+                Some(("serial", v)) => self.serial = v.into(),
+                Some(("pid", v)) => self.qemu_pid = v.parse().expect("QEMU pid"),
+                Some(("shm", v)) => assert_eq!(Path::new(v), self.shm),
+                Some(("monitor", v)) => {
+                    *self.monitor.get_mut().unwrap() = Some(Qmp::connect(Path::new(v), deadline))
+                }
+                _ if line == "ready" => break,
+                _ if line.starts_with("qemu exited") => {
+                    panic!("QEMU of guest {} exited during boot: {line}", self.name)
+                }
+                _ => {}
+            }
+        }
+        // The guest printed its kernel's symbols (from /proc/kallsyms).
+        let log = self.serial_log();
+        let symbol = |name: &str| -> u64 {
+            let marker = log
+                .lines()
+                .find(|l| l.starts_with("leechio-guest: ") && l.contains(" init_top_pgt"))
+                .unwrap_or_else(|| panic!("no symbol line in the serial log:\n{log}"));
+            let words: Vec<&str> = marker.split_whitespace().collect();
+            let at = words
+                .iter()
+                .position(|w| *w == name)
+                .unwrap_or_else(|| panic!("no {name} in {marker:?}"));
+            u64::from_str_radix(words[at - 2], 16).expect("symbol address")
+        };
+        self.kernel_text = symbol("_text");
+        self.init_top_pgt = symbol("init_top_pgt");
+        // The monitor translates through the CPU's CR3, which by now holds a
+        // page table with the kernel half mapped (the running process's, or
+        // the kernel's own); the kernel's own is init_top_pgt.
+        assert_ne!(self.cr3(), 0, "CR3 is still zero");
+        self.kernel_dtb = self
+            .gva2gpa(self.init_top_pgt)
+            .expect("init_top_pgt is not mapped");
+        assert!(
+            self.gva2gpa(self.kernel_text).is_some(),
+            "kernel text is not mapped"
+        );
+    }
+
+    /// LeechCore's device string: `qemu://shm=NAME,qmp=SOCKET`.
+    pub fn device_string(&self) -> String {
+        self.device.clone()
+    }
+
+    /// The device string with LeechCore's FPGA emulation: `latency_ns` per
+    /// read call, `readpage_ns` per page.
+    pub fn device_string_with_delays(&self, latency_ns: u64, readpage_ns: u64) -> String {
+        format!(
+            "{},delay-latency-ns={latency_ns},delay-readpage-ns={readpage_ns}",
+            self.device
+        )
+    }
+
+    /// Opens LeechCore's qemu device on the guest (about 1 s); see
+    /// [`Guest::open_with`].
+    pub fn open(&self) -> LeechCore {
+        self.open_with(&self.device)
+    }
+
+    /// Opens LeechCore on `device` (this guest's device string, perhaps
+    /// with extra parameters), with QEMU's own memory map.
+    ///
+    /// LeechCore's qemu device reads the memory map from QEMU while opening,
+    /// but not reliably (found by these tests, LeechCore 2.23.3): it sends
+    /// `info mtree -f`, sleeps 1 s and reads once, so on a loaded machine
+    /// it gets no answer and guesses a map (wrong above 2 GiB); and when
+    /// the system address space's FlatView comes last in the answer (QEMU's
+    /// order varies from call to call) it drops the last RAM range, which
+    /// on a 4 GiB guest is all RAM above 4 GiB. So the map is checked
+    /// against [`Guest::ram_map`] and, when LeechCore got it wrong, set to
+    /// it (`LC_CMD_MEMMAP_SET`, LeechCore's "manual memory map"); stderr
+    /// says so. Opening uses the guest's LeechCore QMP socket, so opens
+    /// must not overlap (the tests of one guest take turns).
+    pub fn open_with(&self, device: &str) -> LeechCore {
+        let want = self.ram_map();
+        let lc = open_device(device);
+        let map = lc.memory_map().expect("LeechCore's memory map");
+        if map != want {
+            eprintln!(
+                "guest {}: LeechCore read the memory map as {map:x?}; setting QEMU's, {want:x?}",
+                self.name
+            );
+            lc.set_memory_map(&want).expect("set the memory map");
+            assert_eq!(lc.memory_map().expect("LeechCore's memory map"), want);
+        }
+        lc
+    }
+
+    /// The guest's RAM as QEMU lays it out: the `ram` regions of the
+    /// backend `qemu-ram` in the system address space (`info mtree -f`),
+    /// each with its offset in the RAM file as `remap`.
+    pub fn ram_map(&self) -> MemoryMap {
+        let text = self.hmp("info mtree -f");
+        let system = text
+            .split("FlatView #")
+            .find(|view| view.contains("Root memory region: system"))
+            .unwrap_or_else(|| panic!("no system FlatView in {text}"));
+        let mut ranges = Vec::new();
+        for line in system.lines() {
+            // "  0000000000100000-000000000fffffff (prio 0, ram): qemu-ram @0000000000100000"
+            let Some((span, region)) = line.trim().split_once(' ') else {
+                continue;
+            };
+            let Some(region) = region.split_once("ram): ").map(|(_, r)| r) else {
+                continue;
+            };
+            let mut words = region.split_whitespace();
+            if words.next() != Some("qemu-ram") {
+                continue;
+            }
+            let (first, last) = span.split_once('-').expect("range");
+            let start = u64::from_str_radix(first, 16).expect("range start");
+            let end = u64::from_str_radix(last, 16).expect("range end") + 1;
+            let remap = match words.next() {
+                Some(at) => u64::from_str_radix(at.trim_start_matches('@'), 16).expect("offset"),
+                None => start,
+            };
+            ranges.push(MemoryRange {
+                start,
+                size: end - start,
+                remap,
+            });
+        }
+        MemoryMap::new(ranges).expect("QEMU's RAM ranges")
+    }
+
+    /// The guest's RAM size.
+    pub fn memory(&self) -> GuestMemory {
+        self.memory
+    }
+
+    /// The guest's RAM file, `/dev/shm/<name>`.
+    pub fn shm_path(&self) -> &Path {
+        &self.shm
+    }
+
+    /// QEMU's process id.
+    pub fn qemu_pid(&self) -> u32 {
+        self.qemu_pid
+    }
+
+    /// Virtual address of the kernel's `_text`.
+    pub fn kernel_text(&self) -> u64 {
+        self.kernel_text
+    }
+
+    /// Virtual address of the kernel's own top-level page table
+    /// (`init_top_pgt`).
+    pub fn init_top_pgt(&self) -> u64 {
+        self.init_top_pgt
+    }
+
+    /// Physical address of the kernel's own top-level page table: the value
+    /// the kernel loads into CR3 during boot (per the monitor's translation).
+    pub fn kernel_dtb(&self) -> u64 {
+        self.kernel_dtb
+    }
+
+    /// Everything the guest printed to its serial console so far.
+    pub fn serial_log(&self) -> String {
+        std::fs::read(&self.serial)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Runs a human monitor command and returns its text.
+    pub fn hmp(&self, command: &str) -> String {
+        let reply = self.qmp("human-monitor-command", json!({ "command-line": command }));
+        reply
+            .as_str()
+            .unwrap_or_else(|| panic!("`{command}` gave {reply}"))
+            .replace("\r\n", "\n")
+    }
+
+    /// Runs a QMP command and returns its `return` value; panics on error.
+    pub fn qmp(&self, command: &str, arguments: Value) -> Value {
+        let mut monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+        let qmp = monitor.as_mut().expect("monitor not connected");
+        qmp.execute(command, arguments)
+            .unwrap_or_else(|e| panic!("QMP `{command}` on guest {}: {e}", self.name))
+    }
+
+    /// The monitor's `info registers`.
+    pub fn info_registers(&self) -> String {
+        self.hmp("info registers")
+    }
+
+    /// CR3 of the (only) CPU.
+    pub fn cr3(&self) -> u64 {
+        let regs = self.info_registers();
+        let at = regs.find("CR3=").expect("no CR3 in info registers") + 4;
+        let hex: String = regs[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_hexdigit())
+            .collect();
+        u64::from_str_radix(&hex, 16).expect("CR3 value")
+    }
+
+    /// `n` qwords of guest physical memory at `pa`, by the monitor's `xp`.
+    pub fn xp(&self, pa: u64, n: usize) -> Vec<u64> {
+        let text = self.hmp(&format!("xp /{n}gx {pa:#x}"));
+        parse_dump(&text, pa, n).unwrap_or_else(|| panic!("xp at {pa:#x}: {text:?}"))
+    }
+
+    /// `n` qwords of guest virtual memory at `va` (through the CPU's CR3),
+    /// by the monitor's `x`; `None` when the monitor cannot read it.
+    pub fn x(&self, va: u64, n: usize) -> Option<Vec<u64>> {
+        let text = self.hmp(&format!("x /{n}gx {va:#x}"));
+        parse_dump(&text, va, n)
+    }
+
+    /// The monitor's translation of `va` through the CPU's CR3.
+    pub fn gva2gpa(&self, va: u64) -> Option<u64> {
+        let text = self.hmp(&format!("gva2gpa {va:#x}"));
+        let hex = text.trim().strip_prefix("gpa: 0x")?;
+        Some(u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("gva2gpa: {text:?}")))
+    }
+
+    /// `size` bytes of guest physical memory at `pa`, by QMP `pmemsave`.
+    pub fn pmemsave(&self, pa: u64, size: u64) -> Vec<u8> {
+        let file = self.dir.join(format!(
+            "pmemsave-{}",
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        self.qmp(
+            "pmemsave",
+            json!({ "val": pa, "size": size, "filename": file.to_str().unwrap() }),
+        );
+        let bytes = std::fs::read(&file).expect("pmemsave file");
+        let _ = std::fs::remove_file(&file);
+        assert_eq!(bytes.len() as u64, size, "pmemsave at {pa:#x}");
+        bytes
+    }
+
+    /// Pauses the guest's CPU (QMP `stop`) until the returned guard drops:
+    /// its memory does not change meanwhile.
+    pub fn pause(&self) -> Paused<'_> {
+        self.qmp("stop", json!({}));
+        Paused(self)
+    }
+
+    /// Whether QEMU's process still runs.
+    pub fn is_alive(&self) -> bool {
+        process_alive(self.qemu_pid)
+    }
+
+    /// Kills QEMU (SIGKILL) and waits until it is gone. The guest's RAM
+    /// file and folder are removed by the script (which sees QEMU exit).
+    pub fn kill(&self) {
+        // Drop the monitor first: its socket dies with QEMU.
+        *self.monitor.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        kill_process(self.qemu_pid);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while process_alive(self.qemu_pid) {
+            assert!(Instant::now() < deadline, "QEMU survived SIGKILL");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Opens LeechCore on a device string, with the reason on failure.
+pub fn open_device(device: &str) -> LeechCore {
+    LeechCore::open(&DeviceConfig::new(device))
+        .unwrap_or_else(|e| panic!("LeechCore cannot open {device}: {e}"))
+}
+
+/// The guest resumes when this drops (QMP `cont`), panic or not.
+pub struct Paused<'g>(&'g Guest);
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        if self.0.is_alive() {
+            let mut monitor = self.0.monitor.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(qmp) = monitor.as_mut() {
+                let _ = qmp.execute("cont", json!({}));
+            }
+        }
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        *self.monitor.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        // Ask the script to stop, then close its input (either suffices).
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(b"stop\n");
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            match self.script.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() >= deadline => {
+                    // SIGKILL; QEMU then gets its parent-death signal.
+                    let _ = self.script.kill();
+                    let _ = self.script.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        if self.qemu_pid != 0 && process_alive(self.qemu_pid) {
+            kill_process(self.qemu_pid);
+        }
+        let _ = std::fs::remove_file(&self.shm);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One guest for all tests of a test binary that can share it, booted on
+/// first use; the guard gives one test at a time the guest (and its
+/// LeechCore socket). Never dropped: it stops when the test process ends
+/// and the guest script sees its input close.
+pub fn shared_guest() -> SharedGuest {
+    static GUEST: OnceLock<(Guest, Mutex<()>)> = OnceLock::new();
+    let (guest, lock) = GUEST.get_or_init(|| (Guest::start(GuestMemory::Mib256), Mutex::new(())));
+    SharedGuest {
+        _turn: lock.lock().unwrap_or_else(|e| e.into_inner()),
+        guest,
+    }
+}
+
+/// The shared guest, held by one test.
+pub struct SharedGuest {
+    _turn: MutexGuard<'static, ()>,
+    guest: &'static Guest,
+}
+
+impl std::ops::Deref for SharedGuest {
+    type Target = Guest;
+
+    fn deref(&self) -> &Guest {
+        self.guest
+    }
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) STATE ...": the state follows the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// SIGKILL to `pid`, if it is a QEMU (guards against a reused pid).
+fn kill_process(pid: u32) {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    if comm.starts_with("qemu-system") {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+}
+
+/// Parses the monitor's `xp /Ngx` or `x /Ngx` dump: lines
+/// `<address>: 0x<qword> 0x<qword>`, addresses from `start` on.
+fn parse_dump(text: &str, start: u64, n: usize) -> Option<Vec<u64>> {
+    let mut words = Vec::with_capacity(n);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (addr, rest) = line.split_once(':')?;
+        let addr = u64::from_str_radix(addr.trim(), 16).ok()?;
+        if addr != start + 8 * words.len() as u64 {
+            return None;
+        }
+        for word in rest.split_whitespace() {
+            words.push(u64::from_str_radix(word.strip_prefix("0x")?, 16).ok()?);
+        }
+    }
+    (words.len() == n).then_some(words)
+}
+
+/// A QMP client on a unix socket.
+struct Qmp {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Qmp {
+    /// Connects (retrying until QEMU listens) and leaves negotiation mode.
+    fn connect(path: &Path, deadline: Instant) -> Qmp {
+        let stream = loop {
+            match UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    panic!("QMP socket {}: {e}", path.display())
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        stream.set_read_timeout(Some(MONITOR_TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(MONITOR_TIMEOUT)).unwrap();
+        let mut qmp = Qmp {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+        };
+        let greeting = qmp.message().expect("QMP greeting");
+        assert!(
+            greeting.get("QMP").is_some(),
+            "not a QMP greeting: {greeting}"
+        );
+        qmp.execute("qmp_capabilities", json!({}))
+            .expect("qmp_capabilities");
+        qmp
+    }
+
+    /// The next message that is not an event.
+    fn message(&mut self) -> Result<Value, String> {
+        loop {
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return Err("QMP connection closed".into()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("QMP read: {e}")),
+            }
+            let msg: Value =
+                serde_json::from_str(&line).map_err(|e| format!("QMP sent {line:?}: {e}"))?;
+            if msg.get("event").is_none() {
+                return Ok(msg);
+            }
+        }
+    }
+
+    fn execute(&mut self, command: &str, arguments: Value) -> Result<Value, String> {
+        let request = json!({ "execute": command, "arguments": arguments });
+        writeln!(self.writer, "{request}").map_err(|e| format!("QMP write: {e}"))?;
+        let reply = self.message()?;
+        match (reply.get("return"), reply.get("error")) {
+            (Some(value), _) => Ok(value.clone()),
+            (None, Some(error)) => Err(error.to_string()),
+            _ => Err(format!("unexpected QMP reply {reply}")),
+        }
+    }
+}
