@@ -27,6 +27,50 @@ impl QemuGuest {
     }
 }
 
+/// A watch on a running process that tells, cheaply, when it has exited:
+/// a pidfd, which no later process can take over the way a pid can.
+#[derive(Debug)]
+pub struct ProcessWatch {
+    pid: u32,
+    pidfd: std::os::fd::OwnedFd,
+}
+
+impl ProcessWatch {
+    /// Watches process `pid`; `None` if it is gone or cannot be watched.
+    pub fn new(pid: u32) -> Option<Self> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        let fd = i32::try_from(fd).ok().filter(|&fd| fd >= 0)?;
+        // SAFETY: `fd` was just opened for us and is owned by nobody else.
+        let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Some(ProcessWatch { pid, pidfd })
+    }
+
+    /// The watched process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether the process is still running (a pidfd turns readable when
+    /// it exits).
+    pub fn is_alive(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut poll = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no waiting.
+        let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        ready == 0
+    }
+}
+
+/// The running QEMU whose guest RAM is `/dev/shm/<shm>`, if any.
+pub fn qemu_serving(shm: &str) -> Option<QemuGuest> {
+    qemu_guests().into_iter().find(|g| g.shm == shm)
+}
+
 /// Every running QEMU guest with its RAM in `/dev/shm` and a QMP socket.
 pub fn qemu_guests() -> Vec<QemuGuest> {
     let Ok(procs) = std::fs::read_dir("/proc") else {
@@ -158,6 +202,20 @@ mod tests {
                 "qemu://shm=guest-1,qmp=/tmp/tests.sock"
             ]
         );
+    }
+
+    #[test]
+    fn a_process_watch_sees_its_process_exit() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let watch = ProcessWatch::new(child.id()).unwrap();
+        assert!(watch.is_alive());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!watch.is_alive());
+        assert!(ProcessWatch::new(u32::MAX / 2).is_none(), "no such process");
     }
 
     #[test]

@@ -163,6 +163,12 @@ pub struct LeechCore {
     lib: Arc<Library>,
     state: Mutex<Handle>,
     info: DeviceInfo,
+    /// For a `qemu` device: the QEMU process. LeechCore only maps the RAM
+    /// file after opening, so without this a killed guest would go on
+    /// "reading" the memory it had when it died.
+    guest: Option<crate::targets::ProcessWatch>,
+    /// The death of the guest was logged (once).
+    gone_logged: std::sync::atomic::AtomicBool,
 }
 
 /// The raw handle and the scratch arrays of one scatter call, reused so a
@@ -213,7 +219,10 @@ impl LeechCore {
                     .unwrap_or_else(|| diagnose_open_failure(&config.device, lib.path())),
             });
         }
+        let guest = qemu_watch(&config.device);
         let mut device = LeechCore {
+            guest,
+            gone_logged: Default::default(),
             info: DeviceInfo {
                 name: c_string(&lc.szDeviceName),
                 version: Version {
@@ -287,6 +296,9 @@ impl LeechCore {
     /// [`PageError::InvalidEntry`] without reaching the device. No call is
     /// made when no entry is left.
     pub fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]) {
+        if self.target_gone(entries.iter_mut().map(|e| &mut e.result)) {
+            return;
+        }
         let mut state = self.lock();
         let state = &mut *state;
         state.prepare(
@@ -334,6 +346,9 @@ impl LeechCore {
             for e in entries.iter_mut() {
                 e.result = Err(PageError::ReadOnly);
             }
+            return;
+        }
+        if self.target_gone(entries.iter_mut().map(|e| &mut e.result)) {
             return;
         }
         let mut state = self.lock();
@@ -423,6 +438,30 @@ impl LeechCore {
             return Err(Error::Command { name });
         }
         Ok(output)
+    }
+
+    /// Fails every entry, without a call, when the target behind the device
+    /// is known to be gone.
+    fn target_gone<'e>(
+        &self,
+        results: impl Iterator<Item = &'e mut Result<(), PageError>>,
+    ) -> bool {
+        let Some(guest) = self.guest.as_ref().filter(|g| !g.is_alive()) else {
+            return false;
+        };
+        if !self
+            .gone_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            log::error!(
+                "the QEMU guest (pid {}) is gone: every read and write now fails",
+                guest.pid()
+            );
+        }
+        for r in results {
+            *r = Err(PageError::TargetGone);
+        }
+        true
     }
 
     fn lock(&self) -> MutexGuard<'_, Handle> {
@@ -558,6 +597,19 @@ fn take_error_info(lib: &Library, info: *mut sys::LC_CONFIG_ERRORINFO) -> Option
     unsafe { (lib.LcMemFree)(info.cast()) };
     text.map(|t| t.trim_end_matches('\0').trim().to_string())
         .filter(|t| !t.is_empty())
+}
+
+/// A watch on the QEMU process serving a `qemu://shm=NAME,…` device.
+fn qemu_watch(device: &str) -> Option<crate::targets::ProcessWatch> {
+    let params = device.strip_prefix("qemu://")?;
+    let shm = params.split(',').find_map(|p| p.strip_prefix("shm="))?;
+    let guest = crate::targets::qemu_serving(shm);
+    if guest.is_none() {
+        log::warn!(
+            "no running QEMU found for /dev/shm/{shm}: a guest that dies will not be noticed"
+        );
+    }
+    crate::targets::ProcessWatch::new(guest?.pid)
 }
 
 /// Device types compiled into LeechCore; any other type is looked up as a

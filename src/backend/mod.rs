@@ -125,6 +125,10 @@ pub enum PageError {
     /// The range runs past the end of the 64-bit address space.
     #[error("range wraps past the end of the address space")]
     AddressOverflow,
+    /// The target is gone: the QEMU process behind a `qemu` device exited,
+    /// so its memory can no longer change or be trusted as live.
+    #[error("the target is gone (its QEMU process exited)")]
+    TargetGone,
     /// The virtual address is not mapped (a table entry is not present).
     #[error("virtual address not mapped")]
     NotMapped,
