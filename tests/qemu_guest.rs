@@ -99,9 +99,9 @@ fn every_page_of_the_memory_map_equals_pmemsave() {
     let guest = shared_guest();
     let device = guest.open();
     let map = device.memory_map().unwrap();
-    // The map is the guest's RAM as QEMU lays it out (the fixture sets it
-    // when LeechCore misreads it), which here ends at the RAM size, and the
-    // only holes are ROM below 1 MiB.
+    // The map is the guest's RAM as QEMU lays it out (the device checks
+    // LeechCore's reading of it against QEMU's), which here ends at the RAM
+    // size, and the only holes are ROM below 1 MiB.
     assert_eq!(map, guest.ram_map());
     let ram = guest.memory().bytes();
     assert_eq!(map.end(), ram, "memory map {map:?}");

@@ -254,6 +254,9 @@ impl LeechCore {
         if let Some(read_only) = device.option(sys::LC_OPT_CORE_READONLY) {
             device.info.read_only = read_only != 0;
         }
+        if config.max_address.is_none() {
+            device.check_qemu_memory_map(&config.device);
+        }
         log::debug!("opened LeechCore device {:?}", device.info);
         Ok(device)
     }
@@ -438,6 +441,45 @@ impl LeechCore {
             return Err(Error::Command { name });
         }
         Ok(output)
+    }
+
+    /// LeechCore reads a QEMU guest's memory map with a race (a 1 s wait
+    /// for QEMU's answer) and drops a RAM range when QEMU lists its views
+    /// in another order; QEMU's own map, asked again now, replaces it when
+    /// they differ.
+    fn check_qemu_memory_map(&self, device: &str) {
+        let Some(params) = device.strip_prefix("qemu://") else {
+            return;
+        };
+        let Some(qmp) = params.split(',').find_map(|p| p.strip_prefix("qmp=")) else {
+            return;
+        };
+        // LeechCore puts /tmp/ in front of a socket name without a '/'.
+        let qmp = if qmp.starts_with('/') {
+            PathBuf::from(qmp)
+        } else {
+            Path::new("/tmp").join(qmp)
+        };
+        let theirs =
+            match crate::targets::qemu_ram_map(&qmp, "qemu-ram", std::time::Duration::from_secs(5))
+            {
+                Ok(map) => map,
+                Err(e) => {
+                    log::warn!(
+                        "could not check LeechCore's memory map of the guest with QEMU: {e}"
+                    );
+                    return;
+                }
+            };
+        match self.memory_map() {
+            Ok(ours) if ours == theirs => {}
+            ours => {
+                log::warn!("LeechCore's memory map of the guest ({ours:?}) is not QEMU's; using QEMU's ({theirs:?})");
+                if let Err(e) = self.set_memory_map(&theirs) {
+                    log::warn!("could not set QEMU's memory map: {e}");
+                }
+            }
+        }
     }
 
     /// Fails every entry, without a call, when the target behind the device

@@ -226,32 +226,12 @@ impl Guest {
     }
 
     /// Opens LeechCore on `device` (this guest's device string, perhaps
-    /// with extra parameters), with QEMU's own memory map.
-    ///
-    /// LeechCore's qemu device reads the memory map from QEMU while opening,
-    /// but not reliably (found by these tests, LeechCore 2.23.3): it sends
-    /// `info mtree -f`, sleeps 1 s and reads once, so on a loaded machine
-    /// it gets no answer and guesses a map (wrong above 2 GiB); and when
-    /// the system address space's FlatView comes last in the answer (QEMU's
-    /// order varies from call to call) it drops the last RAM range, which
-    /// on a 4 GiB guest is all RAM above 4 GiB. So the map is checked
-    /// against [`Guest::ram_map`] and, when LeechCore got it wrong, set to
-    /// it (`LC_CMD_MEMMAP_SET`, LeechCore's "manual memory map"); stderr
-    /// says so. Opening uses the guest's LeechCore QMP socket, so opens
-    /// must not overlap (the tests of one guest take turns).
+    /// with extra parameters). The device itself checks LeechCore's
+    /// memory map of the guest against QEMU's and fixes it (LeechCore
+    /// 2.23.3 reads it with a race and can drop a range); the tests check
+    /// the result against `ram_map`.
     pub fn open_with(&self, device: &str) -> LeechCore {
-        let want = self.ram_map();
-        let lc = open_device(device);
-        let map = lc.memory_map().expect("LeechCore's memory map");
-        if map != want {
-            eprintln!(
-                "guest {}: LeechCore read the memory map as {map:x?}; setting QEMU's, {want:x?}",
-                self.name
-            );
-            lc.set_memory_map(&want).expect("set the memory map");
-            assert_eq!(lc.memory_map().expect("LeechCore's memory map"), want);
-        }
-        lc
+        open_device(device)
     }
 
     /// The guest's RAM as QEMU lays it out: the `ram` regions of the
