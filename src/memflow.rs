@@ -164,16 +164,7 @@ impl PhysicalMemory for MemflowPhysical {
             log::info!("keeping the memory map given by the user; ignoring the one offered by the OS layer");
             return;
         }
-        let mut ranges: Vec<MemoryRange> = mem_map
-            .iter()
-            .map(|m| MemoryRange {
-                start: m.base.to_umem(),
-                size: m.size,
-                remap: m.real_base.to_umem(),
-            })
-            .collect();
-        ranges.sort_by_key(|r| r.start);
-        match MemoryMap::new(ranges)
+        match memory_map_of(mem_map.iter().copied())
             .map_err(crate::Error::from)
             .and_then(|map| self.mem.backend().set_memory_map(&map))
         {
@@ -202,9 +193,14 @@ pub fn read_memory_map_file(
     })
     .map_err(|_| bad("ranges overlap".into()))?
     .map_err(|e| bad(format!("not a memflow memory map file ({e})")))?;
-    let mut ranges: Vec<MemoryRange> = parsed
-        .into_vec()
-        .into_iter()
+    memory_map_of(parsed.into_vec().into_iter()).map_err(|e| bad(e.to_string()))
+}
+
+/// memflow's mappings as a validated memory map.
+fn memory_map_of(
+    mappings: impl Iterator<Item = PhysicalMemoryMapping>,
+) -> std::result::Result<MemoryMap, crate::MemoryMapError> {
+    let mut ranges: Vec<MemoryRange> = mappings
         .map(|m| MemoryRange {
             start: m.base.to_umem(),
             size: m.size,
@@ -212,5 +208,5 @@ pub fn read_memory_map_file(
         })
         .collect();
     ranges.sort_by_key(|r| r.start);
-    MemoryMap::new(ranges).map_err(|e| bad(e.to_string()))
+    MemoryMap::new(ranges)
 }

@@ -230,7 +230,8 @@ impl AddressSpace {
         ))
     }
 
-    /// A whole page-table page, from the cache or the device.
+    /// A whole page-table page, from the cache when it is on, else from the
+    /// device.
     async fn table_page(&self, addr: u64) -> Result<TablePage, PageError> {
         if let Some(page) = self.inner.tables.get(addr) {
             return Ok(page);
@@ -340,7 +341,7 @@ impl AddressSpace {
         }];
         for level in 0..4 {
             let span = entry_span(level);
-            let pages = join_all(tables.iter().map(|t| self.table_page_whole(t.pa))).await;
+            let pages = join_all(tables.iter().map(|t| self.table_page(t.pa))).await;
             let mut next = Vec::new();
             for (table, page) in tables.iter().zip(pages) {
                 let page = match page {
@@ -374,21 +375,6 @@ impl AddressSpace {
             push_mapping(&mut out.mappings, va, pa, page_size, &range);
         }
         out
-    }
-
-    /// A table page for [`AddressSpace::mappings`]: cached when the cache
-    /// is on, read whole either way.
-    async fn table_page_whole(&self, addr: u64) -> Result<TablePage, PageError> {
-        if self.inner.tables.enabled() {
-            return self.table_page(addr).await;
-        }
-        let (buf, result) = self
-            .inner
-            .mem
-            .read_into_owned(addr, vec![0; TABLE_SIZE as usize])
-            .await;
-        result.map_err(first_reason)?;
-        Ok(buf.into())
     }
 }
 
