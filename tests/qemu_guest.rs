@@ -340,14 +340,16 @@ fn fpga_emulation_delays_every_call() {
     }
     drop(device);
 
-    // delay-readpage-ns: at least that long per page read.
+    // delay-readpage-ns: about that long per page read. LeechCore's page
+    // delay was once seen 7 % short under load, so the floor is 3/4 of it;
+    // without the delay these reads take some 50 µs.
     let device = guest.open_with(&guest.device_string_with_delays(0, READPAGE_NS));
     for _ in 0..3 {
         let t = Instant::now();
         read_pages(&device, 0x100_0000, (PAGES * PAGE) as usize);
         let took = t.elapsed();
         assert!(
-            took >= Duration::from_nanos(PAGES * READPAGE_NS),
+            took >= Duration::from_nanos(PAGES * READPAGE_NS * 3 / 4),
             "{PAGES} pages took {took:?}"
         );
     }
@@ -364,7 +366,7 @@ fn fpga_emulation_delays_every_call() {
     let took = t.elapsed();
     assert_eq!(device.call_count(Call::ReadScatter) - calls, 1);
     assert!(
-        took >= Duration::from_nanos(LATENCY_NS + PAGES * READPAGE_NS),
+        took >= Duration::from_nanos(LATENCY_NS + PAGES * READPAGE_NS * 3 / 4),
         "{PAGES} pages took {took:?}"
     );
 }

@@ -206,6 +206,10 @@ impl LeechCore {
         lc.dwPrintfVerbosity = config.verbosity.printf_flags();
         lc.paMax = config.max_address.unwrap_or(0);
         let lib = Library::load(config.library.as_deref())?;
+        let guest = qemu_watch(&config.device).map_err(|reason| Error::Open {
+            device: config.device.clone(),
+            reason,
+        })?;
 
         let mut error_info: *mut sys::LC_CONFIG_ERRORINFO = ptr::null_mut();
         // SAFETY: `lc` is a valid, versioned LC_CONFIG with NUL-terminated
@@ -219,7 +223,6 @@ impl LeechCore {
                     .unwrap_or_else(|| diagnose_open_failure(&config.device, lib.path())),
             });
         }
-        let guest = qemu_watch(&config.device);
         let mut device = LeechCore {
             guest,
             gone_logged: Default::default(),
@@ -448,17 +451,8 @@ impl LeechCore {
     /// in another order; QEMU's own map, asked again now, replaces it when
     /// they differ.
     fn check_qemu_memory_map(&self, device: &str) {
-        let Some(params) = device.strip_prefix("qemu://") else {
+        let Some((_, Some(qmp))) = qemu_params(device) else {
             return;
-        };
-        let Some(qmp) = params.split(',').find_map(|p| p.strip_prefix("qmp=")) else {
-            return;
-        };
-        // LeechCore puts /tmp/ in front of a socket name without a '/'.
-        let qmp = if qmp.starts_with('/') {
-            PathBuf::from(qmp)
-        } else {
-            Path::new("/tmp").join(qmp)
         };
         let theirs =
             match crate::targets::qemu_ram_map(&qmp, "qemu-ram", std::time::Duration::from_secs(5))
@@ -641,17 +635,51 @@ fn take_error_info(lib: &Library, info: *mut sys::LC_CONFIG_ERRORINFO) -> Option
         .filter(|t| !t.is_empty())
 }
 
-/// A watch on the QEMU process serving a `qemu://shm=NAME,…` device.
-fn qemu_watch(device: &str) -> Option<crate::targets::ProcessWatch> {
+/// The `shm=` and `qmp=` parameters of a `qemu://` device string, the
+/// socket as LeechCore resolves it (a name without '/' is under /tmp/).
+fn qemu_params(device: &str) -> Option<(&str, Option<PathBuf>)> {
     let params = device.strip_prefix("qemu://")?;
     let shm = params.split(',').find_map(|p| p.strip_prefix("shm="))?;
-    let guest = crate::targets::qemu_serving(shm);
-    if guest.is_none() {
-        log::warn!(
-            "no running QEMU found for /dev/shm/{shm}: a guest that dies will not be noticed"
-        );
+    let qmp = params
+        .split(',')
+        .find_map(|p| p.strip_prefix("qmp="))
+        .map(|q| {
+            if q.starts_with('/') {
+                PathBuf::from(q)
+            } else {
+                Path::new("/tmp").join(q)
+            }
+        });
+    Some((shm, qmp))
+}
+
+/// A watch on the QEMU process serving a `qemu://shm=NAME,…` device.
+///
+/// A RAM file can outlive its guest (QEMU never deletes it), and LeechCore
+/// then "opens" it with a guessed memory map and serves stale memory; such
+/// a device is refused: no QEMU serves the file and its QMP socket does not
+/// answer.
+fn qemu_watch(device: &str) -> Result<Option<crate::targets::ProcessWatch>, String> {
+    let Some((shm, qmp)) = qemu_params(device) else {
+        return Ok(None);
+    };
+    if let Some(guest) = crate::targets::qemu_serving(shm) {
+        return Ok(crate::targets::ProcessWatch::new(guest.pid));
     }
-    crate::targets::ProcessWatch::new(guest?.pid)
+    // Perhaps a QEMU this process cannot see (another pid namespace).
+    let answers = qmp
+        .as_ref()
+        .is_some_and(|q| std::os::unix::net::UnixStream::connect(q).is_ok());
+    if answers {
+        log::warn!("no QEMU visible for /dev/shm/{shm}: a guest that dies will not be noticed");
+        Ok(None)
+    } else {
+        Err(format!(
+            "the guest is gone: no running QEMU serves /dev/shm/{shm} and its QMP socket {} does not answer \
+             (the RAM file was left behind by a QEMU that exited)",
+            qmp.map_or("(none given)".into(), |q| q.display().to_string())
+        ))
+    }
 }
 
 /// Device types compiled into LeechCore; any other type is looked up as a

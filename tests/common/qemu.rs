@@ -360,7 +360,9 @@ impl Guest {
     /// The monitor's translation of `va` through the CPU's CR3.
     pub fn gva2gpa(&self, va: u64) -> Option<u64> {
         let text = self.hmp(&format!("gva2gpa {va:#x}"));
-        let hex = text.trim().strip_prefix("gpa: 0x")?;
+        // "gpa: 0x1000", but "gpa: 0" for address zero.
+        let value = text.trim().strip_prefix("gpa: ")?;
+        let hex = value.strip_prefix("0x").unwrap_or(value);
         Some(u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("gva2gpa: {text:?}")))
     }
 
