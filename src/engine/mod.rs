@@ -266,11 +266,20 @@ impl Memory {
         let mut future = pin!(future);
         THREAD_WAKER.with(|(notify, waker)| {
             let mut cx = Context::from_waker(waker);
+            let mut repolls = 0;
             loop {
                 notify.woken.store(false, Ordering::Release);
                 if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                     return out;
                 }
+                // Woken while being polled: it can still make progress (a
+                // join that yields midway, a shared future just completed),
+                // so more requests may come before anything is sent.
+                if notify.woken.swap(false, Ordering::Acquire) && repolls < MAX_REPOLLS {
+                    repolls += 1;
+                    continue;
+                }
+                repolls = 0;
                 if self.flush().is_some() {
                     continue;
                 }
@@ -288,7 +297,11 @@ impl Memory {
     /// flushed in the executor's thread. The device call blocks that
     /// thread for its duration.
     pub fn drive<F: Future>(&self, future: F) -> Driven<'_, F> {
-        Driven { mem: self, future }
+        Driven {
+            mem: self,
+            waker: None,
+            future,
+        }
     }
 
     /// A background task that flushes whenever requests are queued, for
@@ -314,13 +327,40 @@ impl Memory {
 #[cfg(test)]
 mod tests;
 
+/// Polls in a row a future may ask for (by waking itself) before the queue
+/// is flushed anyway, so a future that always wakes itself cannot keep the
+/// others from their data.
+const MAX_REPOLLS: u32 = 1024;
+
 pin_project_lite::pin_project! {
     /// A future driven together with the engine; see [`Memory::drive`].
     #[must_use = "futures do nothing unless polled"]
     pub struct Driven<'m, F> {
         mem: &'m Memory,
+        waker: Option<Arc<RecordingWaker>>,
         #[pin]
         future: F,
+    }
+}
+
+/// Passes wakes on to the executor's waker and remembers that one came, so
+/// the driver can tell a future that woke itself from one that waits.
+struct RecordingWaker {
+    woken: AtomicBool,
+    inner: Mutex<Waker>,
+}
+
+impl Wake for RecordingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .wake_by_ref();
     }
 }
 
@@ -329,10 +369,31 @@ impl<F: Future> Future for Driven<'_, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let mut this = self.project();
+        let recorder = this.waker.get_or_insert_with(|| {
+            Arc::new(RecordingWaker {
+                woken: AtomicBool::new(false),
+                inner: Mutex::new(cx.waker().clone()),
+            })
+        });
+        recorder
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone_from(cx.waker());
+        let waker = Waker::from(recorder.clone());
+        let mut inner_cx = Context::from_waker(&waker);
+        let mut repolls = 0;
         loop {
-            if let Poll::Ready(out) = this.future.as_mut().poll(cx) {
+            recorder.woken.store(false, Ordering::Release);
+            if let Poll::Ready(out) = this.future.as_mut().poll(&mut inner_cx) {
                 return Poll::Ready(out);
             }
+            // As in `block_on`: a future that woke itself goes on first.
+            if recorder.woken.swap(false, Ordering::Acquire) && repolls < MAX_REPOLLS {
+                repolls += 1;
+                continue;
+            }
+            repolls = 0;
             if this.mem.flush().is_none() {
                 return Poll::Pending;
             }

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytemuck::Pod;
-use futures::future::join_all;
+use futures::future::{join_all, BoxFuture, FutureExt, Shared};
+use rustc_hash::FxHashMap;
+use std::sync::Mutex;
 
 pub use cache::CacheConfig;
 pub use paging::{PageSize, Translation, WalkError, LEVEL_NAMES};
@@ -63,11 +65,15 @@ struct CachedPage {
     entries: [Option<u64>; 4],
 }
 
+/// A table page being read, shared by the walks that wait for it.
+type PageRead = Shared<BoxFuture<'static, Result<TablePage, PageError>>>;
+
 struct Inner {
     mem: Memory,
     dtb: u64,
     translations: TimedCache<CachedPage>,
     tables: TimedCache<TablePage>,
+    inflight: Mutex<FxHashMap<u64, PageRead>>,
 }
 
 /// The virtual address space of a page-table root (DTB, the CR3 value):
@@ -124,6 +130,7 @@ impl AddressSpace {
                 dtb: dtb & ADDR_MASK,
                 translations: TimedCache::new(config.translations),
                 tables: TimedCache::new(config.page_tables),
+                inflight: Mutex::default(),
             }),
         }
     }
@@ -231,20 +238,49 @@ impl AddressSpace {
     }
 
     /// A whole page-table page, from the cache when it is on, else from the
-    /// device.
+    /// device. Walks that miss the same page at the same time share one read
+    /// of it (the engine would send it once anyway, but each would copy it).
     async fn table_page(&self, addr: u64) -> Result<TablePage, PageError> {
         if let Some(page) = self.inner.tables.get(addr) {
             return Ok(page);
         }
-        let (buf, result) = self
-            .inner
-            .mem
-            .read_into_owned(addr, vec![0; TABLE_SIZE as usize])
-            .await;
-        result.map_err(first_reason)?;
-        let page: TablePage = buf.into();
-        self.inner.tables.insert(addr, page.clone());
-        Ok(page)
+        let read = {
+            let mut inflight = self
+                .inner
+                .inflight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            inflight
+                .entry(addr)
+                .or_insert_with(|| {
+                    let mem = self.inner.mem.clone();
+                    async move {
+                        let (buf, result) = mem
+                            .read_into_owned(addr, vec![0; TABLE_SIZE as usize])
+                            .await;
+                        result.map_err(first_reason)?;
+                        Ok(TablePage::from(buf))
+                    }
+                    .boxed()
+                    .shared()
+                })
+                .clone()
+        };
+        let result = read.clone().await;
+        {
+            let mut inflight = self
+                .inner
+                .inflight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if inflight.get(&addr).is_some_and(|r| r.ptr_eq(&read)) {
+                inflight.remove(&addr);
+            }
+        }
+        if let Ok(page) = &result {
+            self.inner.tables.insert(addr, page.clone());
+        }
+        result
     }
 
     /// Reads `buf.len()` bytes at `va`. Unmapped or non-canonical pages,
@@ -299,7 +335,40 @@ impl AddressSpace {
             pieces.push((offset, n, at));
             offset += n;
         }
-        let translations = join_all(pieces.iter().map(|&(_, _, at)| self.translate(at))).await;
+        // The first page of each 2 MiB region first: where a large page maps
+        // it, the rest of that page needs no walk of its own.
+        let mut translations: Vec<Option<Result<Translation, WalkError>>> =
+            vec![None; pieces.len()];
+        let firsts: Vec<usize> = (0..pieces.len())
+            .filter(|&i| i == 0 || pieces[i].2 >> 21 != pieces[i - 1].2 >> 21)
+            .collect();
+        let found = join_all(firsts.iter().map(|&i| self.translate(pieces[i].2))).await;
+        for (&i, t) in firsts.iter().zip(found) {
+            if let Ok(t) = &t {
+                let base_va = t.va & !(t.page_size.bytes() - 1);
+                for (slot, &(_, _, at)) in translations.iter_mut().zip(&pieces).skip(i + 1) {
+                    if t.page_size == PageSize::Size4K || at - base_va >= t.page_size.bytes() {
+                        break;
+                    }
+                    *slot = Some(Ok(Translation {
+                        va: at,
+                        pa: t.pa + (at - t.va),
+                        ..*t
+                    }));
+                }
+            }
+            translations[i] = Some(t);
+        }
+        let rest: Vec<usize> = (0..pieces.len())
+            .filter(|&i| translations[i].is_none())
+            .collect();
+        let found = join_all(rest.iter().map(|&i| self.translate(pieces[i].2))).await;
+        for (&i, t) in rest.iter().zip(found) {
+            translations[i] = Some(t);
+        }
+        let translations = translations
+            .into_iter()
+            .map(|t| t.expect("every piece translated"));
         let mut runs: Vec<Run> = Vec::with_capacity(pieces.len());
         for (&(offset, len, _), t) in pieces.iter().zip(translations) {
             match t {
