@@ -120,9 +120,13 @@ impl Queue {
                 }
             }
             None => {
+                // A spare big enough beats growing (and zeroing) this one.
                 if slot.data.capacity() < sub.len {
-                    if let Some(buf) = spare.pop() {
-                        slot.data = buf;
+                    if let Some(i) = spare.iter().position(|b| b.capacity() >= sub.len) {
+                        let old = std::mem::replace(&mut slot.data, spare.swap_remove(i));
+                        if old.capacity() > 0 && spare.len() < MAX_SPARE {
+                            spare.push(old);
+                        }
                     }
                 }
                 // Stale bytes are harmless: only bytes the device filled
