@@ -47,3 +47,17 @@ header:
 ## install-c: headers into PREFIX/include, libleechio and LeechCore into PREFIX/lib
 install-c: setup ffi
 	scripts/install-c.sh "$(PREFIX)"
+
+# The tour and the end-to-end benchmark table (both boot a QEMU guest).
+.PHONY: demo bench
+
+## demo: the first command for a newcomer: set-up, release builds, a Linux
+## guest under QEMU, then leechio info, spaces, translate, dump and a short
+## bench against it, each explained; the guest is stopped at the end
+demo:
+	@scripts/demo.sh
+
+## bench: BENCHMARKS.md, the table of `leechio bench` on an image of the
+## guest and on the live guest behind an emulated FPGA board (~5 minutes)
+bench:
+	@scripts/bench.sh

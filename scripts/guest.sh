@@ -2,13 +2,16 @@
 # Boots a small Linux guest under QEMU (TCG) whose RAM is a file in /dev/shm,
 # so LeechCore's qemu device can read and write it live.
 #
-#   scripts/guest.sh [--memory SIZE] [--name NAME] [--dir DIR]
+#   scripts/guest.sh [--memory SIZE] [--name NAME] [--dir DIR] [--append ARGS]
 #
 #   --memory SIZE  guest RAM, in QEMU's units (default 256M); from 3.5G on,
 #                  RAM past 3 GiB sits above the PCI hole, from 4 GiB up
 #   --name NAME    the RAM file is /dev/shm/NAME (default leechio-guest-PID)
 #   --dir DIR      folder for the QMP sockets and the serial log (default
 #                  /tmp/NAME); created, and removed at the end
+#   --append ARGS  extra kernel arguments, after the defaults; e.g.
+#                  'memmap=2M$0xC000000' keeps the guest off 2 MiB of RAM at
+#                  192 MiB (what `make bench` writes its pointer chains into)
 #
 # It prints one `key=value` line each for: device (the LeechCore device
 # string), monitor (a second QMP socket, for tools and tests: QMP serves one
@@ -31,6 +34,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 memory=256M
 name=
 dir=
+append=
 
 die() { printf 'guest.sh: %s\n' "$*" >&2; exit 2; }
 
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
         --memory) memory=${2:?--memory needs a size}; shift 2 ;;
         --name) name=${2:?--name needs a name}; shift 2 ;;
         --dir) dir=${2:?--dir needs a folder}; shift 2 ;;
+        --append) append=${2?--append needs kernel arguments}; shift 2 ;;
         -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
@@ -116,7 +121,7 @@ setpriv --pdeathsig KILL -- qemu-system-x86_64 \
     -machine pc,accel=tcg,memory-backend=qemu-ram \
     -object "memory-backend-file,id=qemu-ram,size=$memory,mem-path=$shm,share=on" \
     -kernel "$kernel" -initrd "$initramfs" \
-    -append "console=ttyS0 nokaslr pti=off panic=-1" \
+    -append "console=ttyS0 nokaslr pti=off panic=-1${append:+ $append}" \
     -display none -serial "file:$serial" \
     -qmp "unix:$dir/leechcore.qmp,server=on,wait=off" \
     -qmp "unix:$dir/monitor.qmp,server=on,wait=off" \

@@ -3,8 +3,10 @@
 //! plugin, and memflow's own synchronous stack. Device calls are counted
 //! by LeechCore itself; times are the median of several runs.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -114,8 +116,10 @@ impl Bench {
         bytes: u64,
         mut run: impl FnMut() -> Result<(Duration, u64), Failure>,
     ) -> Result<(), Failure> {
+        progress(workload, method);
         let mut results = Vec::new();
         for _ in 0..self.runs {
+            stop_requested()?;
             results.push(run()?);
         }
         results.sort();
@@ -131,15 +135,93 @@ impl Bench {
     }
 }
 
+/// Whether runs start just after a whole second (see [`wait_for_whole_second`]).
+static ALIGN_RUNS: AtomicBool = AtomicBool::new(false);
+/// How long the last run of the current row took, in ns (`u64::MAX`: no
+/// run yet).
+static LAST_RUN_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Whether the device string asks LeechCore's qemu device for FPGA
+/// emulation (`delay-latency-ns`, `delay-readpage-ns`).
+fn emulates_delays(device: &str) -> bool {
+    device.contains("delay-latency-ns=") || device.contains("delay-readpage-ns=")
+}
+
+/// Makes sure the next run ends within the current second of
+/// `CLOCK_MONOTONIC`, sleeping until just after the next whole second when
+/// it might not.
+///
+/// LeechCore 2.23.3's qemu device emulates an FPGA board by busy-waiting
+/// after each call, and its wait compares only the nanoseconds part of
+/// `CLOCK_MONOTONIC`: a delay that crosses a whole second ends there. A
+/// batch of 4096 pages (86 ms of emulated delay) would be cut short about
+/// one run in twelve, the 64 MiB dump (344 ms) one in three, flattering
+/// exactly the batched rows. A run under a second that starts just after a
+/// whole second never crosses one. The first run of a row always waits;
+/// later runs wait only when twice the previous one does not fit in what is
+/// left of the second.
+fn wait_for_whole_second() {
+    let left = 1_000_000_000 - monotonic_nsec();
+    let last = LAST_RUN_NS.load(Ordering::Relaxed);
+    if last == u64::MAX || left < last.saturating_mul(2).saturating_add(10_000_000) {
+        std::thread::sleep(Duration::from_nanos(left + 1_000_000));
+    }
+}
+
+/// The nanoseconds part of `CLOCK_MONOTONIC` (the clock LeechCore's delay reads).
+fn monotonic_nsec() -> u64 {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    const CLOCK_MONOTONIC: i32 = 1;
+    let mut t = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime is libc's (x86-64 Linux: two 64-bit fields),
+    // writes only into `t`, and cannot fail for CLOCK_MONOTONIC.
+    let rc = unsafe { clock_gettime(CLOCK_MONOTONIC, &mut t) };
+    if rc != 0 {
+        return 0;
+    }
+    (t.tv_nsec as u64).min(999_999_999)
+}
+
+/// Says on a terminal's stderr, in one line rewritten each time, what is
+/// being measured (a run on an emulated FPGA board takes minutes).
+fn progress(workload: &str, method: &str) {
+    LAST_RUN_NS.store(u64::MAX, Ordering::Relaxed);
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2Kmeasuring: {workload} / {method}");
+    }
+}
+
+/// Clears the line [`progress`] wrote.
+fn progress_done() {
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K");
+    }
+}
+
 /// Times `f` and counts the scatter calls it makes on `counter`.
 fn timed(counter: &LeechCore, f: impl FnOnce()) -> (Duration, u64) {
+    if ALIGN_RUNS.load(Ordering::Relaxed) {
+        wait_for_whole_second();
+    }
     let before = counter.call_count(Call::ReadScatter);
     let start = Instant::now();
     f();
-    (
-        start.elapsed(),
-        counter.call_count(Call::ReadScatter) - before,
-    )
+    let elapsed = start.elapsed();
+    LAST_RUN_NS.store(
+        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX - 1),
+        Ordering::Relaxed,
+    );
+    (elapsed, counter.call_count(Call::ReadScatter) - before)
 }
 
 pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
@@ -164,6 +246,7 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
             )
         })?,
     };
+    ALIGN_RUNS.store(emulates_delays(&device), Ordering::Relaxed);
     let mut bench = Bench {
         device,
         plugin_dir,
@@ -176,6 +259,13 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
         Some(at) => Some(write_chains(&bench.device, at)?),
         None => None,
     };
+    // Ctrl-C stops after the run in progress, so the chain region is
+    // restored; a second one exits at once.
+    let _ = ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
     let result = measure_all(&mut bench, args, &mut rng);
     if let (Some(at), Some(original)) = (args.chains_at, saved) {
         let device = LeechCore::open(&DeviceConfig::new(&bench.device))?;
@@ -184,9 +274,28 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
             eprintln!("leechio: could not restore the chain region at {at:#x}");
         }
     }
+    progress_done();
     // What was measured is shown even when a later workload failed.
     print_rows(&bench.rows, args.markdown, cli.json);
-    result.map(|()| ExitCode::SUCCESS)
+    match result {
+        Err(_) if STOP.load(Ordering::SeqCst) => {
+            eprintln!("leechio: bench interrupted; the rows above are what was measured");
+            Ok(ExitCode::from(130))
+        }
+        result => result.map(|()| ExitCode::SUCCESS),
+    }
+}
+
+/// Set by Ctrl-C.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// An error once Ctrl-C was pressed, checked before each run.
+fn stop_requested() -> Result<(), Failure> {
+    if STOP.load(Ordering::SeqCst) {
+        Err(Failure("interrupted".into()))
+    } else {
+        Ok(())
+    }
 }
 
 fn measure_all(
@@ -215,6 +324,10 @@ fn measure_all(
                 })?,
         };
         let kernel = AddressSpace::new(mem.clone(), dtb);
+        // Each mapped piece of RAM once: Linux's espfix area maps one page
+        // 65536 times over 256 MiB, which would otherwise draw half the
+        // random addresses to that one page.
+        let mut seen = std::collections::HashSet::new();
         let ram: Vec<Mapping> = mem
             .block_on(kernel.mappings(0xffff_8000_0000_0000..u64::MAX))
             .mappings
@@ -223,6 +336,7 @@ fn measure_all(
                 map.find(m.pa)
                     .is_some_and(|r| r.contains(m.pa + m.size - 1))
             })
+            .filter(|m| seen.insert((m.pa, m.size)))
             .collect();
         if ram.is_empty() {
             return Err(Failure(format!(
@@ -281,16 +395,13 @@ fn physical(
             .collect();
         let bytes = (READS * size) as u64;
         let mut bufs = vec![vec![0u8; size]; READS];
+        let mut batch = ideal_batch(addrs.iter().map(|&a| (a, size as u64)));
         bench.row(
             workload,
-            "limit: LeechCore scatter, one batch",
+            "limit: LeechCore scatter, one batch, each page once",
             bytes,
             || {
-                let mut entries: Vec<ScatterEntry> = addrs
-                    .iter()
-                    .zip(bufs.iter_mut())
-                    .map(|(&a, b)| ScatterEntry::new(a, b))
-                    .collect();
+                let mut entries = scatter_entries(&mut batch);
                 Ok(timed(device, || device.read_scatter(&mut entries)))
             },
         )?;
@@ -324,6 +435,31 @@ fn physical(
         })?;
     }
     Ok(())
+}
+
+/// The fewest scatter entries that read every byte of `reads` (address and
+/// length, none crossing a page): one per page, spanning that page's reads,
+/// each with its buffer. What a hand-made ideal batch sends: a page wanted
+/// twice is read once (the engine does the same), and LeechCore's FPGA
+/// emulation charges per entry.
+fn ideal_batch(reads: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, Vec<u8>)> {
+    let mut pages: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    for (addr, len) in reads {
+        let span = pages.entry(addr & !0xfff).or_insert((addr, addr + len));
+        span.0 = span.0.min(addr);
+        span.1 = span.1.max(addr + len);
+    }
+    pages
+        .into_values()
+        .map(|(start, end)| (start, vec![0u8; (end - start) as usize]))
+        .collect()
+}
+
+fn scatter_entries(batch: &mut [(u64, Vec<u8>)]) -> Vec<ScatterEntry<'_>> {
+    batch
+        .iter_mut()
+        .map(|(addr, buf)| ScatterEntry::new(*addr, buf))
+        .collect()
 }
 
 /// Writes 64 chains of 8 pointers into 2 MiB at `at` (each hop on its own
@@ -506,17 +642,13 @@ fn engine_virtual(
             mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
         }))
     })?;
-    let mut bufs = vec![[0u8; 8]; READS];
+    let mut batch = ideal_batch(pas.iter().map(|&pa| (pa, 8)));
     bench.row(
         WARM,
-        "limit: LeechCore scatter of the translated addresses",
+        "limit: one LeechCore scatter of the translated pages",
         bytes,
         || {
-            let mut entries: Vec<ScatterEntry> = pas
-                .iter()
-                .zip(bufs.iter_mut())
-                .map(|(&a, b)| ScatterEntry::new(a, b))
-                .collect();
+            let mut entries = scatter_entries(&mut batch);
             Ok(timed(device, || device.read_scatter(&mut entries)))
         },
     )
@@ -552,13 +684,17 @@ fn memflow_virtual(bench: &mut Bench, dtb: u64, vas: &[u64]) -> Result<(), Failu
     ];
     for (method, read) in methods {
         // A new instance per run is cold; one instance kept is warm.
+        progress(COLD, method);
         let mut cold = Vec::new();
         for _ in 0..bench.runs {
+            stop_requested()?;
             let p = bench.plugin(true)?;
             let mut v = virtual_dma(&p, dtb);
             cold.push(timed(&p.counter, || read(&mut v, vas, &mut bufs)));
         }
         push_median(bench, COLD, method, bytes, cold);
+        progress(WARM, method);
+        stop_requested()?;
         let p = bench.plugin(true)?;
         let mut v = virtual_dma(&p, dtb);
         read(&mut v, vas, &mut bufs);
@@ -636,22 +772,19 @@ fn engine_dump(
 }
 
 fn memflow_dump(bench: &mut Bench, dtb: u64, m: Mapping) -> Result<(), Failure> {
+    let method = "memflow VirtualDma: one read_raw_into, cold";
+    progress(&dump_workload(&m), method);
     let mut buf = vec![0u8; m.size as usize];
     let mut runs = Vec::new();
     for _ in 0..bench.runs {
+        stop_requested()?;
         let p = bench.plugin(true)?;
         let mut v = virtual_dma(&p, dtb);
         runs.push(timed(&p.counter, || {
             let _ = v.read_raw_into(Address::from(m.va), &mut buf);
         }));
     }
-    push_median(
-        bench,
-        &dump_workload(&m),
-        "memflow VirtualDma: one read_raw_into, cold",
-        m.size,
-        runs,
-    );
+    push_median(bench, &dump_workload(&m), method, m.size, runs);
     Ok(())
 }
 
@@ -665,11 +798,18 @@ fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
     }
     let mut rows: Vec<&Row> = rows.iter().collect();
     rows.sort_by_key(|r| order.iter().position(|w| *w == r.workload));
+    // The rows each one is compared with: the limit (throughput, as a
+    // share of the limit's) and memflow's read-by-read code (speed-up).
+    let find = |workload: &str, method: &str| {
+        rows.iter()
+            .find(|r| r.workload == workload && r.method.contains(method))
+            .map(|r| r.time.as_secs_f64())
+    };
     if markdown {
-        println!("| workload | method | device calls | median time | MB/s |");
-        println!("|---|---|---:|---:|---:|");
+        println!("| workload | method | device calls | median time | MB/s | of the limit | vs read by read |");
+        println!("|---|---|---:|---:|---:|---:|---:|");
     }
-    for r in rows {
+    for r in &rows {
         let ms = r.time.as_secs_f64() * 1e3;
         let mbs = r.bytes as f64 / r.time.as_secs_f64() / 1e6;
         if json_output {
@@ -678,15 +818,38 @@ fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
                 json!({"workload": r.workload, "method": r.method, "calls": r.calls, "ms": ms, "bytes": r.bytes})
             );
         } else if markdown {
+            let secs = r.time.as_secs_f64();
+            let of_limit = find(&r.workload, "limit")
+                .map_or("".into(), |limit| format!("{:.0}%", limit / secs * 100.0));
+            let speedup = find(&r.workload, "read by read")
+                .map_or("".into(), |slow| format!("{:.1}x", slow / secs));
             println!(
-                "| {} | {} | {} | {ms:.2} ms | {mbs:.1} |",
-                r.workload, r.method, r.calls
+                "| {} | {} | {} | {ms:.2} ms | {} | {of_limit} | {speedup} |",
+                r.workload,
+                r.method,
+                r.calls,
+                three_digits(mbs)
             );
         } else {
             println!(
-                "{:<44} {:<54} {:>6} calls {:>10.2} ms {:>9.1} MB/s",
-                r.workload, r.method, r.calls, ms, mbs
+                "{:<44} {:<54} {:>6} calls {:>10.2} ms {:>9} MB/s",
+                r.workload,
+                r.method,
+                r.calls,
+                ms,
+                three_digits(mbs)
             );
         }
+    }
+}
+
+/// A throughput with at least three significant digits (8-byte reads over
+/// an emulated board run at a few hundredths of a MB/s).
+fn three_digits(x: f64) -> String {
+    match x {
+        x if x >= 100.0 => format!("{x:.0}"),
+        x if x >= 10.0 => format!("{x:.1}"),
+        x if x >= 1.0 => format!("{x:.2}"),
+        x => format!("{x:.3}"),
     }
 }

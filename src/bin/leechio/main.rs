@@ -307,7 +307,7 @@ fn translate(cli: &Cli, vas: &[u64], dtb: u64) -> Result<ExitCode, Failure> {
         println!("{head}");
         for (name, entry) in LEVEL_NAMES.iter().zip(entries) {
             if let Some(e) = entry {
-                println!("    {name}  {e:#018x}");
+                println!("    {name:<5}  {e:#018x}");
             }
         }
     }
