@@ -71,6 +71,29 @@ impl ProcessWatch {
     }
 }
 
+/// Sleeps, when needed, until the current second of `CLOCK_MONOTONIC` has
+/// `needed` left.
+///
+/// LeechCore 2.23.3's qemu device emulates an FPGA board's delays
+/// (`delay-latency-ns`, `delay-readpage-ns`) by busy-waiting on the
+/// nanoseconds part of `CLOCK_MONOTONIC` alone, so a delay that crosses a
+/// whole second ends there. Timings of emulated delays shorter than a
+/// second are exact when they start after this.
+pub fn fit_emulated_delay(needed: Duration) {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes only into `now`; cannot fail for CLOCK_MONOTONIC.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) } != 0 {
+        return;
+    }
+    let left = Duration::from_nanos(1_000_000_000 - now.tv_nsec.clamp(0, 999_999_999) as u64);
+    if left < needed {
+        std::thread::sleep(left + Duration::from_millis(1));
+    }
+}
+
 /// The running QEMU whose guest RAM is `/dev/shm/<shm>`, if any.
 pub fn qemu_serving(shm: &str) -> Option<QemuGuest> {
     qemu_guests().into_iter().find(|g| g.shm == shm)

@@ -161,35 +161,14 @@ fn emulates_delays(device: &str) -> bool {
 /// later runs wait only when twice the previous one does not fit in what is
 /// left of the second.
 fn wait_for_whole_second() {
-    let left = 1_000_000_000 - monotonic_nsec();
     let last = LAST_RUN_NS.load(Ordering::Relaxed);
-    if last == u64::MAX || left < last.saturating_mul(2).saturating_add(10_000_000) {
-        std::thread::sleep(Duration::from_nanos(left + 1_000_000));
-    }
-}
-
-/// The nanoseconds part of `CLOCK_MONOTONIC` (the clock LeechCore's delay reads).
-fn monotonic_nsec() -> u64 {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-    }
-    const CLOCK_MONOTONIC: i32 = 1;
-    let mut t = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
+    let needed = if last == u64::MAX {
+        // Unknown length: start at the next whole second.
+        Duration::from_millis(999)
+    } else {
+        Duration::from_nanos(last.saturating_mul(2).saturating_add(10_000_000))
     };
-    // SAFETY: clock_gettime is libc's (x86-64 Linux: two 64-bit fields),
-    // writes only into `t`, and cannot fail for CLOCK_MONOTONIC.
-    let rc = unsafe { clock_gettime(CLOCK_MONOTONIC, &mut t) };
-    if rc != 0 {
-        return 0;
-    }
-    (t.tv_nsec as u64).min(999_999_999)
+    leechio::targets::fit_emulated_delay(needed);
 }
 
 /// Says on a terminal's stderr, in one line rewritten each time, what is
