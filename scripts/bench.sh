@@ -46,53 +46,11 @@ fi
 say() { printf '[bench] %s\n' "$*" >&2; }
 die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 
-# One QMP command on the guest's monitor socket: `qmp SOCKET hmp 'info registers'`
-# (a human monitor command; prints its text) or `qmp SOCKET COMMAND JSON-ARGS`.
-qmp() {
-    python3 - "$@" <<'EOF'
-import json, socket, sys
-path, command, arg = sys.argv[1:4]
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(300)
-s.connect(path)
-f = s.makefile("rw")
-def reply():
-    while True:
-        line = f.readline()
-        if not line:
-            sys.exit("QMP: connection closed")
-        msg = json.loads(line)
-        if "event" not in msg:
-            return msg
-def execute(name, args):
-    f.write(json.dumps({"execute": name, "arguments": args}) + "\n")
-    f.flush()
-    msg = reply()
-    if "error" in msg:
-        sys.exit("QMP %s: %s" % (name, msg["error"].get("desc", msg["error"])))
-    return msg["return"]
-reply()  # greeting
-execute("qmp_capabilities", {})
-if command == "hmp":
-    sys.stdout.write(execute("human-monitor-command", {"command-line": arg}).replace("\r\n", "\n"))
-else:
-    execute(command, json.loads(arg))
-EOF
-}
+# shellcheck source=scripts/guest-lib.sh
+. scripts/guest-lib.sh
 
 name=leechio-bench-$$
 work=$(mktemp -d "${TMPDIR:-/tmp}/leechio-bench.XXXXXX")
-guest_pid=
-guest_in=
-
-stop_guest() {
-    [ -n "$guest_pid" ] || return 0
-    echo stop >&"$guest_in" 2>/dev/null || true
-    for _ in $(seq 150); do kill -0 "$guest_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -TERM "$guest_pid" 2>/dev/null || true
-    wait "$guest_pid" 2>/dev/null || true
-    guest_pid=
-}
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM HUP
@@ -116,21 +74,7 @@ cargo build --release -p leechio --bin leechio
 leechio=target/release/leechio
 
 say "booting a $MEMORY guest (scripts/guest.sh)"
-coproc GUEST { exec scripts/guest.sh --memory "$MEMORY" --name "$name" --dir "$work/guest" --append "memmap=2M\$$CHAINS_AT"; }
-guest_pid=$GUEST_PID
-guest_in=${GUEST[1]}
-guest_out=${GUEST[0]}
-device= monitor= serial=
-while :; do
-    IFS= read -r -t 180 line <&"$guest_out" || die "the guest did not start"
-    case $line in
-        device=*) device=${line#device=} ;;
-        monitor=*) monitor=${line#monitor=} ;;
-        serial=*) serial=${line#serial=} ;;
-        ready) break ;;
-        "qemu exited"*) die "QEMU exited during boot" ;;
-    esac
-done
+boot_guest --memory "$MEMORY" --append "memmap=2M\$$CHAINS_AT"
 
 # The kernel's own page table: init_top_pgt's address (the guest prints it
 # from /proc/kallsyms), translated by QEMU.

@@ -34,53 +34,11 @@ show() {
 }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
-# One QMP command on the guest's monitor socket: `qmp SOCKET hmp 'info registers'`
-# (a human monitor command; prints its text) or `qmp SOCKET COMMAND JSON-ARGS`.
-qmp() {
-    python3 - "$@" <<'EOF'
-import json, socket, sys
-path, command, arg = sys.argv[1:4]
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(120)
-s.connect(path)
-f = s.makefile("rw")
-def reply():
-    while True:
-        line = f.readline()
-        if not line:
-            sys.exit("QMP: connection closed")
-        msg = json.loads(line)
-        if "event" not in msg:
-            return msg
-def execute(name, args):
-    f.write(json.dumps({"execute": name, "arguments": args}) + "\n")
-    f.flush()
-    msg = reply()
-    if "error" in msg:
-        sys.exit("QMP %s: %s" % (name, msg["error"].get("desc", msg["error"])))
-    return msg["return"]
-reply()  # greeting
-execute("qmp_capabilities", {})
-if command == "hmp":
-    sys.stdout.write(execute("human-monitor-command", {"command-line": arg}).replace("\r\n", "\n"))
-else:
-    execute(command, json.loads(arg))
-EOF
-}
+# shellcheck source=scripts/guest-lib.sh
+. scripts/guest-lib.sh
 
 name=leechio-demo-$$
 work=$(mktemp -d "${TMPDIR:-/tmp}/leechio-demo.XXXXXX")
-guest_pid=
-guest_in=
-
-stop_guest() {
-    [ -n "$guest_pid" ] || return 0
-    echo stop >&"$guest_in" 2>/dev/null || true
-    for _ in $(seq 150); do kill -0 "$guest_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -TERM "$guest_pid" 2>/dev/null || true
-    wait "$guest_pid" 2>/dev/null || true
-    guest_pid=
-}
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM HUP
@@ -120,20 +78,7 @@ leechio=target/release/leechio
 
 announce "Boot a Linux guest" \
     "A 256 MiB virtual machine (scripts/guest.sh): Debian's kernel and a shell that sleeps. Its RAM is the file /dev/shm/$name, which LeechCore's qemu device maps to read and write it live; QEMU's monitor, a control socket, is our independent check. The kernel is told to leave 2 MiB at $CHAINS_AT alone (memmap=) so the benchmark can write there."
-coproc GUEST { exec scripts/guest.sh --name "$name" --dir "$work/guest" --append "memmap=2M\$$CHAINS_AT"; }
-guest_pid=$GUEST_PID
-guest_in=${GUEST[1]}
-guest_out=${GUEST[0]}
-device= monitor=
-while :; do
-    IFS= read -r -t 180 line <&"$guest_out" || die "the guest did not start (see above)"
-    case $line in
-        device=*) device=${line#device=} ;;
-        monitor=*) monitor=${line#monitor=} ;;
-        ready) break ;;
-        "qemu exited"*) die "QEMU exited during boot" ;;
-    esac
-done
+boot_guest --append "memmap=2M\$$CHAINS_AT"
 echo "The guest runs. LeechCore device string: $device"
 
 announce "leechio info: what LeechCore sees" \
