@@ -161,9 +161,9 @@ pub struct Limits {
     pub max_len: usize,
     /// Smallest byte count of one entry.
     pub min_len: usize,
-    /// Alignment of address and byte count.
+    /// Alignment of address and byte count (a power of two).
     pub align: u64,
-    /// No entry may cross a multiple of this.
+    /// No entry may cross a multiple of this (a power of two).
     pub page_size: u64,
     /// Most entries in one call.
     pub max_entries: usize,

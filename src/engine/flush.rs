@@ -12,13 +12,15 @@
 //! the device's entry limit is exceeded).
 
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 
 use super::outcome::{Failure, Fragment};
 use super::queue::{Kind, Queue, State};
 use crate::backend::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
 
 /// A request of this flush. Its buffer is lent for the flush: an engine
-/// slot's buffer (kept in `Flusher::owned`) or a synchronous caller's.
+/// slot's buffer (which stays in the slot: an in-flight slot's buffer is
+/// touched by nobody else) or a synchronous caller's.
 struct Req {
     /// Slot key (queued requests) or operation index (synchronous batches).
     key: u32,
@@ -106,8 +108,6 @@ struct Group {
 #[derive(Default)]
 pub(crate) struct Flusher {
     reqs: Vec<Req>,
-    /// Buffers of queued requests, lent to `reqs` for the flush.
-    owned: Vec<Vec<u8>>,
     pieces: Vec<Piece>,
     order: Vec<u32>,
     groups: Vec<Group>,
@@ -149,24 +149,21 @@ impl Flusher {
         self.begin_batch();
         let pending = std::mem::take(&mut queue.pending);
         for &key in &pending {
-            let slot = queue.slot(key);
-            if slot.state == State::Cancelled {
+            if queue.state(key) == State::Cancelled {
                 queue.release(key);
                 continue;
             }
-            slot.state = State::InFlight;
-            // The buffer's heap block does not move with the Vec.
-            let mut data = std::mem::take(&mut slot.data);
+            queue.set_state(key, State::InFlight);
+            let body = queue.body(key);
             self.reqs.push(Req {
                 key,
-                kind: slot.kind,
-                addr: slot.addr,
-                len: slot.len,
-                ptr: data.as_mut_ptr(),
-                record: slot.record,
+                kind: body.kind,
+                addr: body.addr,
+                len: body.len,
+                ptr: body.data.as_mut_ptr(),
+                record: body.record,
                 round: 0,
             });
-            self.owned.push(data);
         }
         // Give the (now empty) list back so its capacity is reused.
         let mut pending = pending;
@@ -178,7 +175,6 @@ impl Flusher {
     /// Starts a synchronous batch: requests lent by the caller, not queued.
     pub fn begin_batch(&mut self) {
         self.reqs.clear();
-        self.owned.clear();
         self.failed.clear();
         self.fragments.clear();
     }
@@ -220,14 +216,20 @@ impl Flusher {
             requests: self.reqs.len(),
             ..Default::default()
         };
-        self.cut_pieces(limits.page_size, backend.max_address());
-        let rounds = self.assign_rounds(&limits);
+        let Some(shape) = Shape::new(&limits) else {
+            self.fail_all(PageError::InvalidEntry(
+                "the device's page size or alignment is not a power of two",
+            ));
+            return stats;
+        };
+        self.cut_pieces(&shape, backend.max_address());
+        let rounds = self.assign_rounds(&shape);
         let read_only = backend.read_only();
         for round in 0..rounds {
             let write_calls =
-                self.run_writes(backend, &limits, max_entries, round, read_only, &mut stats);
+                self.run_writes(backend, &shape, max_entries, round, read_only, &mut stats);
             stats.write_calls += write_calls;
-            stats.read_calls += self.run_reads(backend, &limits, max_entries, round);
+            stats.read_calls += self.run_reads(backend, &shape, max_entries, round);
         }
         self.collect_results();
         stats
@@ -270,28 +272,28 @@ impl Flusher {
             self.failed.iter().peekable(),
             self.fragments.iter().peekable(),
         );
-        for (ri, (req, data)) in self.reqs.drain(..).zip(self.owned.drain(..)).enumerate() {
+        for (ri, req) in self.reqs.drain(..).enumerate() {
             let ri = ri as u32;
-            let slot = queue.slot(req.key);
-            slot.data = data;
+            let abandoned = queue.state(req.key) == State::Abandoned;
+            let body = queue.body(req.key);
             while let Some((_, f)) = failed.next_if(|(r, _)| *r == ri) {
-                slot.failures.push(*f);
+                body.failures.push(*f);
             }
             while let Some((_, f)) = fragments.next_if(|(r, _)| *r == ri) {
-                slot.fragments.push(*f);
+                body.fragments.push(*f);
             }
-            if slot.state == State::Abandoned {
-                queue.release(req.key);
-                continue;
-            }
-            slot.state = State::Done;
-            if let Some(waker) = &slot.waker {
-                // Futures joined in one task share one waker: wake it once.
-                if !last_woken.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                    waker.wake_by_ref();
-                    last_woken = Some(waker.clone());
+            if !abandoned {
+                if let Some(waker) = &body.waker {
+                    // Futures joined in one task share one waker: wake it
+                    // once. A woken future that polls before `complete`
+                    // below waits for the queue lock, so no wake is lost.
+                    if !last_woken.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                        waker.wake_by_ref();
+                        last_woken = Some(waker.clone());
+                    }
                 }
             }
+            queue.complete(req.key);
         }
         self.failed.clear();
         self.fragments.clear();
@@ -299,7 +301,7 @@ impl Flusher {
 
     /// Cuts every request into page pieces; bytes past the device's end or
     /// past the end of the address space fail here, without an entry.
-    fn cut_pieces(&mut self, page_size: u64, max_address: u64) {
+    fn cut_pieces(&mut self, shape: &Shape, max_address: u64) {
         self.pieces.clear();
         for (ri, req) in self.reqs.iter().enumerate() {
             let mut offset = 0usize;
@@ -318,7 +320,7 @@ impl Flusher {
                         .push(piece(0, rest, Err(PageError::AddressOverflow)));
                     break;
                 };
-                let to_page_end = page_size - addr % page_size;
+                let to_page_end = shape.to_page_end(addr);
                 let mut len =
                     (req.len - offset).min(usize::try_from(to_page_end).unwrap_or(usize::MAX));
                 let result = if addr >= max_address {
@@ -341,7 +343,7 @@ impl Flusher {
     /// earlier read of its pages; a read conflicts with earlier writes whose
     /// windows overlap its bytes. Writes of a round run before its reads, so
     /// a read may share the round of the writes it must see.
-    fn assign_rounds(&mut self, limits: &Limits) -> u32 {
+    fn assign_rounds(&mut self, shape: &Shape) -> u32 {
         if self.reqs.iter().all(|r| r.kind == Kind::Read) {
             return 1;
         }
@@ -363,7 +365,7 @@ impl Flusher {
             };
             let span = |p: &Piece| match req.kind {
                 Kind::Write => {
-                    let (start, len) = window(limits, p.addr, p.len);
+                    let (start, len) = window(shape, p.addr, p.len);
                     (start, start + len as u64)
                 }
                 Kind::Read => (p.addr, p.addr + p.len as u64),
@@ -371,7 +373,7 @@ impl Flusher {
             let mut round = 0;
             for p in issued() {
                 let (start, end) = span(p);
-                let Some(page) = self.pages.get(&(start / limits.page_size)) else {
+                let Some(page) = self.pages.get(&(shape.page(start))) else {
                     continue;
                 };
                 if req.kind == Kind::Write {
@@ -394,13 +396,10 @@ impl Flusher {
             rounds = rounds.max(round + 1);
             for p in issued() {
                 let (start, end) = span(p);
-                let page = self
-                    .pages
-                    .entry(start / limits.page_size)
-                    .or_insert(PageRounds {
-                        reads_until: 0,
-                        writes: NO_SPAN,
-                    });
+                let page = self.pages.entry(shape.page(start)).or_insert(PageRounds {
+                    reads_until: 0,
+                    writes: NO_SPAN,
+                });
                 match req.kind {
                     Kind::Read => page.reads_until = page.reads_until.max(round + 1),
                     Kind::Write => {
@@ -422,7 +421,7 @@ impl Flusher {
     fn run_reads(
         &mut self,
         backend: &dyn Backend,
-        limits: &Limits,
+        shape: &Shape,
         max_entries: usize,
         round: u32,
     ) -> usize {
@@ -444,22 +443,31 @@ impl Flusher {
         let mut scratch_len = 0usize;
         for &pi in &self.order {
             let p = &mut self.pieces[pi as usize];
-            let (start, len) = window(limits, p.addr, p.len);
-            let page = start / limits.page_size;
+            let (start, len) = window(shape, p.addr, p.len);
+            let page = shape.page(start);
             // Few pieces: a scan beats clearing a large hash map.
-            let shared = if self.order.len() <= SMALL_FLUSH {
+            let small = self.order.len() <= SMALL_FLUSH;
+            // (Large flushes: one hash lookup, which maps a new page to
+            // the group pushed below.)
+            let shared = if small {
                 self.groups
                     .iter()
-                    .rposition(|g| g.addr / limits.page_size == page)
+                    .rposition(|g| shape.page(g.addr) == page)
                     .map(|i| i as u32)
             } else {
-                self.page_groups.get(&page).copied()
+                match self.page_groups.entry(page) {
+                    Entry::Occupied(e) => Some(*e.get()),
+                    Entry::Vacant(e) => {
+                        e.insert(self.groups.len() as u32);
+                        None
+                    }
+                }
             };
             if let Some(gi) = shared {
                 let g = &mut self.groups[gi as usize];
                 let lo = g.addr.min(start);
                 let hi = (g.addr + g.len as u64).max(start + len as u64);
-                if (hi - lo) as usize <= limits.max_len {
+                if (hi - lo) as usize <= shape.max_len {
                     // Several pieces share this entry: through scratch.
                     g.scratch.get_or_insert(0);
                     g.addr = lo;
@@ -477,7 +485,8 @@ impl Flusher {
                 piece: pi,
                 result: Err(PageError::NotIssued),
             });
-            if self.order.len() > SMALL_FLUSH {
+            if !small && shared.is_some() {
+                // The page's entry was full: later pieces join this one.
                 self.page_groups.insert(page, gi);
             }
             p.group = gi;
@@ -549,7 +558,7 @@ impl Flusher {
     fn run_writes(
         &mut self,
         backend: &dyn Backend,
-        limits: &Limits,
+        shape: &Shape,
         max_entries: usize,
         round: u32,
         read_only: bool,
@@ -577,7 +586,7 @@ impl Flusher {
         let mut scratch_len = 0;
         for &pi in &self.order {
             let p = &mut self.pieces[pi as usize];
-            let (start, len) = window(limits, p.addr, p.len);
+            let (start, len) = window(shape, p.addr, p.len);
             if start != p.addr || len != p.len {
                 p.group = self.groups.len() as u32;
                 self.groups.push(Group {
@@ -690,19 +699,50 @@ impl Flusher {
 
 /// The smallest legal entry that covers `len` bytes at `addr` (which lie
 /// inside one page).
-fn window(limits: &Limits, addr: u64, len: usize) -> (u64, usize) {
-    let page_start = addr - addr % limits.page_size;
-    let mut start = addr - addr % limits.align;
-    let mut end = (addr + len as u64).next_multiple_of(limits.align);
-    if end - start < limits.min_len as u64 {
-        end = start + limits.min_len as u64;
-        let page_end = page_start + limits.page_size;
+fn window(shape: &Shape, addr: u64, len: usize) -> (u64, usize) {
+    let mut start = addr & !shape.align_mask;
+    let mut end = (addr + len as u64 + shape.align_mask) & !shape.align_mask;
+    if end - start < shape.min_len as u64 {
+        end = start + shape.min_len as u64;
+        let page_end = (addr & !shape.page_mask) + shape.page_mask + 1;
         if end > page_end {
             end = page_end;
-            start = page_end - limits.min_len as u64;
+            start = page_end - shape.min_len as u64;
         }
     }
     (start, (end - start) as usize)
+}
+
+/// A device's [`Limits`] with its page size and alignment as masks (both
+/// are powers of two), since a flush divides by them for every piece.
+struct Shape {
+    page_mask: u64,
+    page_shift: u32,
+    align_mask: u64,
+    min_len: usize,
+    max_len: usize,
+}
+
+impl Shape {
+    fn new(limits: &Limits) -> Option<Shape> {
+        (limits.page_size.is_power_of_two() && limits.align.is_power_of_two()).then(|| Shape {
+            page_mask: limits.page_size - 1,
+            page_shift: limits.page_size.trailing_zeros(),
+            align_mask: limits.align - 1,
+            min_len: limits.min_len,
+            max_len: limits.max_len,
+        })
+    }
+
+    /// The number of the page holding `addr`.
+    fn page(&self, addr: u64) -> u64 {
+        addr >> self.page_shift
+    }
+
+    /// Bytes from `addr` to the end of its page.
+    fn to_page_end(&self, addr: u64) -> u64 {
+        self.page_mask + 1 - (addr & self.page_mask)
+    }
 }
 
 #[cfg(test)]
@@ -712,14 +752,15 @@ mod tests {
     #[test]
     fn windows_are_legal_and_cover_the_piece() {
         let l = Limits::LEECHCORE;
-        assert_eq!(window(&l, 0x1000, 0x1000), (0x1000, 0x1000));
-        assert_eq!(window(&l, 0x1001, 2), (0x1000, 8));
-        assert_eq!(window(&l, 0x1ffe, 2), (0x1ff8, 8));
-        assert_eq!(window(&l, 0x1ffd, 3), (0x1ff8, 8));
-        assert_eq!(window(&l, 0x1003, 9), (0x1000, 12));
+        let shape = Shape::new(&l).unwrap();
+        assert_eq!(window(&shape, 0x1000, 0x1000), (0x1000, 0x1000));
+        assert_eq!(window(&shape, 0x1001, 2), (0x1000, 8));
+        assert_eq!(window(&shape, 0x1ffe, 2), (0x1ff8, 8));
+        assert_eq!(window(&shape, 0x1ffd, 3), (0x1ff8, 8));
+        assert_eq!(window(&shape, 0x1003, 9), (0x1000, 12));
         for addr in 0x1000..0x1010u64 {
             for len in 1..=(0x2000 - addr as usize).min(40) {
-                let (s, n) = window(&l, addr, len);
+                let (s, n) = window(&shape, addr, len);
                 assert_eq!(l.check(s, n), Ok(()), "{addr:#x}+{len}");
                 assert!(s <= addr && s + n as u64 >= addr + len as u64);
             }

@@ -7,17 +7,24 @@
 //! flushes: it takes the whole queue, makes the fewest backend calls that
 //! keep program order, completes every piece and wakes the waiters whose
 //! requests completed. The flush runs on the polling thread: no thread hop.
+//!
+//! The queue lock is not taken per request where it can be avoided: a
+//! future polled by a driver on the driver's own thread queues its request
+//! in the driver's staging (slots reserved in advance), which joins the
+//! queue, in order, before the driver flushes; and a future collects its
+//! finished request through the slot's atomic state (see `queue`).
 
 mod flush;
 mod outcome;
 mod queue;
 mod request;
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 
@@ -30,7 +37,7 @@ pub use request::{Fragments, Read, ReadOwned, ReadVal, Write, WriteOwned};
 
 use crate::backend::Backend;
 use flush::Flusher;
-use queue::{Kind, Queue};
+use queue::{Kind, NewRequest, Queue, SlotRef, Staging};
 
 /// What a synchronous batch ([`Memory::read_now`], [`Memory::write_now`])
 /// did: the failed byte ranges of each operation, and the calls it made.
@@ -91,7 +98,13 @@ struct Shared {
     queue: Mutex<Queue>,
     /// One flush at a time, so requests of two flushes never reorder.
     flusher: Mutex<Flusher>,
+    /// Tells engines apart in a thread's cached staging (an address could
+    /// be reused by a later engine).
+    id: u64,
 }
+
+/// The next engine's `Shared::id`.
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Physical memory behind a [`Backend`], read and written through futures
 /// that are batched automatically. Cheap to clone; clones share one queue.
@@ -131,6 +144,7 @@ impl Memory {
                 config,
                 queue: Mutex::default(),
                 flusher: Mutex::default(),
+                id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
             }),
         }
     }
@@ -236,40 +250,20 @@ impl Memory {
     /// was queued. Drivers call this; call it yourself only when driving
     /// futures by hand.
     pub fn flush(&self) -> Option<FlushStats> {
-        let mut flusher = self
-            .shared
-            .flusher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if !flusher.take(&mut self.queue()) {
-            return None;
-        }
-        let max_entries = self.shared.config.max_entries_per_call;
-        let run = catch_unwind(AssertUnwindSafe(|| {
-            flusher.run(&*self.shared.backend, max_entries)
-        }));
-        if run.is_err() {
-            // Every waiter still gets its request back, failed, so nothing
-            // hangs and no unread byte passes for read.
-            flusher.fail_all(crate::PageError::NotIssued);
-        }
-        flusher.finish(&mut self.queue());
-        match run {
-            Ok(stats) => Some(stats),
-            Err(panic) => resume_unwind(panic),
-        }
+        self.flush_staged(&mut Staging::default())
     }
 
     /// Runs `future` to completion on this thread, flushing whenever it
     /// waits.
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         let mut future = pin!(future);
+        let mut lease = self.lease_staging();
         THREAD_WAKER.with(|(notify, waker)| {
             let mut cx = Context::from_waker(waker);
             let mut repolls = 0;
             loop {
                 notify.woken.store(false, Ordering::Release);
-                if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                if let Poll::Ready(out) = lease.run(|| future.as_mut().poll(&mut cx)) {
                     return out;
                 }
                 // Woken while being polled: it can still make progress (a
@@ -280,7 +274,7 @@ impl Memory {
                     continue;
                 }
                 repolls = 0;
-                if self.flush().is_some() {
+                if lease.flush().is_some() {
                     continue;
                 }
                 // Nothing queued: the future waits on another thread's
@@ -300,6 +294,7 @@ impl Memory {
         Driven {
             mem: self,
             waker: None,
+            staging: None,
             future,
         }
     }
@@ -318,10 +313,164 @@ impl Memory {
     }
 
     fn queue(&self) -> MutexGuard<'_, Queue> {
-        // Queue operations do not panic midway; a poisoned lock holds a
-        // consistent queue.
-        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner())
+        queue::lock(&self.shared.queue)
     }
+
+    /// Queues a request: into the staging of the driver polling on this
+    /// thread, if it drives this engine, else straight into the queue.
+    fn submit(&self, req: NewRequest<'_>, fill: impl FnOnce(&mut [u8])) -> SlotRef {
+        let (shared, staging) = STAGING.get();
+        if std::ptr::eq(shared, Arc::as_ptr(&self.shared)) {
+            // SAFETY: the context is set only while its driver polls on
+            // this thread, and the driver does not touch the staging then.
+            let staging = unsafe { &mut *staging };
+            return staging.submit(&self.shared.queue, req, fill);
+        }
+        self.queue().submit(req, fill)
+    }
+
+    /// A staging for a driver of this engine: the one this thread keeps
+    /// (with the slots it reserved), or one from the queue.
+    fn lease_staging(&self) -> StagingLease<'_> {
+        let cached = KEPT_STAGING.with(|kept| {
+            let mut kept = kept.borrow_mut();
+            match &mut *kept {
+                Some(k) if k.id == self.shared.id => k.staging.take(),
+                _ => None,
+            }
+        });
+        StagingLease {
+            mem: self,
+            staging: cached.unwrap_or_else(|| self.queue().lend_staging()),
+        }
+    }
+
+    /// Like [`Memory::flush`], sending `staging`'s requests first.
+    fn flush_staged(&self, staging: &mut Staging) -> Option<FlushStats> {
+        let mut flusher = self
+            .shared
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        {
+            let mut queue = self.queue();
+            queue.publish(staging);
+            if !flusher.take(&mut queue) {
+                return None;
+            }
+        }
+        let max_entries = self.shared.config.max_entries_per_call;
+        let run = catch_unwind(AssertUnwindSafe(|| {
+            flusher.run(&*self.shared.backend, max_entries)
+        }));
+        if run.is_err() {
+            // Every waiter still gets its request back, failed, so nothing
+            // hangs and no unread byte passes for read.
+            flusher.fail_all(crate::PageError::NotIssued);
+        }
+        flusher.finish(&mut self.queue());
+        match run {
+            Ok(stats) => Some(stats),
+            Err(panic) => resume_unwind(panic),
+        }
+    }
+}
+
+thread_local! {
+    /// The engine whose driver is polling on this thread, and its staging.
+    static STAGING: Cell<(*const Shared, *mut Staging)> =
+        const { Cell::new((std::ptr::null(), std::ptr::null_mut())) };
+}
+
+/// A driver's staging, returned to the queue (with anything still staged)
+/// when the driver is done or unwinds.
+struct StagingLease<'m> {
+    mem: &'m Memory,
+    staging: Staging,
+}
+
+impl StagingLease<'_> {
+    /// Runs `poll` with this staging as the thread's context. An outer
+    /// context's staged requests join their queue first: whatever the
+    /// inner driver flushes comes after them in program order.
+    fn run<R>(&mut self, poll: impl FnOnce() -> R) -> R {
+        let outer = STAGING.get();
+        if !outer.0.is_null() {
+            // SAFETY: the outer context's driver is up the stack, inside
+            // its own `run`, so both pointers are alive.
+            let (shared, staging) = unsafe { (&*outer.0, &mut *outer.1) };
+            queue::lock(&shared.queue).publish(staging);
+        }
+        struct Restore((*const Shared, *mut Staging));
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                STAGING.set(self.0);
+            }
+        }
+        let _restore = Restore(outer);
+        STAGING.set((Arc::as_ptr(&self.mem.shared), &mut self.staging));
+        poll()
+    }
+
+    /// Flushes the queue with this staging's requests.
+    fn flush(&mut self) -> Option<FlushStats> {
+        self.mem.flush_staged(&mut self.staging)
+    }
+}
+
+impl Drop for StagingLease<'_> {
+    fn drop(&mut self) {
+        let mut staging = std::mem::take(&mut self.staging);
+        if staging.has_staged() {
+            self.mem.queue().publish(&mut staging);
+        }
+        let shared = &self.mem.shared;
+        // Kept for this thread's next driver, unless the thread is exiting
+        // or keeps another staging of this engine (a nested driver's).
+        let _ = KEPT_STAGING.try_with(|kept| {
+            let mut kept = kept.borrow_mut();
+            match &mut *kept {
+                Some(k) if k.id == shared.id => {
+                    if k.staging.is_none() {
+                        k.staging = Some(std::mem::take(&mut staging));
+                    }
+                }
+                _ => {
+                    // Another engine's staging goes back to its queue.
+                    *kept = Some(KeptStaging {
+                        id: shared.id,
+                        engine: Arc::downgrade(shared),
+                        staging: Some(std::mem::take(&mut staging)),
+                    });
+                }
+            }
+        });
+        if staging.has_slots() {
+            self.mem.queue().return_staging(staging);
+        }
+    }
+}
+
+/// A thread's staging between drivers, so that a driver needs no queue
+/// lock to start and keeps its reserved slots.
+struct KeptStaging {
+    id: u64,
+    engine: Weak<Shared>,
+    /// `None` while a driver of the engine runs with it.
+    staging: Option<Staging>,
+}
+
+impl Drop for KeptStaging {
+    fn drop(&mut self) {
+        // Its slots go back to the engine, if the engine is still there.
+        if let (Some(staging), Some(engine)) = (self.staging.take(), self.engine.upgrade()) {
+            queue::lock(&engine.queue).return_staging(staging);
+        }
+    }
+}
+
+thread_local! {
+    static KEPT_STAGING: RefCell<Option<KeptStaging>> = const { RefCell::new(None) };
 }
 
 #[cfg(test)]
@@ -338,6 +487,7 @@ pin_project_lite::pin_project! {
     pub struct Driven<'m, F> {
         mem: &'m Memory,
         waker: Option<Arc<RecordingWaker>>,
+        staging: Option<StagingLease<'m>>,
         #[pin]
         future: F,
     }
@@ -382,10 +532,14 @@ impl<F: Future> Future for Driven<'_, F> {
             .clone_from(cx.waker());
         let waker = Waker::from(recorder.clone());
         let mut inner_cx = Context::from_waker(&waker);
+        let lease = this.staging.get_or_insert_with(|| this.mem.lease_staging());
         let mut repolls = 0;
         loop {
             recorder.woken.store(false, Ordering::Release);
-            if let Poll::Ready(out) = this.future.as_mut().poll(&mut inner_cx) {
+            let poll = lease.run(|| this.future.as_mut().poll(&mut inner_cx));
+            if let Poll::Ready(out) = poll {
+                // Requests of futures it left behind join the queue now.
+                *this.staging = None;
                 return Poll::Ready(out);
             }
             // As in `block_on`: a future that woke itself goes on first.
@@ -394,7 +548,7 @@ impl<F: Future> Future for Driven<'_, F> {
                 continue;
             }
             repolls = 0;
-            if this.mem.flush().is_none() {
+            if lease.flush().is_none() {
                 return Poll::Pending;
             }
         }
@@ -448,7 +602,11 @@ impl Wake for ThreadNotify {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if !self.woken.swap(true, Ordering::AcqRel) {
+        // Woken by its own thread (a flush in `block_on`): it is not
+        // parked, so no unpark is needed.
+        if std::ptr::eq(Arc::as_ptr(self), OWN_NOTIFY.get()) {
+            self.woken.store(true, Ordering::Release);
+        } else if !self.woken.swap(true, Ordering::AcqRel) {
             self.thread.unpark();
         }
     }
@@ -460,6 +618,9 @@ thread_local! {
             thread: std::thread::current(),
             woken: AtomicBool::new(false),
         });
+        OWN_NOTIFY.set(Arc::as_ptr(&notify));
         (notify.clone(), Waker::from(notify))
     };
+    /// This thread's `ThreadNotify`, once it has one.
+    static OWN_NOTIFY: Cell<*const ThreadNotify> = const { Cell::new(std::ptr::null()) };
 }

@@ -1,7 +1,19 @@
 //! The request queue: slots for requests, the order they were queued in,
 //! and spare buffers. Slots and buffers are reused, so a request allocates
 //! nothing once the queue has grown to the working size.
+//!
+//! A slot is handed between the engine and its future through an atomic
+//! state, so that a future collects its finished request without taking
+//! the queue lock: while a request is unfinished its slot belongs to the
+//! engine (touched only under the queue lock, or by the flush that took
+//! it); `Done` hands it to the future, which reads it alone; `Collected`
+//! hands it back. Slots live in boxed chunks that never move or go away
+//! before the queue, so a future may keep a pointer to its slot.
 
+use std::cell::UnsafeCell;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
 
 use super::outcome::{Failure, Fragment};
@@ -15,6 +27,7 @@ pub(crate) enum Kind {
 
 /// Where a request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum State {
     /// Not in use.
     Free,
@@ -26,19 +39,37 @@ pub(crate) enum State {
     InFlight,
     /// Its future was dropped while in flight; completion frees it.
     Abandoned,
-    /// Completed; waiting for its future to collect the result.
+    /// Completed; the slot belongs to its future until collected.
     Done,
+    /// The future took its result (or went away); the engine may reuse
+    /// the slot.
+    Collected,
 }
 
-/// One request.
+impl State {
+    fn from_u8(v: u8) -> State {
+        const STATES: [State; 7] = [
+            State::Free,
+            State::Queued,
+            State::Cancelled,
+            State::InFlight,
+            State::Abandoned,
+            State::Done,
+            State::Collected,
+        ];
+        STATES[v as usize]
+    }
+}
+
+/// What a request is and what became of it.
 #[derive(Debug)]
-pub(crate) struct Slot {
-    pub state: State,
+pub(crate) struct Body {
     pub kind: Kind,
     pub addr: u64,
     pub len: usize,
     /// Read destination or write source: engine-owned, or the caller's
-    /// moved-in buffer. Away with the flush while in flight.
+    /// moved-in buffer. While in flight, the flush writes or reads it in
+    /// place (through a pointer taken when the flush took the request).
     pub data: Vec<u8>,
     pub failures: Vec<Failure>,
     pub fragments: Vec<Fragment>,
@@ -47,20 +78,202 @@ pub(crate) struct Slot {
     pub waker: Option<Waker>,
 }
 
+/// One request's place in the queue.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    state: AtomicU8,
+    body: UnsafeCell<Body>,
+}
+
 impl Slot {
     fn empty() -> Slot {
         Slot {
-            state: State::Free,
-            kind: Kind::Read,
-            addr: 0,
-            len: 0,
-            data: Vec::new(),
-            failures: Vec::new(),
-            fragments: Vec::new(),
-            record: false,
-            waker: None,
+            state: AtomicU8::new(State::Free as u8),
+            body: UnsafeCell::new(Body {
+                kind: Kind::Read,
+                addr: 0,
+                len: 0,
+                data: Vec::new(),
+                failures: Vec::new(),
+                fragments: Vec::new(),
+                record: false,
+                waker: None,
+            }),
         }
     }
+
+    fn state(&self) -> State {
+        State::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    fn set_state(&self, state: State) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+}
+
+/// A future's handle on its slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlotRef {
+    slot: NonNull<Slot>,
+    key: u32,
+}
+
+// SAFETY: a `SlotRef` is only dereferenced as the state protocol above
+// allows; the slot itself is shared through an atomic and an `UnsafeCell`
+// whose contents are `Send`.
+unsafe impl Send for SlotRef {}
+unsafe impl Sync for SlotRef {}
+
+impl SlotRef {
+    /// Whether the request is done (its result may be collected).
+    pub fn is_done(&self) -> bool {
+        // SAFETY: the slot outlives every future of its queue (chunks are
+        // freed only with the queue, which the future's `Memory` keeps).
+        unsafe { self.slot.as_ref() }.state() == State::Done
+    }
+
+    /// The finished request, for its future alone.
+    ///
+    /// SAFETY: `is_done()` returned true, the caller is the request's
+    /// future and has not called `collected` yet.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn done_body(&self) -> &mut Body {
+        &mut *self.slot.as_ref().body.get()
+    }
+
+    /// Hands a done slot back to the engine; the future must not touch it
+    /// again.
+    pub fn collected(&self) {
+        // SAFETY: as in `is_done`.
+        unsafe { self.slot.as_ref() }.set_state(State::Collected);
+    }
+
+    /// The slot's key in its queue.
+    pub fn key(&self) -> u32 {
+        self.key
+    }
+
+    /// Makes a free slot hold `req`, queued. Replaced engine buffers go to
+    /// `spare`, and come from it when the slot's own is too small.
+    ///
+    /// SAFETY: the slot is free and the caller holds it alone (under the
+    /// queue lock, or reserved for the caller's staging).
+    #[inline]
+    unsafe fn prepare(
+        &self,
+        req: NewRequest<'_>,
+        spare: &mut Vec<Vec<u8>>,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
+        let slot = self.slot.as_ref();
+        let body = &mut *slot.body.get();
+        let NewRequest { sub, data, waker } = req;
+        match data {
+            Some(data) => {
+                let old = std::mem::replace(&mut body.data, data);
+                if old.capacity() > 0 && spare.len() < MAX_SPARE {
+                    spare.push(old);
+                }
+            }
+            None => {
+                // A spare big enough beats growing (and zeroing) this one.
+                if body.data.capacity() < sub.len {
+                    if let Some(i) = spare.iter().position(|b| b.capacity() >= sub.len) {
+                        let old = std::mem::replace(&mut body.data, spare.swap_remove(i));
+                        if old.capacity() > 0 && spare.len() < MAX_SPARE {
+                            spare.push(old);
+                        }
+                    }
+                }
+                // Stale bytes are harmless: only bytes the device filled
+                // are ever handed out. Zeroing happens only when growing.
+                if body.data.len() < sub.len {
+                    body.data.resize(sub.len, 0);
+                } else {
+                    body.data.truncate(sub.len);
+                }
+            }
+        }
+        fill(&mut body.data);
+        body.kind = sub.kind;
+        body.addr = sub.addr;
+        body.len = sub.len;
+        body.record = sub.record;
+        body.failures.clear();
+        body.fragments.clear();
+        match &mut body.waker {
+            Some(w) => w.clone_from(waker),
+            None => body.waker = Some(waker.clone()),
+        }
+        slot.set_state(State::Queued);
+    }
+}
+
+/// A request to queue: what it is, its buffer if the caller moved one in
+/// (else an engine buffer is used), and the waker of its future.
+pub(crate) struct NewRequest<'w> {
+    pub sub: Submission,
+    pub data: Option<Vec<u8>>,
+    pub waker: &'w Waker,
+}
+
+/// Requests queued by the futures a driver polls on its own thread,
+/// without the queue lock: they go into slots reserved in advance and
+/// join the queue, in order, before the driver flushes (or hands control
+/// back). A driver's flush needs them only then, and nobody else can see
+/// them earlier, so the lock is taken once per batch instead of once per
+/// request. A future dropped meanwhile cancels its slot under the queue
+/// lock as usual (the slot is already `Queued`).
+#[derive(Debug, Default)]
+pub(crate) struct Staging {
+    /// Free slots reserved for this staging.
+    reserved: Vec<SlotRef>,
+    /// Queued slots not yet in `Queue::pending`, in program order.
+    staged: Vec<u32>,
+    /// Buffers replaced by moved-in ones.
+    spare: Vec<Vec<u8>>,
+}
+
+/// Slots a staging reserves at least at a time. Few, so that a driver of
+/// single requests keeps reusing the same slots (and their buffers stay
+/// in the cache); larger batches reserve as many as they have staged.
+const RESERVE: usize = 8;
+
+impl Staging {
+    /// Whether requests wait in it.
+    pub fn has_staged(&self) -> bool {
+        !self.staged.is_empty()
+    }
+
+    /// Whether it holds anything of its queue's (requests, slots).
+    pub fn has_slots(&self) -> bool {
+        !self.staged.is_empty() || !self.reserved.is_empty()
+    }
+
+    /// Queues a request in a reserved slot (reserving more under the
+    /// queue lock, rarely).
+    pub fn submit(
+        &mut self,
+        queue: &Mutex<Queue>,
+        req: NewRequest<'_>,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> SlotRef {
+        if self.reserved.is_empty() {
+            let n = RESERVE.max(self.staged.len());
+            lock(queue).refill(self, n);
+        }
+        let slot = self.reserved.pop().expect("reserved slots");
+        // SAFETY: reserved slots are free and this staging's alone.
+        unsafe { slot.prepare(req, &mut self.spare, fill) };
+        self.staged.push(slot.key);
+        slot
+    }
+}
+
+/// Locks the queue. Queue operations do not panic midway, so a poisoned
+/// lock holds a consistent queue.
+pub(crate) fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    queue.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A request as submitted.
@@ -83,120 +296,207 @@ impl Submission {
     }
 }
 
+/// Slots per chunk.
+const CHUNK: usize = 64;
+
 /// The queue itself, always used under the engine's queue lock.
 #[derive(Debug, Default)]
 pub(crate) struct Queue {
-    slots: Vec<Slot>,
+    chunks: Vec<Box<[Slot]>>,
     free: Vec<u32>,
+    /// Slots handed to their futures, to take back once collected.
+    done: Vec<u32>,
     /// Queued requests, in program order.
     pub pending: Vec<u32>,
     /// Buffers left by finished requests, for the next ones.
     spare: Vec<Vec<u8>>,
     /// Woken when a request is queued (the background driver).
     pub driver: Option<Waker>,
+    /// Stagings of drivers that finished, kept for their buffers.
+    stagings: Vec<Staging>,
 }
+
+// SAFETY: the queue owns its slots; the `UnsafeCell`s are shared with
+// futures only as the state protocol allows.
+unsafe impl Send for Queue {}
 
 /// Most spare buffers kept; more are freed.
 const MAX_SPARE: usize = 4096;
 
 impl Queue {
+    fn slot_of(&self, key: u32) -> &Slot {
+        &self.chunks[key as usize / CHUNK][key as usize % CHUNK]
+    }
+
+    /// The state of `key`.
+    pub fn state(&self, key: u32) -> State {
+        self.slot_of(key).state()
+    }
+
+    /// Moves `key` to `state`.
+    pub fn set_state(&mut self, key: u32, state: State) {
+        self.slot_of(key).set_state(state);
+    }
+
+    /// The body of a slot the engine holds (any state but `Done`).
+    pub fn body(&mut self, key: u32) -> &mut Body {
+        let slot = self.slot_of(key);
+        debug_assert_ne!(slot.state(), State::Done);
+        // SAFETY: a slot that is not done belongs to the engine, and the
+        // engine touches it only through `&mut Queue` (under the lock).
+        unsafe { &mut *slot.body.get() }
+    }
+
+    /// A free slot: a reused one, one collected since, or a new chunk's.
+    fn free_key(&mut self) -> u32 {
+        self.ensure_free(1);
+        self.free.pop().expect("a free slot")
+    }
+
+    /// Makes at least `n` slots free: collected ones, else new chunks.
+    fn ensure_free(&mut self, n: usize) {
+        if self.free.len() < n {
+            self.reclaim();
+        }
+        while self.free.len() < n {
+            // Grow by a quarter at least, so long-uncollected slots are
+            // rescanned rarely.
+            let chunks = (self.chunks.len() / 4).max(1);
+            for _ in 0..chunks {
+                let first = self.chunks.len() * CHUNK;
+                self.chunks
+                    .push((0..CHUNK).map(|_| Slot::empty()).collect());
+                self.free
+                    .extend((first as u32..(first + CHUNK) as u32).rev());
+            }
+            // Room for every slot, so taking slots back never allocates.
+            let total = self.chunks.len() * CHUNK;
+            self.free.reserve(total - self.free.len());
+            self.done.reserve(total - self.done.len());
+        }
+    }
+
+    /// Takes back the slots whose futures collected them.
+    fn reclaim(&mut self) {
+        let mut done = std::mem::take(&mut self.done);
+        done.retain(|&key| {
+            if self.state(key) == State::Collected {
+                self.release(key);
+                false
+            } else {
+                true
+            }
+        });
+        self.done = done;
+    }
+
     /// Queues a request whose buffer is `data` (or, when `None`, a spare
-    /// engine buffer of `len` bytes) and returns its key.
-    pub fn submit(&mut self, sub: Submission, data: Option<Vec<u8>>, waker: &Waker) -> u32 {
-        let key = match self.free.pop() {
-            Some(k) => k,
-            None => {
-                self.slots.push(Slot::empty());
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let spare = &mut self.spare;
-        let slot = &mut self.slots[key as usize];
-        match data {
-            Some(data) => {
-                let old = std::mem::replace(&mut slot.data, data);
-                if old.capacity() > 0 && spare.len() < MAX_SPARE {
-                    spare.push(old);
-                }
-            }
-            None => {
-                // A spare big enough beats growing (and zeroing) this one.
-                if slot.data.capacity() < sub.len {
-                    if let Some(i) = spare.iter().position(|b| b.capacity() >= sub.len) {
-                        let old = std::mem::replace(&mut slot.data, spare.swap_remove(i));
-                        if old.capacity() > 0 && spare.len() < MAX_SPARE {
-                            spare.push(old);
-                        }
-                    }
-                }
-                // Stale bytes are harmless: only bytes the device filled
-                // are ever handed out. Zeroing happens only when growing.
-                if slot.data.len() < sub.len {
-                    slot.data.resize(sub.len, 0);
-                } else {
-                    slot.data.truncate(sub.len);
-                }
-            }
-        }
-        slot.state = State::Queued;
-        slot.kind = sub.kind;
-        slot.addr = sub.addr;
-        slot.len = sub.len;
-        slot.record = sub.record;
-        slot.failures.clear();
-        slot.fragments.clear();
-        match &mut slot.waker {
-            Some(w) => w.clone_from(waker),
-            None => slot.waker = Some(waker.clone()),
-        }
+    /// engine buffer of `len` bytes), lets `fill` initialise it, and
+    /// returns its slot.
+    pub fn submit(&mut self, req: NewRequest<'_>, fill: impl FnOnce(&mut [u8])) -> SlotRef {
+        let key = self.free_key();
+        let slot = self.slot_ref(key);
+        // SAFETY: a free slot belongs to the engine; we hold `&mut self`.
+        unsafe { slot.prepare(req, &mut self.spare, fill) };
         self.pending.push(key);
         if let Some(driver) = &self.driver {
             driver.wake_by_ref();
         }
-        key
+        slot
     }
 
-    /// The slot of `key`.
-    pub fn slot(&mut self, key: u32) -> &mut Slot {
-        &mut self.slots[key as usize]
+    fn slot_ref(&self, key: u32) -> SlotRef {
+        SlotRef {
+            slot: NonNull::from(self.slot_of(key)),
+            key,
+        }
+    }
+
+    /// Moves `staging`'s requests to the end of the queue, in their order.
+    pub fn publish(&mut self, staging: &mut Staging) {
+        if staging.staged.is_empty() {
+            return;
+        }
+        self.pending.append(&mut staging.staged);
+        if let Some(driver) = &self.driver {
+            driver.wake_by_ref();
+        }
+    }
+
+    /// Publishes `staging` and reserves it `n` more free slots.
+    fn refill(&mut self, staging: &mut Staging, n: usize) {
+        self.publish(staging);
+        // Collected slots first: the most recent ones, whose buffers are
+        // still in the cache, end up at the tail taken below.
+        self.reclaim();
+        self.ensure_free(n);
+        let from = self.free.len() - n;
+        let mut free = std::mem::take(&mut self.free);
+        staging
+            .reserved
+            .extend(free.drain(from..).map(|key| self.slot_ref(key)));
+        self.free = free;
+    }
+
+    /// A staging for a driver, with the buffers of an earlier one.
+    pub fn lend_staging(&mut self) -> Staging {
+        self.stagings.pop().unwrap_or_default()
+    }
+
+    /// Takes a driver's staging back: its requests join the queue, its
+    /// unused slots and spare buffers return.
+    pub fn return_staging(&mut self, mut staging: Staging) {
+        self.publish(&mut staging);
+        for slot in staging.reserved.drain(..) {
+            self.free.push(slot.key);
+        }
+        for buf in staging.spare.drain(..) {
+            if self.spare.len() < MAX_SPARE {
+                self.spare.push(buf);
+            }
+        }
+        self.stagings.push(staging);
     }
 
     /// Whether `key` is done; if not, remembers `waker` to wake it.
     pub fn poll_done(&mut self, key: u32, waker: &Waker) -> bool {
-        let slot = &mut self.slots[key as usize];
-        if slot.state == State::Done {
+        if self.state(key) == State::Done {
             return true;
         }
-        match &mut slot.waker {
+        let body = self.body(key);
+        match &mut body.waker {
             Some(w) => w.clone_from(waker),
-            None => slot.waker = Some(waker.clone()),
+            None => body.waker = Some(waker.clone()),
         }
         false
     }
 
-    /// Takes the caller's buffer back out of a done request, leaving a
-    /// spare one in its place.
-    pub fn take_data(&mut self, key: u32) -> Vec<u8> {
-        let replacement = self.spare.pop().unwrap_or_default();
-        std::mem::replace(&mut self.slots[key as usize].data, replacement)
+    /// Completes a request the flush took: its future may collect it, or,
+    /// if the future is gone, the slot is free again.
+    pub fn complete(&mut self, key: u32) {
+        if self.state(key) == State::Abandoned {
+            self.release(key);
+        } else {
+            self.set_state(key, State::Done);
+            self.done.push(key);
+        }
     }
 
-    /// Frees a done (or cancelled, or abandoned) request's slot. Its waker
-    /// stays, so the next request from the same task need not clone one.
+    /// Frees a slot. Its waker stays, so the next request from the same
+    /// task need not clone one.
     pub fn release(&mut self, key: u32) {
-        self.slots[key as usize].state = State::Free;
+        self.set_state(key, State::Free);
         self.free.push(key);
     }
 
     /// The request's future is gone: free what can be freed now, and mark
     /// the rest for the flush that holds it.
     pub fn forget(&mut self, key: u32) {
-        let slot = &mut self.slots[key as usize];
-        match slot.state {
-            State::Queued => slot.state = State::Cancelled,
-            State::InFlight => slot.state = State::Abandoned,
-            State::Done => self.release(key),
-            State::Free | State::Cancelled | State::Abandoned => {}
+        match self.state(key) {
+            State::Queued => self.set_state(key, State::Cancelled),
+            State::InFlight => self.set_state(key, State::Abandoned),
+            State::Done => self.set_state(key, State::Collected),
+            State::Free | State::Cancelled | State::Abandoned | State::Collected => {}
         }
     }
 }

@@ -16,7 +16,7 @@ use bytemuck::Pod;
 use futures::Stream;
 
 use super::outcome::{for_each_success, Fragment, PartialError};
-use super::queue::{Kind, Queue, Slot, Submission};
+use super::queue::{Body, Kind, NewRequest, SlotRef, Submission};
 use super::Memory;
 
 /// A request's link to its slot in the queue.
@@ -24,8 +24,8 @@ use super::Memory;
 enum Ticket {
     /// Not queued yet (futures do nothing until polled).
     Unsent,
-    /// Queued or in flight under this key.
-    Sent(u32),
+    /// Queued, in flight or done, in this slot.
+    Sent(SlotRef),
     /// The result was handed out.
     Finished,
 }
@@ -53,30 +53,31 @@ impl<'m> Request<'m> {
         data: Option<Vec<u8>>,
         fill: impl FnOnce(&mut [u8]),
     ) {
-        let mut queue = self.mem.queue();
-        let key = queue.submit(sub, data, cx.waker());
-        fill(&mut queue.slot(key).data);
-        self.ticket = Ticket::Sent(key);
+        let waker = cx.waker();
+        let slot = self.mem.submit(NewRequest { sub, data, waker }, fill);
+        self.ticket = Ticket::Sent(slot);
+    }
+
+    /// Whether the request is done; if not, remembers the waker. A done
+    /// request is seen without the queue lock.
+    fn is_done(&self, slot: SlotRef, cx: &Context<'_>) -> bool {
+        slot.is_done() || self.mem.queue().poll_done(slot.key(), cx.waker())
     }
 
     /// `Pending` until the request is done; then `finish` collects the
-    /// result from the slot, which is freed afterwards.
-    fn poll_done<R>(
-        &mut self,
-        cx: &Context<'_>,
-        finish: impl FnOnce(&mut Queue, u32) -> R,
-    ) -> Poll<R> {
-        let key = match self.ticket {
-            Ticket::Sent(key) => key,
+    /// result from the slot, which goes back to the engine afterwards.
+    fn poll_done<R>(&mut self, cx: &Context<'_>, finish: impl FnOnce(&mut Body) -> R) -> Poll<R> {
+        let slot = match self.ticket {
+            Ticket::Sent(slot) => slot,
             Ticket::Unsent => unreachable!("poll_done before send"),
             Ticket::Finished => panic!("leechio request polled after it completed"),
         };
-        let mut queue = self.mem.queue();
-        if !queue.poll_done(key, cx.waker()) {
+        if !self.is_done(slot, cx) {
             return Poll::Pending;
         }
-        let out = finish(&mut queue, key);
-        queue.release(key);
+        // SAFETY: done, and this is the request's future.
+        let out = finish(unsafe { slot.done_body() });
+        slot.collected();
         self.ticket = Ticket::Finished;
         Poll::Ready(out)
     }
@@ -84,14 +85,18 @@ impl<'m> Request<'m> {
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if let Ticket::Sent(key) = self.ticket {
-            self.mem.queue().forget(key);
+        if let Ticket::Sent(slot) = self.ticket {
+            if slot.is_done() {
+                slot.collected();
+            } else {
+                self.mem.queue().forget(slot.key());
+            }
         }
     }
 }
 
 /// The result recorded in a done slot.
-fn outcome(slot: &Slot) -> Result<(), PartialError> {
+fn outcome(slot: &Body) -> Result<(), PartialError> {
     if slot.failures.is_empty() {
         Ok(())
     } else {
@@ -103,7 +108,7 @@ fn outcome(slot: &Slot) -> Result<(), PartialError> {
 }
 
 /// Copies the bytes that were read from a done slot into `buf`.
-fn copy_read(slot: &Slot, buf: &mut [u8]) {
+fn copy_read(slot: &Body, buf: &mut [u8]) {
     for_each_success(slot.len, &slot.failures, |a, b| {
         buf[a..b].copy_from_slice(&slot.data[a..b])
     });
@@ -156,8 +161,7 @@ impl std::future::Future for Read<'_, '_> {
             return Poll::Pending;
         }
         let (buf, zero) = (&mut *this.buf, this.zero_failed);
-        this.req.poll_done(cx, |queue, key| {
-            let slot = queue.slot(key);
+        this.req.poll_done(cx, |slot| {
             copy_read(slot, buf);
             let result = outcome(slot);
             if let (Err(e), true) = (&result, zero) {
@@ -206,8 +210,7 @@ impl<T: Pod> std::future::Future for ReadVal<'_, T> {
             );
             return Poll::Pending;
         }
-        this.req.poll_done(cx, |queue, key| {
-            let slot = queue.slot(key);
+        this.req.poll_done(cx, |slot| {
             outcome(slot).map(|()| bytemuck::pod_read_unaligned(&slot.data[..len]))
         })
     }
@@ -248,9 +251,9 @@ impl std::future::Future for ReadOwned<'_> {
             this.req.send(cx, sub, Some(buf), |_| {});
             return Poll::Pending;
         }
-        this.req.poll_done(cx, |queue, key| {
-            let result = outcome(queue.slot(key));
-            (queue.take_data(key), result)
+        this.req.poll_done(cx, |slot| {
+            let result = outcome(slot);
+            (std::mem::take(&mut slot.data), result)
         })
     }
 }
@@ -291,8 +294,7 @@ impl std::future::Future for Write<'_, '_> {
                 .send(cx, sub, None, |buf| buf.copy_from_slice(data));
             return Poll::Pending;
         }
-        this.req
-            .poll_done(cx, |queue, key| outcome(queue.slot(key)))
+        this.req.poll_done(cx, |slot| outcome(slot))
     }
 }
 
@@ -331,9 +333,9 @@ impl std::future::Future for WriteOwned<'_> {
             this.req.send(cx, sub, Some(data), |_| {});
             return Poll::Pending;
         }
-        this.req.poll_done(cx, |queue, key| {
-            let result = outcome(queue.slot(key));
-            (queue.take_data(key), result)
+        this.req.poll_done(cx, |slot| {
+            let result = outcome(slot);
+            (std::mem::take(&mut slot.data), result)
         })
     }
 }
@@ -403,20 +405,20 @@ impl Stream for Fragments<'_, '_> {
                 });
                 Poll::Pending
             }
-            Ticket::Sent(key) => {
-                let mut queue = this.req.mem.queue();
-                if !queue.poll_done(key, cx.waker()) {
+            Ticket::Sent(slot) => {
+                if !this.req.is_done(slot, cx) {
                     return Poll::Pending;
                 }
-                let slot = queue.slot(key);
-                let Some(&fragment) = slot.fragments.get(this.next) else {
-                    queue.release(key);
+                // SAFETY: done, and this is the request's stream.
+                let body = unsafe { slot.done_body() };
+                let Some(&fragment) = body.fragments.get(this.next) else {
+                    slot.collected();
                     this.req.ticket = Ticket::Finished;
                     return Poll::Ready(None);
                 };
                 if let (Ok(()), FragmentBuffer::Read(buf)) = (fragment.result, &mut this.buf) {
                     let range = fragment.offset..fragment.offset + fragment.len;
-                    buf[range.clone()].copy_from_slice(&slot.data[range]);
+                    buf[range.clone()].copy_from_slice(&body.data[range]);
                 }
                 this.next += 1;
                 Poll::Ready(Some(fragment))

@@ -2,7 +2,7 @@
 //! ranges, program order, soundness of dropped futures, executors.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -647,4 +647,98 @@ fn disjoint_small_writes_to_one_page_share_a_round() {
         (3, 3),
         "two rounds"
     );
+}
+
+/// Polls `fut` once with `cx`.
+fn poll_once<F: Future + Unpin>(fut: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
+    Pin::new(fut).poll(cx)
+}
+
+/// Polls `fut` once, from inside the caller's driver, expecting it to wait.
+async fn queue_once<F: Future + Unpin>(fut: &mut F) {
+    futures::future::poll_fn(|cx| {
+        assert!(poll_once(fut, cx).is_pending());
+        Poll::Ready(())
+    })
+    .await
+}
+
+#[test]
+fn a_request_staged_by_a_driver_outlives_the_driver() {
+    // Polled once inside `block_on`, which returns before the request is
+    // sent: the request reaches the queue anyway and a later flush
+    // completes it.
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
+    let mut read = Box::pin(mem.read_val::<u64>(0x4008));
+    mem.block_on(queue_once(&mut read));
+    assert_eq!(backend.read_calls(), 0);
+    assert_eq!(mem.flush().map(|s| s.requests), Some(1));
+    let noop = futures::task::noop_waker();
+    assert_eq!(
+        poll_once(&mut read, &mut Context::from_waker(&noop)),
+        Poll::Ready(Ok(0x4008))
+    );
+
+    // Dropped while staged (the losing branch of a select): cancelled, no
+    // call, and the winner's batch holds only the winner.
+    let before = backend.read_calls();
+    let value = mem.block_on(async {
+        let mut loser = Box::pin(mem.read_val::<u64>(0x5000));
+        queue_once(&mut loser).await;
+        drop(loser);
+        mem.read_val::<u64>(0x6000).await
+    });
+    assert_eq!(value, Ok(0x6000));
+    assert_eq!(backend.read_call_sizes().last(), Some(&1));
+    assert_eq!(backend.read_calls(), before + 1);
+}
+
+#[test]
+fn a_nested_driver_sees_what_its_outer_driver_staged() {
+    // A write staged by the outer `block_on`, then a read of the same
+    // bytes run to completion by an inner one: program order holds.
+    let (mem, backend) = engine(MemBackend::new(vec![0; MIB]));
+    let seen = mem.block_on(async {
+        let value = 0x1122_3344_5566_7788u64;
+        let mut write = Box::pin(mem.write_val(0x7000, &value));
+        queue_once(&mut write).await;
+        let seen = mem.block_on(mem.read_val::<u64>(0x7000));
+        write.await.unwrap();
+        seen
+    });
+    assert_eq!(seen, Ok(0x1122_3344_5566_7788));
+    assert_eq!(
+        backend.bytes(0x7000, 8),
+        0x1122_3344_5566_7788u64.to_le_bytes()
+    );
+}
+
+#[test]
+fn a_future_dropped_on_another_thread_while_staged_is_cancelled() {
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
+    let value = mem.block_on(async {
+        let mut gone = Box::pin(mem.read_val::<u64>(0x8000));
+        queue_once(&mut gone).await;
+        std::thread::scope(|s| {
+            s.spawn(move || drop(gone));
+        });
+        mem.read_val::<u64>(0x9000).await
+    });
+    assert_eq!(value, Ok(0x9000));
+    assert_eq!(backend.read_call_sizes(), vec![1]);
+}
+
+#[test]
+fn a_device_whose_page_size_is_not_a_power_of_two_fails_every_piece() {
+    let limits = Limits {
+        page_size: 3000,
+        ..Limits::LEECHCORE
+    };
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB).with_limits(limits));
+    let mut buf = [0x5au8; 16];
+    let err = mem.block_on(mem.read(0x1000, &mut buf)).unwrap_err();
+    assert_eq!(err.failed_bytes(), 16);
+    assert!(matches!(err.failed[0].reason, PageError::InvalidEntry(_)));
+    assert_eq!(buf, [0x5a; 16]);
+    assert_eq!(backend.read_calls(), 0);
 }
