@@ -15,15 +15,15 @@ use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 
 use super::outcome::{Failure, Fragment};
-use super::queue::{Kind, Queue, State};
+use super::queue::{Kind, Queue, SlotRef, State};
 use crate::backend::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
 
 /// A request of this flush. Its buffer is lent for the flush: an engine
 /// slot's buffer (which stays in the slot: an in-flight slot's buffer is
 /// touched by nobody else) or a synchronous caller's.
 struct Req {
-    /// Slot key (queued requests) or operation index (synchronous batches).
-    key: u32,
+    /// The request's slot (queued requests; synchronous batches have none).
+    slot: Option<SlotRef>,
     kind: Kind,
     addr: u64,
     len: usize,
@@ -148,15 +148,15 @@ impl Flusher {
     pub fn take(&mut self, queue: &mut Queue) -> bool {
         self.begin_batch();
         let pending = std::mem::take(&mut queue.pending);
-        for &key in &pending {
-            if queue.state(key) == State::Cancelled {
-                queue.release(key);
+        for &slot in &pending {
+            if queue.state(slot) == State::Cancelled {
+                queue.release(slot);
                 continue;
             }
-            queue.set_state(key, State::InFlight);
-            let body = queue.body(key);
+            queue.set_state(slot, State::InFlight);
+            let body = queue.body(slot);
             self.reqs.push(Req {
-                key,
+                slot: Some(slot),
                 kind: body.kind,
                 addr: body.addr,
                 len: body.len,
@@ -184,9 +184,8 @@ impl Flusher {
     /// SAFETY: `ptr` must be valid for `len` bytes (for writes when `kind`
     /// is a read) until `run` returns, and not otherwise accessed meanwhile.
     pub unsafe fn lend(&mut self, kind: Kind, addr: u64, ptr: *mut u8, len: usize) {
-        let key = self.reqs.len() as u32;
         self.reqs.push(Req {
-            key,
+            slot: None,
             kind,
             addr,
             len,
@@ -223,13 +222,20 @@ impl Flusher {
             return stats;
         };
         self.cut_pieces(&shape, backend.max_address());
-        let rounds = self.assign_rounds(&shape);
+        let writes = self.reqs.iter().any(|r| r.kind == Kind::Write);
+        let rounds = if writes {
+            self.assign_rounds(&shape)
+        } else {
+            1
+        };
         let read_only = backend.read_only();
         for round in 0..rounds {
-            let write_calls =
-                self.run_writes(backend, &shape, max_entries, round, read_only, &mut stats);
-            stats.write_calls += write_calls;
-            stats.read_calls += self.run_reads(backend, &shape, max_entries, round);
+            if writes {
+                let write_calls =
+                    self.run_writes(backend, &shape, max_entries, round, read_only, &mut stats);
+                stats.write_calls += write_calls;
+            }
+            stats.read_calls += self.run_reads(backend, &shape, max_entries, round, writes);
         }
         self.collect_results();
         stats
@@ -274,8 +280,10 @@ impl Flusher {
         );
         for (ri, req) in self.reqs.drain(..).enumerate() {
             let ri = ri as u32;
-            let abandoned = queue.state(req.key) == State::Abandoned;
-            let body = queue.body(req.key);
+            let slot = req.slot.expect("queued requests have slots");
+            // Under the queue lock, so no future changes it meanwhile.
+            let abandoned = queue.state(slot) == State::Abandoned;
+            let body = queue.body(slot);
             while let Some((_, f)) = failed.next_if(|(r, _)| *r == ri) {
                 body.failures.push(*f);
             }
@@ -293,7 +301,7 @@ impl Flusher {
                     }
                 }
             }
-            queue.complete(req.key);
+            queue.complete(slot, abandoned);
         }
         self.failed.clear();
         self.fragments.clear();
@@ -344,9 +352,6 @@ impl Flusher {
     /// windows overlap its bytes. Writes of a round run before its reads, so
     /// a read may share the round of the writes it must see.
     fn assign_rounds(&mut self, shape: &Shape) -> u32 {
-        if self.reqs.iter().all(|r| r.kind == Kind::Read) {
-            return 1;
-        }
         self.pages.clear();
         self.write_spans.clear();
         let mut rounds = 1;
@@ -417,19 +422,23 @@ impl Flusher {
         rounds
     }
 
-    /// Runs the reads of `round`: pieces on the same page share an entry.
+    /// Runs the reads of `round` (the only round when the flush has no
+    /// `writes`): pieces on the same page share an entry.
     fn run_reads(
         &mut self,
         backend: &dyn Backend,
         shape: &Shape,
         max_entries: usize,
         round: u32,
+        writes: bool,
     ) -> usize {
         self.order.clear();
         for (i, p) in self.pieces.iter().enumerate() {
-            let req = &self.reqs[p.req as usize];
-            if req.kind == Kind::Read && req.round == round && p.result == Err(PageError::NotIssued)
-            {
+            let this_round = !writes || {
+                let req = &self.reqs[p.req as usize];
+                req.kind == Kind::Read && req.round == round
+            };
+            if this_round && p.result == Err(PageError::NotIssued) {
                 self.order.push(i as u32);
             }
         }
@@ -437,7 +446,9 @@ impl Flusher {
             return 0;
         }
         self.groups.clear();
-        if self.order.len() > SMALL_FLUSH {
+        // Few pieces: a scan beats clearing a large hash map.
+        let small = self.order.len() <= SMALL_FLUSH;
+        if !small {
             self.page_groups.clear();
         }
         let mut scratch_len = 0usize;
@@ -445,8 +456,6 @@ impl Flusher {
             let p = &mut self.pieces[pi as usize];
             let (start, len) = window(shape, p.addr, p.len);
             let page = shape.page(start);
-            // Few pieces: a scan beats clearing a large hash map.
-            let small = self.order.len() <= SMALL_FLUSH;
             // (Large flushes: one hash lookup, which maps a new page to
             // the group pushed below.)
             let shared = if small {

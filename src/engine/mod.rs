@@ -414,6 +414,7 @@ impl StagingLease<'_> {
 
     /// Flushes the queue with this staging's requests.
     fn flush(&mut self) -> Option<FlushStats> {
+        self.staging.end_batch();
         self.mem.flush_staged(&mut self.staging)
     }
 }

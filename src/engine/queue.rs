@@ -111,11 +111,10 @@ impl Slot {
     }
 }
 
-/// A future's handle on its slot.
+/// A handle on a slot: the future's, and the queue's own in its lists.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SlotRef {
     slot: NonNull<Slot>,
-    key: u32,
 }
 
 // SAFETY: a `SlotRef` is only dereferenced as the state protocol above
@@ -125,11 +124,15 @@ unsafe impl Send for SlotRef {}
 unsafe impl Sync for SlotRef {}
 
 impl SlotRef {
-    /// Whether the request is done (its result may be collected).
-    pub fn is_done(&self) -> bool {
+    fn slot(&self) -> &Slot {
         // SAFETY: the slot outlives every future of its queue (chunks are
         // freed only with the queue, which the future's `Memory` keeps).
-        unsafe { self.slot.as_ref() }.state() == State::Done
+        unsafe { self.slot.as_ref() }
+    }
+
+    /// Whether the request is done (its result may be collected).
+    pub fn is_done(&self) -> bool {
+        self.slot().state() == State::Done
     }
 
     /// The finished request, for its future alone.
@@ -144,13 +147,7 @@ impl SlotRef {
     /// Hands a done slot back to the engine; the future must not touch it
     /// again.
     pub fn collected(&self) {
-        // SAFETY: as in `is_done`.
-        unsafe { self.slot.as_ref() }.set_state(State::Collected);
-    }
-
-    /// The slot's key in its queue.
-    pub fn key(&self) -> u32 {
-        self.key
+        self.slot().set_state(State::Collected);
     }
 
     /// Makes a free slot hold `req`, queued. Replaced engine buffers go to
@@ -165,7 +162,7 @@ impl SlotRef {
         spare: &mut Vec<Vec<u8>>,
         fill: impl FnOnce(&mut [u8]),
     ) {
-        let slot = self.slot.as_ref();
+        let slot = self.slot();
         let body = &mut *slot.body.get();
         let NewRequest { sub, data, waker } = req;
         match data {
@@ -229,9 +226,14 @@ pub(crate) struct Staging {
     /// Free slots reserved for this staging.
     reserved: Vec<SlotRef>,
     /// Queued slots not yet in `Queue::pending`, in program order.
-    staged: Vec<u32>,
+    staged: Vec<SlotRef>,
     /// Buffers replaced by moved-in ones.
     spare: Vec<Vec<u8>>,
+    /// Requests submitted since its driver last flushed, and in the batch
+    /// before: a driver's batches tend to repeat their size, so slots are
+    /// reserved for a whole batch at once.
+    batch: usize,
+    last_batch: usize,
 }
 
 /// Slots a staging reserves at least at a time. Few, so that a driver of
@@ -259,14 +261,25 @@ impl Staging {
         fill: impl FnOnce(&mut [u8]),
     ) -> SlotRef {
         if self.reserved.is_empty() {
-            let n = RESERVE.max(self.staged.len());
+            // The rest of a batch like the last one, or as many again as
+            // this batch has so far.
+            let n = RESERVE
+                .max(self.last_batch.saturating_sub(self.batch))
+                .max(self.batch);
             lock(queue).refill(self, n);
         }
         let slot = self.reserved.pop().expect("reserved slots");
         // SAFETY: reserved slots are free and this staging's alone.
         unsafe { slot.prepare(req, &mut self.spare, fill) };
-        self.staged.push(slot.key);
+        self.staged.push(slot);
+        self.batch += 1;
         slot
+    }
+
+    /// Its driver flushes: a new batch begins.
+    pub fn end_batch(&mut self) {
+        self.last_batch = self.batch;
+        self.batch = 0;
     }
 }
 
@@ -299,15 +312,17 @@ impl Submission {
 /// Slots per chunk.
 const CHUNK: usize = 64;
 
-/// The queue itself, always used under the engine's queue lock.
+/// The queue itself, always used under the engine's queue lock. Its lists
+/// hold slot pointers rather than indices: the hot paths touch a slot
+/// without finding its chunk.
 #[derive(Debug, Default)]
 pub(crate) struct Queue {
     chunks: Vec<Box<[Slot]>>,
-    free: Vec<u32>,
+    free: Vec<SlotRef>,
     /// Slots handed to their futures, to take back once collected.
-    done: Vec<u32>,
+    done: Vec<SlotRef>,
     /// Queued requests, in program order.
-    pub pending: Vec<u32>,
+    pub pending: Vec<SlotRef>,
     /// Buffers left by finished requests, for the next ones.
     spare: Vec<Vec<u8>>,
     /// Woken when a request is queued (the background driver).
@@ -324,23 +339,20 @@ unsafe impl Send for Queue {}
 const MAX_SPARE: usize = 4096;
 
 impl Queue {
-    fn slot_of(&self, key: u32) -> &Slot {
-        &self.chunks[key as usize / CHUNK][key as usize % CHUNK]
+    /// The state of `slot` (one of this queue's).
+    pub fn state(&self, slot: SlotRef) -> State {
+        slot.slot().state()
     }
 
-    /// The state of `key`.
-    pub fn state(&self, key: u32) -> State {
-        self.slot_of(key).state()
-    }
-
-    /// Moves `key` to `state`.
-    pub fn set_state(&mut self, key: u32, state: State) {
-        self.slot_of(key).set_state(state);
+    /// Moves `slot` to `state`.
+    pub fn set_state(&mut self, slot: SlotRef, state: State) {
+        slot.slot().set_state(state);
     }
 
     /// The body of a slot the engine holds (any state but `Done`).
-    pub fn body(&mut self, key: u32) -> &mut Body {
-        let slot = self.slot_of(key);
+    #[allow(clippy::mut_from_ref)]
+    pub fn body(&mut self, slot: SlotRef) -> &mut Body {
+        let slot = slot.slot();
         debug_assert_ne!(slot.state(), State::Done);
         // SAFETY: a slot that is not done belongs to the engine, and the
         // engine touches it only through `&mut Queue` (under the lock).
@@ -348,7 +360,7 @@ impl Queue {
     }
 
     /// A free slot: a reused one, one collected since, or a new chunk's.
-    fn free_key(&mut self) -> u32 {
+    fn free_slot(&mut self) -> SlotRef {
         self.ensure_free(1);
         self.free.pop().expect("a free slot")
     }
@@ -363,11 +375,11 @@ impl Queue {
             // rescanned rarely.
             let chunks = (self.chunks.len() / 4).max(1);
             for _ in 0..chunks {
-                let first = self.chunks.len() * CHUNK;
-                self.chunks
-                    .push((0..CHUNK).map(|_| Slot::empty()).collect());
-                self.free
-                    .extend((first as u32..(first + CHUNK) as u32).rev());
+                let chunk: Box<[Slot]> = (0..CHUNK).map(|_| Slot::empty()).collect();
+                self.free.extend(chunk.iter().rev().map(|slot| SlotRef {
+                    slot: NonNull::from(slot),
+                }));
+                self.chunks.push(chunk);
             }
             // Room for every slot, so taking slots back never allocates.
             let total = self.chunks.len() * CHUNK;
@@ -378,38 +390,30 @@ impl Queue {
 
     /// Takes back the slots whose futures collected them.
     fn reclaim(&mut self) {
-        let mut done = std::mem::take(&mut self.done);
-        done.retain(|&key| {
-            if self.state(key) == State::Collected {
-                self.release(key);
+        let free = &mut self.free;
+        self.done.retain(|&slot| {
+            if slot.slot().state() == State::Collected {
+                slot.slot().set_state(State::Free);
+                free.push(slot);
                 false
             } else {
                 true
             }
         });
-        self.done = done;
     }
 
     /// Queues a request whose buffer is `data` (or, when `None`, a spare
     /// engine buffer of `len` bytes), lets `fill` initialise it, and
     /// returns its slot.
     pub fn submit(&mut self, req: NewRequest<'_>, fill: impl FnOnce(&mut [u8])) -> SlotRef {
-        let key = self.free_key();
-        let slot = self.slot_ref(key);
+        let slot = self.free_slot();
         // SAFETY: a free slot belongs to the engine; we hold `&mut self`.
         unsafe { slot.prepare(req, &mut self.spare, fill) };
-        self.pending.push(key);
+        self.pending.push(slot);
         if let Some(driver) = &self.driver {
             driver.wake_by_ref();
         }
         slot
-    }
-
-    fn slot_ref(&self, key: u32) -> SlotRef {
-        SlotRef {
-            slot: NonNull::from(self.slot_of(key)),
-            key,
-        }
     }
 
     /// Moves `staging`'s requests to the end of the queue, in their order.
@@ -431,11 +435,7 @@ impl Queue {
         self.reclaim();
         self.ensure_free(n);
         let from = self.free.len() - n;
-        let mut free = std::mem::take(&mut self.free);
-        staging
-            .reserved
-            .extend(free.drain(from..).map(|key| self.slot_ref(key)));
-        self.free = free;
+        staging.reserved.extend(self.free.drain(from..));
     }
 
     /// A staging for a driver, with the buffers of an earlier one.
@@ -447,9 +447,7 @@ impl Queue {
     /// unused slots and spare buffers return.
     pub fn return_staging(&mut self, mut staging: Staging) {
         self.publish(&mut staging);
-        for slot in staging.reserved.drain(..) {
-            self.free.push(slot.key);
-        }
+        self.free.append(&mut staging.reserved);
         for buf in staging.spare.drain(..) {
             if self.spare.len() < MAX_SPARE {
                 self.spare.push(buf);
@@ -458,12 +456,12 @@ impl Queue {
         self.stagings.push(staging);
     }
 
-    /// Whether `key` is done; if not, remembers `waker` to wake it.
-    pub fn poll_done(&mut self, key: u32, waker: &Waker) -> bool {
-        if self.state(key) == State::Done {
+    /// Whether `slot` is done; if not, remembers `waker` to wake it.
+    pub fn poll_done(&mut self, slot: SlotRef, waker: &Waker) -> bool {
+        if self.state(slot) == State::Done {
             return true;
         }
-        let body = self.body(key);
+        let body = self.body(slot);
         match &mut body.waker {
             Some(w) => w.clone_from(waker),
             None => body.waker = Some(waker.clone()),
@@ -472,30 +470,31 @@ impl Queue {
     }
 
     /// Completes a request the flush took: its future may collect it, or,
-    /// if the future is gone, the slot is free again.
-    pub fn complete(&mut self, key: u32) {
-        if self.state(key) == State::Abandoned {
-            self.release(key);
+    /// if the future is gone (`abandoned`), the slot is free again.
+    pub fn complete(&mut self, slot: SlotRef, abandoned: bool) {
+        debug_assert_eq!(abandoned, self.state(slot) == State::Abandoned);
+        if abandoned {
+            self.release(slot);
         } else {
-            self.set_state(key, State::Done);
-            self.done.push(key);
+            self.set_state(slot, State::Done);
+            self.done.push(slot);
         }
     }
 
     /// Frees a slot. Its waker stays, so the next request from the same
     /// task need not clone one.
-    pub fn release(&mut self, key: u32) {
-        self.set_state(key, State::Free);
-        self.free.push(key);
+    pub fn release(&mut self, slot: SlotRef) {
+        self.set_state(slot, State::Free);
+        self.free.push(slot);
     }
 
     /// The request's future is gone: free what can be freed now, and mark
     /// the rest for the flush that holds it.
-    pub fn forget(&mut self, key: u32) {
-        match self.state(key) {
-            State::Queued => self.set_state(key, State::Cancelled),
-            State::InFlight => self.set_state(key, State::Abandoned),
-            State::Done => self.set_state(key, State::Collected),
+    pub fn forget(&mut self, slot: SlotRef) {
+        match self.state(slot) {
+            State::Queued => self.set_state(slot, State::Cancelled),
+            State::InFlight => self.set_state(slot, State::Abandoned),
+            State::Done => self.set_state(slot, State::Collected),
             State::Free | State::Cancelled | State::Abandoned | State::Collected => {}
         }
     }

@@ -61,7 +61,7 @@ impl<'m> Request<'m> {
     /// Whether the request is done; if not, remembers the waker. A done
     /// request is seen without the queue lock.
     fn is_done(&self, slot: SlotRef, cx: &Context<'_>) -> bool {
-        slot.is_done() || self.mem.queue().poll_done(slot.key(), cx.waker())
+        slot.is_done() || self.mem.queue().poll_done(slot, cx.waker())
     }
 
     /// `Pending` until the request is done; then `finish` collects the
@@ -89,7 +89,7 @@ impl Drop for Request<'_> {
             if slot.is_done() {
                 slot.collected();
             } else {
-                self.mem.queue().forget(slot.key());
+                self.mem.queue().forget(slot);
             }
         }
     }
