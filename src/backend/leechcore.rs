@@ -169,12 +169,26 @@ pub struct LeechCore {
     guest: Option<crate::targets::ProcessWatch>,
     /// The death of the guest was logged (once).
     gone_logged: std::sync::atomic::AtomicBool,
+    /// For a writable `file` device: the configuration to open it again
+    /// with (see `Handle::unflushed`).
+    reopen: Option<LC_CONFIG>,
 }
 
 /// The raw handle and the scratch arrays of one scatter call, reused so a
 /// call allocates nothing once they have grown.
 struct Handle {
+    /// Null only when reopening failed; no call is made then.
     raw: HANDLE,
+    /// LeechCore's file device holds each write in the stdio buffer of one
+    /// of its several handles on the file until it is closed: its other
+    /// handles read the old bytes, and two writes of the same bytes reach
+    /// the file in handle order, not in write order. So after a write the
+    /// device is closed and opened again before its next read or write.
+    unflushed: bool,
+    /// Call counts of the handles closed by reopening, by statistics id.
+    retired_calls: [u64; 8],
+    /// The memory map set by the caller, set again after reopening.
+    map: Option<Vec<u8>>,
     mems: Vec<MEM_SCATTER>,
     ptrs: Vec<*mut MEM_SCATTER>,
     codes: Vec<u32>,
@@ -211,21 +225,15 @@ impl LeechCore {
             reason,
         })?;
 
-        let mut error_info: *mut sys::LC_CONFIG_ERRORINFO = ptr::null_mut();
-        // SAFETY: `lc` is a valid, versioned LC_CONFIG with NUL-terminated
-        // strings; LeechCore writes only into it and `error_info`.
-        let raw = unsafe { (lib.LcCreateEx)(&mut lc, &mut error_info) };
-        let message = take_error_info(&lib, error_info);
-        if raw.is_null() {
-            return Err(Error::Open {
-                device: config.device.clone(),
-                reason: message
-                    .unwrap_or_else(|| diagnose_open_failure(&config.device, lib.path())),
-            });
-        }
+        let pristine = lc;
+        let raw = create(&lib, &mut lc).map_err(|message| Error::Open {
+            device: config.device.clone(),
+            reason: message.unwrap_or_else(|| diagnose_open_failure(&config.device, lib.path())),
+        })?;
         let mut device = LeechCore {
             guest,
             gone_logged: Default::default(),
+            reopen: None,
             info: DeviceInfo {
                 name: c_string(&lc.szDeviceName),
                 version: Version {
@@ -241,6 +249,9 @@ impl LeechCore {
             lib,
             state: Mutex::new(Handle {
                 raw,
+                unflushed: false,
+                retired_calls: [0; 8],
+                map: None,
                 mems: Vec::new(),
                 ptrs: Vec::new(),
                 codes: Vec::new(),
@@ -256,6 +267,9 @@ impl LeechCore {
         };
         if let Some(read_only) = device.option(sys::LC_OPT_CORE_READONLY) {
             device.info.read_only = read_only != 0;
+        }
+        if device.info.name == "file" && !device.info.read_only {
+            device.reopen = Some(pristine);
         }
         if config.max_address.is_none() {
             device.check_qemu_memory_map(&config.device);
@@ -280,19 +294,63 @@ impl LeechCore {
         self.option(sys::LC_OPT_CORE_ADDR_MAX).unwrap_or(0)
     }
 
-    /// How many calls of `kind` LeechCore has counted on this device.
+    /// How many calls of `kind` LeechCore has counted on this device
+    /// (across reopenings of a writable file device).
     pub fn call_count(&self, kind: Call) -> u64 {
-        self.option(sys::LC_OPT_CORE_STATISTICS_CALL_COUNT | kind.statistics_id())
-            .unwrap_or(0)
+        let state = self.lock();
+        let id = kind.statistics_id();
+        let now = self.option_locked(&state, sys::LC_OPT_CORE_STATISTICS_CALL_COUNT | id);
+        now.unwrap_or(0) + state.retired_calls[id as usize]
     }
 
     /// Reads an option with `LcGetOption`; `None` when LeechCore refuses.
     pub fn option(&self, option: u64) -> Option<u64> {
-        let state = self.lock();
+        self.option_locked(&self.lock(), option)
+    }
+
+    fn option_locked(&self, state: &Handle, option: u64) -> Option<u64> {
+        if state.raw.is_null() {
+            return None;
+        }
         let mut value = 0u64;
         // SAFETY: valid handle (held under the lock), valid out pointer.
         let ok = unsafe { (self.lib.LcGetOption)(state.raw, option, &mut value) };
         (ok != 0).then_some(value)
+    }
+
+    /// Makes earlier writes visible (see `Handle::unflushed`); false when
+    /// the device could not be opened again, and every call fails.
+    fn settle(&self, state: &mut Handle) -> bool {
+        let (true, Some(config)) = (state.unflushed, &self.reopen) else {
+            return !state.raw.is_null();
+        };
+        state.unflushed = false;
+        for id in 0..state.retired_calls.len() {
+            let counter = sys::LC_OPT_CORE_STATISTICS_CALL_COUNT | id as u64;
+            state.retired_calls[id] += self.option_locked(state, counter).unwrap_or(0);
+        }
+        // SAFETY: the handle came from LcCreateEx; it is replaced below and
+        // never used again. Closing is what writes the buffered bytes out.
+        unsafe { (self.lib.LcClose)(state.raw) };
+        let mut config = *config;
+        state.raw = match create(&self.lib, &mut config) {
+            Ok(raw) => raw,
+            Err(message) => {
+                log::error!(
+                    "could not open {} again after writing to it ({}): every read and write now fails",
+                    self.info.name,
+                    message.unwrap_or_else(|| "LeechCore gave no reason".into())
+                );
+                return false;
+            }
+        };
+        if let Some(map) = &mut state.map {
+            let raw = state.raw;
+            if let Err(e) = self.command_on(raw, sys::LC_CMD_MEMMAP_SET, map, "LC_CMD_MEMMAP_SET") {
+                log::error!("could not set the memory map again after reopening: {e}");
+            }
+        }
+        true
     }
 
     /// Reads every entry in one LeechCore scatter call; each entry's
@@ -307,6 +365,12 @@ impl LeechCore {
         }
         let mut state = self.lock();
         let state = &mut *state;
+        if !self.settle(state) {
+            entries
+                .iter_mut()
+                .for_each(|e| e.result = Err(PageError::NotIssued));
+            return;
+        }
         state.prepare(
             entries
                 .iter_mut()
@@ -359,6 +423,12 @@ impl LeechCore {
         }
         let mut state = self.lock();
         let state = &mut *state;
+        if !self.settle(state) {
+            entries
+                .iter_mut()
+                .for_each(|e| e.result = Err(PageError::NotIssued));
+            return;
+        }
         // LeechCore's write path only reads from `pb`.
         state.prepare(entries.iter_mut().map(|e| {
             (
@@ -376,6 +446,7 @@ impl LeechCore {
         unsafe {
             (self.lib.LcWriteScatter)(state.raw, state.mems.len() as u32, state.ptrs.as_mut_ptr())
         };
+        state.unflushed = self.reopen.is_some();
         for (k, &owner) in state.owners.iter().enumerate() {
             entries[owner].result = if state.mems[k].f != 0 {
                 Ok(())
@@ -399,7 +470,12 @@ impl LeechCore {
         // validated map, printed by us, ever reaches it.
         let mut text = map.to_string().into_bytes();
         text.push(0);
-        self.command(sys::LC_CMD_MEMMAP_SET, &mut text, "LC_CMD_MEMMAP_SET")?;
+        let mut state = self.lock();
+        let raw = state.raw;
+        self.command_on(raw, sys::LC_CMD_MEMMAP_SET, &mut text, "LC_CMD_MEMMAP_SET")?;
+        if self.reopen.is_some() {
+            state.map = Some(text);
+        }
         Ok(())
     }
 
@@ -411,6 +487,20 @@ impl LeechCore {
         name: &'static str,
     ) -> Result<Vec<u8>, Error> {
         let state = self.lock();
+        self.command_on(state.raw, command, input, name)
+    }
+
+    /// `command` on `raw`, which the caller holds under the lock.
+    fn command_on(
+        &self,
+        raw: HANDLE,
+        command: u64,
+        input: &mut [u8],
+        name: &'static str,
+    ) -> Result<Vec<u8>, Error> {
+        if raw.is_null() {
+            return Err(Error::Command { name });
+        }
         let mut out: *mut u8 = ptr::null_mut();
         let mut out_len = 0u32;
         let input_ptr = if input.is_empty() {
@@ -422,14 +512,7 @@ impl LeechCore {
         // SAFETY: valid handle under the lock; `input` is live for the call;
         // LeechCore allocates `out`, which is freed below.
         let ok = unsafe {
-            (self.lib.LcCommand)(
-                state.raw,
-                command,
-                input_len,
-                input_ptr,
-                &mut out,
-                &mut out_len,
-            )
+            (self.lib.LcCommand)(raw, command, input_len, input_ptr, &mut out, &mut out_len)
         };
         let output = if out.is_null() {
             Vec::new()
@@ -570,8 +653,26 @@ impl Handle {
 impl Drop for LeechCore {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the handle came from LcCreateEx and is closed exactly once.
-        unsafe { (self.lib.LcClose)(state.raw) };
+        if !state.raw.is_null() {
+            // SAFETY: the handle came from LcCreateEx and is closed exactly
+            // once.
+            unsafe { (self.lib.LcClose)(state.raw) };
+        }
+    }
+}
+
+/// Opens the device `config` describes; on failure, LeechCore's message
+/// if it gave one.
+fn create(lib: &Library, config: &mut LC_CONFIG) -> Result<HANDLE, Option<String>> {
+    let mut error_info: *mut sys::LC_CONFIG_ERRORINFO = ptr::null_mut();
+    // SAFETY: `config` is a valid, versioned LC_CONFIG with NUL-terminated
+    // strings; LeechCore writes only into it and `error_info`.
+    let raw = unsafe { (lib.LcCreateEx)(config, &mut error_info) };
+    let message = take_error_info(lib, error_info);
+    if raw.is_null() {
+        Err(message)
+    } else {
+        Ok(raw)
     }
 }
 
