@@ -2,8 +2,10 @@
 
 mod common;
 
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use common::{read_file_at, Image};
 use x86_64::structures::paging::{
@@ -570,4 +572,255 @@ fn bench_counts_the_calls_each_path_makes() {
         std::fs::read(path).unwrap() == before,
         "bench left the image changed"
     );
+}
+
+#[test]
+fn dump_refuses_to_write_over_its_own_image() {
+    let image = Image::new(16 * MIB);
+    let path = image.path.to_str().unwrap().to_string();
+    let before = std::fs::read(&image.path).unwrap();
+    let dir = image.path.parent().unwrap();
+    let link = dir.join("link.raw");
+    std::os::unix::fs::symlink(&image.path, &link).unwrap();
+    let hard = dir.join("hard.raw");
+    std::fs::hard_link(&image.path, &hard).unwrap();
+    // The `.failed` list beside the output is created too.
+    std::fs::hard_link(&image.path, dir.join("out.failed")).unwrap();
+    let out = dir.join("out");
+    let cases = [
+        (image.device(), path.clone()),
+        (
+            format!("file://file={path},write=1"),
+            link.display().to_string(),
+        ),
+        (path.clone(), format!("{}/./memory.raw", dir.display())),
+        (format!("file://{}", hard.display()), path.clone()),
+        (image.device(), out.display().to_string()),
+    ];
+    for (device, output) in &cases {
+        for format in ["raw", "elf"] {
+            let o = leechio(&["-d", device, "dump", "-o", output, "--format", format]);
+            assert_refused(&o, "refusing to write");
+            assert_eq!(o.status.code(), Some(1), "{device} -o {output}");
+            assert!(
+                std::fs::read(&image.path).unwrap() == before,
+                "{device} -o {output}: the image changed"
+            );
+        }
+    }
+    assert!(!out.exists(), "nothing was created");
+}
+
+#[test]
+fn dump_exits_nonzero_only_when_nothing_could_be_read() {
+    let SpacesImage {
+        _dir, device, dtbs, ..
+    } = spaces_image();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("beyond.elf");
+    // Only the page mapped past the end of the image: every byte fails.
+    let o = leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "--dtb",
+        &format!("{:#x}", dtbs[2]),
+        "--range",
+        &format!("{BEYOND:#x}-{:#x}", BEYOND + 0x1000),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert_refused(&o, "nothing could be read");
+    assert_eq!(o.status.code(), Some(1));
+    // The same page with readable ones: holes are normal, exit 0 (the
+    // whole space's dump in the test above also asserts it).
+    let o = leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "--dtb",
+        &format!("{:#x}", dtbs[2]),
+        "--range",
+        &format!("{USER_BASE:#x}-{:#x}", BEYOND + 0x1000),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn dump_checks_the_size_of_its_file_before_dumping() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.raw");
+    let failed = dir.path().join("huge.raw.failed");
+    let o = leechio(&[
+        "-d",
+        &image.device(),
+        "dump",
+        "--format",
+        "raw",
+        "--range",
+        "0-0xffffffffffffffff",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert_refused(
+        &o,
+        &format!("{} would be 0xffffffffffffffff bytes", path.display()),
+    );
+    assert!(!path.exists() && !failed.exists());
+
+    // A file system (here: a file size limit) that cannot hold the file
+    // says so before anything is read, naming the file.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leechio"));
+    cmd.args([
+        "-d",
+        &image.device(),
+        "dump",
+        "--format",
+        "raw",
+        "--range",
+        "0-0x200000",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: MIB,
+                rlim_max: MIB,
+            };
+            // Past the limit, writes fail with EFBIG instead of a signal.
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().unwrap();
+    assert_refused(
+        &o,
+        &format!(
+            "cannot make {} 0x200000 bytes (2.0 MiB) long",
+            path.display()
+        ),
+    );
+    assert!(stderr(&o).contains("File too large"), "{}", stderr(&o));
+    assert!(!path.exists() && !failed.exists(), "nothing is left behind");
+}
+
+/// Runs `leechio read` of 1 MiB (megabytes of text, more than a pipe
+/// holds) with stdout, and stderr too when `close_stderr`, a pipe closed
+/// by its reader before the first byte: a reader like `head` that is done.
+fn read_into_closed_pipe(device: &str, close_stderr: bool) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leechio"))
+        .args(["-d", device, "read", "0", "1m"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let mut err = String::new();
+    if close_stderr {
+        drop(child.stderr.take());
+    } else {
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+    }
+    (child.wait().unwrap(), err)
+}
+
+#[test]
+fn a_closed_output_pipe_ends_the_program_quietly() {
+    let image = Image::new(16 * MIB);
+    let (status, err) = read_into_closed_pipe(&image.device(), false);
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}: {err}");
+    assert_eq!(err, "", "nothing said about the closed pipe");
+    // `2>&1 | head`: the error, had there been one, could not be written
+    // either; before, that panicked inside a panic and aborted.
+    let (status, _) = read_into_closed_pipe(&image.device(), true);
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}");
+}
+
+#[test]
+fn a_virtual_read_says_whether_translation_or_the_data_failed() {
+    let SpacesImage {
+        _dir, device, dtbs, ..
+    } = spaces_image();
+    // The root table lies past the end of the 32 MiB image.
+    let o = leechio(&["-d", &device, "read", "0x1000", "16", "--dtb", "0x5000000"]);
+    assert_refused(
+        &o,
+        "0x1000..0x1010 unreadable: not translated: the page-table entry PML4E at physical 0x5000000 is unreadable",
+    );
+    // Mapped, but to a frame past the end: the data failed, not the walk.
+    let o = leechio(&[
+        "-d",
+        &device,
+        "read",
+        &format!("{BEYOND:#x}"),
+        "16",
+        "--dtb",
+        &format!("{:#x}", dtbs[2]),
+    ]);
+    assert_refused(&o, "(physical 0x40000000)");
+    assert!(!stderr(&o).contains("not translated"), "{}", stderr(&o));
+    // Not mapped: where the walk found nothing.
+    let o = leechio(&[
+        "-d",
+        &device,
+        "read",
+        "0x1000",
+        "8",
+        "--dtb",
+        &format!("{:#x}", dtbs[0]),
+    ]);
+    assert_refused(&o, "not translated: virtual address not mapped (the PML4E at physical 0x1000000 is not present)");
+}
+
+#[test]
+fn bad_numbers_and_a_missing_device_are_named() {
+    let image = Image::new(16 * MIB);
+    let dev = image.device();
+    assert_refused(
+        &leechio(&["-d", &dev, "dump", "-o", "/tmp/x.elf", "--range=-0x1000"]),
+        "range `-0x1000` has no start",
+    );
+    assert_refused(
+        &leechio(&["-d", &dev, "read", "0", "4kbbb"]),
+        "`4kbbb` is not a size: `kbbb` after the number is not a unit",
+    );
+    let without_device = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_leechio"))
+            .args(args)
+            .env_remove("LEECHIO_DEVICE")
+            .output()
+            .unwrap()
+    };
+    let info = without_device(&["info"]);
+    assert_refused(&info, "give --device or set LEECHIO_DEVICE (e.g.");
+    assert_eq!(stderr(&info), stderr(&without_device(&["read", "0", "8"])));
+    assert_eq!(stderr(&info), stderr(&without_device(&["bench"])));
+}
+
+#[test]
+fn bench_uses_the_given_library() {
+    let image = Image::new(16 * MIB);
+    let o = leechio(&[
+        "-d",
+        &image.device(),
+        "--lib",
+        "/nonexistent/leechcore.so",
+        "bench",
+        "--runs",
+        "1",
+    ]);
+    assert_refused(&o, "/nonexistent/leechcore.so");
 }

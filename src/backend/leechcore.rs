@@ -800,6 +800,41 @@ const BUILT_IN_DEVICES: &[&str] = &[
     "rawudp",
 ];
 
+/// The file on this machine a device string reads memory from, if it names
+/// one: the image of LeechCore's `file` device (`file:///mem.raw`,
+/// `file://file=/mem.raw,write=1`, or a bare path, which LeechCore also
+/// opens as an image) or the guest RAM file `/dev/shm/NAME` of a
+/// `qemu://shm=NAME,…` device. Relative paths are left relative: LeechCore
+/// opens them from the current directory. For callers that must not write
+/// over the memory they read (a dump into its own source).
+pub fn device_file(device: &str) -> Option<PathBuf> {
+    if let Some((shm, _)) = qemu_params(device) {
+        return Some(Path::new("/dev/shm").join(shm));
+    }
+    if let Some(path) = file_device_image(device) {
+        return Some(PathBuf::from(path));
+    }
+    // LeechCore opens a string that names no device type as an image file.
+    let bare = !device.contains("://") && Path::new(device).is_file();
+    bare.then(|| PathBuf::from(device))
+}
+
+/// The image path of a `file://` device string: its `file=` parameter, or
+/// everything after `file://` (as LeechCore reads it; the type and the key
+/// in any case).
+fn file_device_image(device: &str) -> Option<&str> {
+    let (kind, params) = device.split_once("://")?;
+    if !kind.eq_ignore_ascii_case("file") {
+        return None;
+    }
+    let param = params.split(',').find_map(|p| {
+        p.split_once('=')
+            .filter(|(k, _)| k.eq_ignore_ascii_case("file"))
+            .map(|(_, v)| v)
+    });
+    Some(param.unwrap_or(params))
+}
+
 /// Smallest image LeechCore's file device opens.
 const FILE_DEVICE_MIN_SIZE: u64 = 16 << 20;
 
@@ -827,7 +862,7 @@ fn diagnose_open_failure(device: &str, library: &Path) -> String {
     let generic = "LeechCore gave no reason; open with more verbosity to see its messages";
     match kind.as_str() {
         "file" => {
-            let path = param("file").unwrap_or(params);
+            let path = file_device_image(device).unwrap_or(params);
             match std::fs::metadata(path) {
                 Err(e) => format!("cannot open image file `{path}`: {e}"),
                 Ok(m) if m.is_dir() => format!("`{path}` is a folder, not an image file"),
@@ -894,8 +929,43 @@ mod tests {
         assert!(
             diagnose_open_failure("file://file=/no/such.raw,write=1", lib).contains("/no/such.raw")
         );
+        assert!(
+            diagnose_open_failure("FILE://WRITE=1,File=/no/such.raw", lib)
+                .contains("`/no/such.raw`")
+        );
         assert!(diagnose_open_failure("bogus://x", lib).contains("unknown device type `bogus`"));
         assert!(diagnose_open_failure("qemu://shm=none-such-xyz,qmp=q", lib)
             .contains("/dev/shm/none-such-xyz"));
+    }
+
+    #[test]
+    fn device_file_names_the_image_or_guest_ram_a_device_reads() {
+        let file = |d: &str| device_file(d).map(|p| p.display().to_string());
+        assert_eq!(file("file:///tmp/a.raw").as_deref(), Some("/tmp/a.raw"));
+        assert_eq!(
+            file("file://file=/tmp/a.raw,write=1").as_deref(),
+            Some("/tmp/a.raw")
+        );
+        assert_eq!(
+            file("File://write=1,FILE=rel.raw").as_deref(),
+            Some("rel.raw")
+        );
+        assert_eq!(
+            file("qemu://shm=guest,qmp=/tmp/q.sock").as_deref(),
+            Some("/dev/shm/guest")
+        );
+        assert_eq!(file("fpga"), None);
+        assert_eq!(file("rawtcp://127.0.0.1:9999"), None);
+        // A bare path is an image only when it is a file (LeechCore's
+        // fallback); a device type name is not.
+        let dir = std::env::temp_dir();
+        assert_eq!(file(dir.to_str().unwrap()), None);
+        let bare = dir.join(format!("leechio-device-file-{}", std::process::id()));
+        std::fs::write(&bare, b"x").unwrap();
+        assert_eq!(
+            file(bare.to_str().unwrap()),
+            Some(bare.display().to_string())
+        );
+        std::fs::remove_file(&bare).unwrap();
     }
 }

@@ -84,6 +84,21 @@ pub struct WalkError {
     pub entries: [Option<u64>; 4],
 }
 
+impl WalkError {
+    /// Physical address of the entry the walk stopped at, for a walk from
+    /// the root `dtb`: the entry that could not be read, or the one found
+    /// not present. `None` when the walk did not start (a non-canonical
+    /// address). Says where a failed translation failed.
+    pub fn entry_address(&self, dtb: u64) -> Option<u64> {
+        let level = self.level?;
+        let table = match level {
+            0 => dtb,
+            _ => self.entries[level - 1]?,
+        } & ADDR_MASK;
+        Some(table + table_index(self.va, level) * 8)
+    }
+}
+
 /// Whether bits 63..47 of `va` are all equal (4-level paging).
 pub(crate) fn is_canonical(va: u64) -> bool {
     let top = (va as i64) >> 47;
@@ -141,6 +156,32 @@ mod tests {
         assert_eq!(sign_extend(0x0000_8000_0000_0000), 0xffff_8000_0000_0000);
         let va = 0xffff_ffff_8100_0000u64;
         assert_eq!([0, 1, 2, 3].map(|l| table_index(va, l)), [511, 510, 8, 0]);
+    }
+
+    #[test]
+    fn a_walk_error_says_which_entry_it_stopped_at() {
+        let va = 0xffff_ffff_8100_0000u64;
+        let at_root = WalkError {
+            va,
+            reason: PageError::OutOfRange,
+            level: Some(0),
+            entries: [None; 4],
+        };
+        assert_eq!(
+            at_root.entry_address(0x500_0fff),
+            Some(0x500_0000 + 511 * 8)
+        );
+        let at_pde = WalkError {
+            level: Some(2),
+            entries: [Some(0x1003), Some(0x8000_0000_0000_2063), None, None],
+            ..at_root
+        };
+        assert_eq!(at_pde.entry_address(0x500_0000), Some(0x2000 + 8 * 8));
+        let unstarted = WalkError {
+            level: None,
+            ..at_root
+        };
+        assert_eq!(unstarted.entry_address(0x500_0000), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use clap::Args;
 use futures::future::join_all;
 use memflow::architecture::x86::x64;
 use memflow::cglue::CTup2;
-use memflow::plugins::ConnectorMiddlewareArgs;
+use memflow::plugins::{Args as PluginArgs, ConnectorMiddlewareArgs};
 use memflow::prelude::v1::{
     Address, ConnectorArgs, ConnectorInstanceArcBox, Inventory, MemoryView, PhysicalMemory,
     ReadData, VirtualDma,
@@ -62,10 +62,10 @@ struct Row {
     bytes: u64,
 }
 
-/// What every measurement needs: the device string, where the plugin is,
-/// how many runs.
+/// What every measurement needs: how to open the device (`--device`,
+/// `--remote`, `--lib`, `-v`), where the plugin is, how many runs.
 struct Bench {
-    device: String,
+    device: DeviceConfig,
     plugin_dir: PathBuf,
     runs: usize,
     rows: Vec<Row>,
@@ -79,6 +79,41 @@ struct Plugin {
 }
 
 impl Bench {
+    /// The configuration that attaches to the device already open in this
+    /// process (LeechCore's `existing`): the same `leechcore.so`, whose
+    /// contexts it searches, and no remote string, with which LeechCore
+    /// would not look for an open context at all.
+    fn existing(&self) -> DeviceConfig {
+        DeviceConfig {
+            device: "existing".into(),
+            remote: None,
+            ..self.device.clone()
+        }
+    }
+
+    /// The plugin's arguments for the options given to `leechio`: the
+    /// plugin opens the device the way every other path does.
+    fn plugin_args(&self) -> Result<PluginArgs, Failure> {
+        let mut args = PluginArgs::new();
+        if let Some(lib) = &self.device.library {
+            let lib = lib.to_str().ok_or_else(|| {
+                Failure(format!(
+                    "--lib {}: the memflow plugin takes only UTF-8 paths",
+                    lib.display()
+                ))
+            })?;
+            args = args.insert("lib", lib);
+        }
+        if let Some(remote) = &self.device.remote {
+            args = args.insert("remote", remote);
+        }
+        let level = self.device.verbosity as u8;
+        if level > 0 {
+            args = args.insert("verbosity", &level.to_string());
+        }
+        Ok(args)
+    }
+
     /// Opens the device through the plugin, as memflow does. While it is
     /// open it is the only LeechCore context, so `existing` attaches to it.
     fn plugin(&self, cache: bool) -> Result<Plugin, Failure> {
@@ -90,9 +125,9 @@ impl Bench {
             ))
         })?;
         let args = ConnectorArgs {
-            target: Some(self.device.as_str().into()),
+            target: Some(self.device.device.as_str().into()),
+            extra_args: self.plugin_args()?,
             middleware_args: ConnectorMiddlewareArgs::new().cache(cache),
-            ..Default::default()
         };
         let conn = inventory
             .instantiate_connector("leechcore", None, Some(&args))
@@ -100,10 +135,10 @@ impl Bench {
                 Failure(format!(
                     "the plugin in {} did not open {}: {e}",
                     self.plugin_dir.display(),
-                    self.device
+                    self.device.device
                 ))
             })?;
-        let counter = LeechCore::open(&DeviceConfig::new("existing"))?;
+        let counter = LeechCore::open(&self.existing())?;
         Ok(Plugin { conn, counter })
     }
 
@@ -176,14 +211,14 @@ fn wait_for_whole_second() {
 fn progress(workload: &str, method: &str) {
     LAST_RUN_NS.store(u64::MAX, Ordering::Relaxed);
     if std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2Kmeasuring: {workload} / {method}");
+        err!("\r\x1b[2Kmeasuring: {workload} / {method}");
     }
 }
 
 /// Clears the line [`progress`] wrote.
 fn progress_done() {
     if std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K");
+        err!("\r\x1b[2K");
     }
 }
 
@@ -204,10 +239,11 @@ fn timed(counter: &LeechCore, f: impl FnOnce()) -> (Duration, u64) {
 }
 
 pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
-    let device = cli
-        .device
-        .clone()
-        .ok_or_else(|| Failure("no device: give --device".into()))?;
+    let device = super::device_config(cli)?;
+    // LeechCore as --lib names it, checked first: through the plugin, a
+    // library that does not load would only read as a device that did not
+    // open.
+    leechio::leechcore_sys::Library::load(device.library.as_deref())?;
     let plugin_dir = match &args.plugins {
         Some(dir) => dir.clone(),
         None => [
@@ -225,7 +261,7 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
             )
         })?,
     };
-    ALIGN_RUNS.store(emulates_delays(&device), Ordering::Relaxed);
+    ALIGN_RUNS.store(emulates_delays(&device.device), Ordering::Relaxed);
     let mut bench = Bench {
         device,
         plugin_dir,
@@ -247,10 +283,10 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
     });
     let result = measure_all(&mut bench, args, &mut rng);
     if let (Some(at), Some(original)) = (args.chains_at, saved) {
-        let device = LeechCore::open(&DeviceConfig::new(&bench.device))?;
+        let device = LeechCore::open(&bench.device)?;
         let mem = Memory::new(device);
         if !mem.write_now([(at, &original[..])]).is_ok() {
-            eprintln!("leechio: could not restore the chain region at {at:#x}");
+            errln!("leechio: could not restore the chain region at {at:#x}");
         }
     }
     progress_done();
@@ -258,7 +294,7 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
     print_rows(&bench.rows, args.markdown, cli.json);
     match result {
         Err(_) if STOP.load(Ordering::SeqCst) => {
-            eprintln!("leechio: bench interrupted; the rows above are what was measured");
+            errln!("leechio: bench interrupted; the rows above are what was measured");
             Ok(ExitCode::from(130))
         }
         result => result.map(|()| ExitCode::SUCCESS),
@@ -286,7 +322,7 @@ fn measure_all(
     // attach to the same context, so one counter sees every path.
     let (dtb, vas, target) = {
         let plugin = bench.plugin(false)?;
-        let device = Arc::new(LeechCore::open(&DeviceConfig::new("existing"))?);
+        let device = Arc::new(LeechCore::open(&bench.existing())?);
         let mem = Memory::with_config(device.clone(), Default::default());
         let map = mem.backend().memory_map();
         physical(bench, &plugin, &device, &mem, &map, rng)?;
@@ -443,9 +479,9 @@ fn scatter_entries(batch: &mut [(u64, Vec<u8>)]) -> Vec<ScatterEntry<'_>> {
 
 /// Writes 64 chains of 8 pointers into 2 MiB at `at` (each hop on its own
 /// page) and returns what was there.
-fn write_chains(device: &str, at: u64) -> Result<Vec<u8>, Failure> {
+fn write_chains(device: &DeviceConfig, at: u64) -> Result<Vec<u8>, Failure> {
     let region = (CHAINS * DEPTH * 4096) as u64;
-    let mem = Memory::new(LeechCore::open(&DeviceConfig::new(device))?);
+    let mem = Memory::new(LeechCore::open(device)?);
     let mut original = vec![0u8; region as usize];
     if !mem.read_now([(at, &mut original[..])]).is_ok() {
         return Err(Failure(format!(
@@ -785,14 +821,14 @@ fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
             .map(|r| r.time.as_secs_f64())
     };
     if markdown {
-        println!("| workload | method | device calls | median time | MB/s | of the limit | vs read by read |");
-        println!("|---|---|---:|---:|---:|---:|---:|");
+        outln!("| workload | method | device calls | median time | MB/s | of the limit | vs read by read |");
+        outln!("|---|---|---:|---:|---:|---:|---:|");
     }
     for r in &rows {
         let ms = r.time.as_secs_f64() * 1e3;
         let mbs = r.bytes as f64 / r.time.as_secs_f64() / 1e6;
         if json_output {
-            println!(
+            outln!(
                 "{}",
                 json!({"workload": r.workload, "method": r.method, "calls": r.calls, "ms": ms, "bytes": r.bytes})
             );
@@ -802,7 +838,7 @@ fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
                 .map_or("".into(), |limit| format!("{:.0}%", limit / secs * 100.0));
             let speedup = find(&r.workload, "read by read")
                 .map_or("".into(), |slow| format!("{:.1}x", slow / secs));
-            println!(
+            outln!(
                 "| {} | {} | {} | {ms:.2} ms | {} | {of_limit} | {speedup} |",
                 r.workload,
                 r.method,
@@ -810,7 +846,7 @@ fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
                 three_digits(mbs)
             );
         } else {
-            println!(
+            outln!(
                 "{:<44} {:<54} {:>6} calls {:>10.2} ms {:>9} MB/s",
                 r.workload,
                 r.method,
@@ -830,5 +866,39 @@ fn three_digits(x: f64) -> String {
         x if x >= 10.0 => format!("{x:.1}"),
         x if x >= 1.0 => format!("{x:.2}"),
         x => format!("{x:.3}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plugin_gets_lib_remote_and_verbosity() {
+        let bench = Bench {
+            device: DeviceConfig {
+                device: "file:///tmp/m.raw".into(),
+                remote: Some("rpc://host.example:10.0.0.1".into()),
+                library: Some("/opt/lc,x/leechcore.so".into()),
+                verbosity: leechio::Verbosity::from_level(2),
+                max_address: None,
+            },
+            plugin_dir: PathBuf::new(),
+            runs: 1,
+            rows: Vec::new(),
+        };
+        // The plugin reads its arguments back from their string form.
+        let args = bench.plugin_args().ok().expect("UTF-8 arguments");
+        let args: PluginArgs = args.to_string().parse().unwrap();
+        assert_eq!(args.get("lib"), Some("/opt/lc,x/leechcore.so"));
+        assert_eq!(args.get("remote"), Some("rpc://host.example:10.0.0.1"));
+        assert_eq!(args.get("verbosity"), Some("2"));
+        // Attaching keeps the library, and drops the remote string, with
+        // which LeechCore would not attach.
+        let existing = bench.existing();
+        assert_eq!(existing.device, "existing");
+        assert_eq!(existing.remote, None);
+        assert_eq!(existing.library, bench.device.library);
+        assert_eq!(existing.verbosity, bench.device.verbosity);
     }
 }

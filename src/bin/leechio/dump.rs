@@ -6,8 +6,8 @@
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -111,7 +111,93 @@ pub fn progress_bar(total: u64, visible: bool) -> ProgressBar {
     bar
 }
 
-pub fn run(mem: &Memory, args: &DumpArgs, json_output: bool) -> Result<ExitCode, Failure> {
+/// A regular file this process has open: device and inode, and a name.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OpenFile {
+    dev: u64,
+    ino: u64,
+    path: PathBuf,
+}
+
+/// The regular files this process has open (from `/proc/self/fd`).
+/// Compared before and after opening the device, they are the files the
+/// device reads, however its device string names them.
+pub fn open_files() -> Vec<OpenFile> {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| {
+            // Follows the link to the file itself (even a deleted one).
+            let meta = std::fs::metadata(fd.path()).ok()?;
+            meta.is_file().then(|| OpenFile {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                path: std::fs::read_link(fd.path()).unwrap_or_else(|_| fd.path()),
+            })
+        })
+        .collect()
+}
+
+/// Refuses an output that is the memory being dumped: creating it would
+/// truncate the device's image (or a guest's RAM file) before a byte is
+/// read. Compares device and inode, so symlinks, hard links and other
+/// spellings of the path are caught; checks the `.failed` list beside the
+/// output too, which is created as well.
+fn refuse_own_source(device: &str, sources: &[OpenFile], output: &Path) -> Result<(), Failure> {
+    let mut sources = sources.to_vec();
+    if let Some(path) = leechio::backend::leechcore::device_file(device) {
+        if let Ok(meta) = std::fs::metadata(&path) {
+            sources.push(OpenFile {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                path,
+            });
+        }
+    }
+    for out in [output.to_path_buf(), failed_list_path(output)] {
+        // An output that does not exist yet cannot be the source.
+        let Ok(meta) = std::fs::metadata(&out) else {
+            continue;
+        };
+        if let Some(s) = sources
+            .iter()
+            .find(|s| (s.dev, s.ino) == (meta.dev(), meta.ino()))
+        {
+            return Err(Failure(format!(
+                "refusing to write {}: it is {}, the memory this device reads; \
+                 writing it would destroy the image before it is read (choose another -o)",
+                out.display(),
+                s.path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `n` bytes as people read them: `16.0 EiB`, `2.0 MiB`, `4096 bytes`.
+fn human_size(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    match (1..=UNITS.len()).rev().find(|&i| n >> (10 * i) > 0) {
+        Some(i) => format!(
+            "{:.1} {}",
+            n as f64 / (1u64 << (10 * i)) as f64,
+            UNITS[i - 1]
+        ),
+        None => format!("{n} bytes"),
+    }
+}
+
+/// Writes the dump of `args` from `mem`; `device` and `sources` (the
+/// files the device holds open) are what the output must not be.
+pub fn run(
+    mem: &Memory,
+    device: &str,
+    sources: &[OpenFile],
+    args: &DumpArgs,
+    json_output: bool,
+) -> Result<ExitCode, Failure> {
+    refuse_own_source(device, sources, &args.output)?;
     let pieces = plan(mem, args)?;
     if pieces.is_empty() {
         return Err(Failure("nothing to dump: no memory in that range".into()));
@@ -127,8 +213,54 @@ pub fn run(mem: &Memory, args: &DumpArgs, json_output: bool) -> Result<ExitCode,
             pieces.len()
         )));
     }
+    // Where each piece goes in the file, and how long the file is; a size
+    // no file can have is refused before anything is created.
+    let base = args.range.as_ref().map_or(0, |r| r.start);
+    let mut offsets = Vec::with_capacity(pieces.len());
+    let mut at = (std::mem::size_of::<ElfHeader>()
+        + pieces.len() * std::mem::size_of::<ProgramHeader>()) as u64;
+    for p in &pieces {
+        let offset = match args.format {
+            Format::Elf => at.checked_next_multiple_of(0x1000),
+            Format::Raw => Some(p.addr - base),
+        };
+        let end = offset.and_then(|o| o.checked_add(p.len));
+        match (offset, end) {
+            (Some(offset), Some(end)) => {
+                offsets.push(offset);
+                at = end;
+            }
+            _ => return Err(too_large(&args.output, None)),
+        }
+    }
+    let size = match (args.format, &args.range) {
+        // Holes at the end of a raw dump of a range are zeros too.
+        (Format::Raw, Some(r)) => r.end - r.start,
+        _ => at,
+    };
+    // The kernel's limit for any file (`off_t`).
+    if size > i64::MAX as u64 {
+        return Err(too_large(&args.output, Some(size)));
+    }
+
     let mut file = File::create(&args.output)
         .map_err(|e| Failure(format!("cannot write {}: {e}", args.output.display())))?;
+    // Sized (sparsely) and back, so a file system that cannot hold it says
+    // so now, not after the whole dump was read. Left empty, the file grows
+    // as it is written: its size shows how far the dump got.
+    if let Err(e) = file.set_len(size).and_then(|()| file.set_len(0)) {
+        let _ = std::fs::remove_file(&args.output);
+        return Err(Failure(format!(
+            "cannot make {} {size:#x} bytes ({}) long: {e}; narrow --range{}",
+            args.output.display(),
+            human_size(size),
+            if args.format == Format::Raw {
+                " or use --format elf (which holds only the mapped ranges)"
+            } else {
+                ""
+            }
+        )));
+    }
     let sidecar = failed_list_path(&args.output);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -138,20 +270,8 @@ pub fn run(mem: &Memory, args: &DumpArgs, json_output: bool) -> Result<ExitCode,
         let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
     }
 
-    let base = args.range.as_ref().map_or(0, |r| r.start);
     let total: u64 = pieces.iter().map(|p| p.len).sum();
     let bar = progress_bar(total, !json_output);
-    let mut offsets = Vec::with_capacity(pieces.len());
-    let mut at = (std::mem::size_of::<ElfHeader>()
-        + pieces.len() * std::mem::size_of::<ProgramHeader>()) as u64;
-    for p in &pieces {
-        at = at.next_multiple_of(0x1000);
-        offsets.push(match args.format {
-            Format::Elf => at,
-            Format::Raw => p.addr - base,
-        });
-        at += p.len;
-    }
 
     let mut written = vec![0u64; pieces.len()];
     let mut failed: Vec<(u64, u64, String)> = Vec::new();
@@ -180,17 +300,28 @@ pub fn run(mem: &Memory, args: &DumpArgs, json_output: bool) -> Result<ExitCode,
     bar.finish_and_clear();
     let interrupted = stop.load(Ordering::SeqCst);
 
+    // Holes at the end of a raw dump of a range are zeros too; an
+    // interrupted dump ends where what was read ends.
+    let end = if interrupted {
+        offsets
+            .iter()
+            .zip(&written)
+            .filter(|(_, &w)| w > 0)
+            .map(|(o, w)| o + w)
+            .max()
+            .unwrap_or(0)
+    } else {
+        size
+    };
+    file.set_len(end).map_err(|e| {
+        Failure(format!(
+            "setting the length of {} to {end:#x}: {e}",
+            args.output.display()
+        ))
+    })?;
     if args.format == Format::Elf {
         write_elf_headers(&mut file, &pieces, &offsets, &written, args.dtb.is_some())
             .map_err(|e| Failure(format!("writing {}: {e}", args.output.display())))?;
-    } else if let Some(r) = &args.range {
-        // Holes at the end of a raw dump are zeros too.
-        let len = if interrupted {
-            file.metadata().map(|m| m.len()).unwrap_or(0)
-        } else {
-            r.end - r.start
-        };
-        file.set_len(len).map_err(|e| Failure(e.to_string()))?;
     }
     write_failed_list(&sidecar, &failed)
         .map_err(|e| Failure(format!("writing {}: {e}", sidecar.display())))?;
@@ -198,14 +329,14 @@ pub fn run(mem: &Memory, args: &DumpArgs, json_output: bool) -> Result<ExitCode,
     let read: u64 = written.iter().sum();
     let failed_bytes: u64 = failed.iter().map(|(a, b, _)| b - a).sum();
     if json_output {
-        println!(
+        outln!(
             "{}",
             json!({"output": args.output.display().to_string(), "ranges": pieces.len(), "bytes": read,
                 "failed_bytes": failed_bytes, "failed_ranges": failed.len(), "interrupted": interrupted,
                 "failed_list": sidecar.display().to_string()})
         );
     } else {
-        println!(
+        outln!(
             "{}: {} bytes in {} ranges, {} bytes failed in {} ranges{}",
             args.output.display(),
             read - failed_bytes,
@@ -219,14 +350,33 @@ pub fn run(mem: &Memory, args: &DumpArgs, json_output: bool) -> Result<ExitCode,
             }
         );
         if interrupted {
-            println!("interrupted: the file holds what was read until then");
+            outln!("interrupted: the file holds what was read until then");
         }
     }
-    Ok(if interrupted {
-        ExitCode::from(130)
-    } else {
-        ExitCode::SUCCESS
-    })
+    if interrupted {
+        return Ok(ExitCode::from(130));
+    }
+    // Holes are normal, but a dump with no byte of memory in it is a
+    // failure (a dead device, a wrong --dtb), not a result.
+    if read > 0 && read == failed_bytes {
+        errln!(
+            "leechio: nothing could be read: all {read} bytes failed (listed in {})",
+            sidecar.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The error for a dump too large to be a file.
+fn too_large(output: &Path, size: Option<u64>) -> Failure {
+    let size = size.map_or("more than 16 EiB".into(), |n| {
+        format!("{n:#x} bytes ({})", human_size(n))
+    });
+    Failure(format!(
+        "{} would be {size}, more than a file can hold (8 EiB); narrow --range",
+        output.display()
+    ))
 }
 
 /// The ranges to dump, in address order.
@@ -267,9 +417,10 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
             let range = args.range.clone().unwrap_or(0..u64::MAX);
             let found = mem.block_on(space.mappings(range));
             for (r, why) in &found.unreadable {
-                eprintln!(
+                errln!(
                     "leechio: page tables for {:#x}..{:#x} unreadable: {why}",
-                    r.start, r.end
+                    r.start,
+                    r.end
                 );
             }
             Ok(found

@@ -1,6 +1,8 @@
 //! `leechio`: look at a target behind LeechCore, translate addresses, dump
 //! memory. Every command prints plain text, or JSON lines with `--json`.
 
+#[macro_use]
+mod output;
 mod bench;
 mod dump;
 mod numbers;
@@ -15,7 +17,7 @@ use futures::future::join_all;
 use serde_json::json;
 
 use leechio::vm::LEVEL_NAMES;
-use leechio::{AddressSpace, DeviceConfig, LeechCore, Memory, Verbosity};
+use leechio::{AddressSpace, DeviceConfig, LeechCore, Memory, PageError, Verbosity};
 use numbers::{parse_number, parse_size};
 
 /// Memory of a target behind LeechCore: PCILeech FPGA boards, memory
@@ -92,32 +94,41 @@ impl<E: std::fmt::Display> From<E> for Failure {
 }
 
 fn main() -> ExitCode {
-    // A bug should still read as a message, not a trace.
+    // A bug should still read as a message, not a trace. The message
+    // itself must not panic (a closed stderr would make that an abort).
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("leechio: internal error: {info}")
+        let _ = writeln!(std::io::stderr(), "leechio: internal error: {info}");
     }));
     let cli = Cli::parse();
     match run(&cli) {
         Ok(code) => code,
         Err(Failure(message)) => {
-            eprintln!("leechio: {message}");
+            errln!("leechio: {message}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn open(cli: &Cli) -> Result<Memory, Failure> {
+/// How to open the device the options name: `--device`, `--remote`,
+/// `--lib` and `-v`, for every command alike.
+fn device_config(cli: &Cli) -> Result<DeviceConfig, Failure> {
     let device = cli.device.clone().ok_or_else(|| {
-        Failure("no device: give --device (e.g. --device fpga, --device file:///mem.raw)".into())
+        Failure(
+            "no device: give --device or set LEECHIO_DEVICE (e.g. --device fpga, --device file:///mem.raw)"
+                .into(),
+        )
     })?;
-    let config = DeviceConfig {
+    Ok(DeviceConfig {
         device,
         remote: cli.remote.clone(),
         library: cli.lib.clone(),
         verbosity: Verbosity::from_level(cli.verbose),
         max_address: None,
-    };
-    let device = LeechCore::open(&config)?;
+    })
+}
+
+fn open(cli: &Cli) -> Result<Memory, Failure> {
+    let device = LeechCore::open(&device_config(cli)?)?;
     Ok(Memory::with_config(Arc::new(device), Default::default()))
 }
 
@@ -126,23 +137,24 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Info => info(cli),
         Command::Read { addr, len, dtb } => read(cli, *addr, *len, *dtb),
         Command::Translate { va, dtb } => translate(cli, va, *dtb),
-        Command::Dump(args) => dump::run(&open(cli)?, args, cli.json),
+        Command::Dump(args) => {
+            // The files LeechCore holds open are the device's own (its
+            // image, whatever the device string's syntax): the dump must
+            // not write over them.
+            let before = dump::open_files();
+            let mem = open(cli)?;
+            let mut sources = dump::open_files();
+            sources.retain(|f| !before.contains(f));
+            let device = cli.device.as_deref().unwrap_or_default();
+            dump::run(&mem, device, &sources, args, cli.json)
+        }
         Command::Spaces => spaces(cli),
         Command::Bench(args) => bench::run(cli, args),
     }
 }
 
 fn info(cli: &Cli) -> Result<ExitCode, Failure> {
-    let device = LeechCore::open(&DeviceConfig {
-        device: cli
-            .device
-            .clone()
-            .ok_or_else(|| Failure("no device: give --device".into()))?,
-        remote: cli.remote.clone(),
-        library: cli.lib.clone(),
-        verbosity: Verbosity::from_level(cli.verbose),
-        max_address: None,
-    })?;
+    let device = LeechCore::open(&device_config(cli)?)?;
     let info = device.info();
     let map = device.memory_map()?;
     if cli.json {
@@ -151,7 +163,7 @@ fn info(cli: &Cli) -> Result<ExitCode, Failure> {
             .iter()
             .map(|r| json!({"start": hex(r.start), "end": hex(r.end()), "remap": hex(r.remap)}))
             .collect();
-        println!(
+        outln!(
             "{}",
             json!({
                 "device": info.name, "leechcore_version": info.version.to_string(),
@@ -162,22 +174,22 @@ fn info(cli: &Cli) -> Result<ExitCode, Failure> {
             })
         );
     } else {
-        println!("device        {}", info.name);
-        println!(
+        outln!("device        {}", info.name);
+        outln!(
             "LeechCore     {} ({})",
             info.version,
             info.library.display()
         );
-        println!("max address   {:#x}", device.max_address());
-        println!("read-only     {}", yes_no(info.read_only));
-        println!("volatile      {}", yes_no(info.volatile));
-        println!(
+        outln!("max address   {:#x}", device.max_address());
+        outln!("read-only     {}", yes_no(info.read_only));
+        outln!("volatile      {}", yes_no(info.volatile));
+        outln!(
             "memory map    {} ranges, {} MiB",
             map.ranges().len(),
             map.total_size() >> 20
         );
         for r in map.ranges() {
-            println!(
+            outln!(
                 "  {:#014x}-{:#014x}  remap {:#x}",
                 r.start,
                 r.end(),
@@ -195,8 +207,9 @@ fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Fa
         .ok_or_else(|| Failure(format!("length {len:#x} is over 1 GiB")))?;
     let mem = open(cli)?;
     let mut buf = vec![0u8; len];
-    let result = match dtb {
-        Some(dtb) => mem.block_on(AddressSpace::new(mem.clone(), dtb).read(addr, &mut buf)),
+    let space = dtb.map(|dtb| AddressSpace::new(mem.clone(), dtb));
+    let result = match &space {
+        Some(space) => mem.block_on(space.read(addr, &mut buf)),
         None => mem.block_on(mem.read(addr, &mut buf)),
     };
     let failed: Vec<leechio::Failure> = result
@@ -224,11 +237,11 @@ fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Fa
             .iter()
             .map(|f| json!({"address": hex(addr.wrapping_add(f.offset as u64)), "length": f.len, "reason": f.reason.to_string()}))
             .collect();
-        writeln!(
+        output::checked_stdout(writeln!(
             out,
             "{}",
             json!({"address": hex(addr), "length": len, "data": data, "failed": failures})
-        )?;
+        ));
     } else {
         for (line, chunk) in buf.chunks(16).enumerate() {
             let base = line * 16;
@@ -248,28 +261,71 @@ fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Fa
                     _ => '.',
                 })
                 .collect();
-            writeln!(
+            output::checked_stdout(writeln!(
                 out,
                 "{:016x}  {:<47}  |{text}|",
                 addr.wrapping_add(base as u64),
                 hexes.join(" ")
-            )?;
+            ));
         }
     }
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
-            for f in &e.failed {
-                eprintln!(
-                    "leechio: {:#x}..{:#x} unreadable: {}",
+            let why = match &space {
+                Some(space) => virtual_failure_reasons(&mem, space, addr, &e.failed),
+                None => e.failed.iter().map(|f| f.reason.to_string()).collect(),
+            };
+            for (f, why) in e.failed.iter().zip(why) {
+                errln!(
+                    "leechio: {:#x}..{:#x} unreadable: {why}",
                     addr.wrapping_add(f.offset as u64),
                     addr.wrapping_add((f.offset + f.len) as u64),
-                    f.reason
                 );
             }
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Why each failed range of a virtual read failed: a failure's reason
+/// alone cannot tell a page table that could not be read from data that
+/// could not be read (both say, e.g., "past the end of the device's
+/// memory"), so the first address of each range is translated again (all
+/// in one batch; the walks come from the space's cache) to say which, and
+/// where.
+fn virtual_failure_reasons(
+    mem: &Memory,
+    space: &AddressSpace,
+    addr: u64,
+    failed: &[leechio::Failure],
+) -> Vec<String> {
+    let starts = failed
+        .iter()
+        .map(|f| space.translate(addr.wrapping_add(f.offset as u64)));
+    let walks = mem.block_on(join_all(starts));
+    failed
+        .iter()
+        .zip(walks)
+        .map(|(f, walk)| match walk {
+            // An overflowing range never reached a walk.
+            _ if f.reason == PageError::AddressOverflow => f.reason.to_string(),
+            Ok(t) => format!("{} (physical {:#x})", f.reason, t.pa),
+            Err(e) => {
+                let level = e.level.map(|l| LEVEL_NAMES[l]);
+                match (level, e.entry_address(space.dtb())) {
+                    (Some(level), Some(at)) if e.reason == PageError::NotMapped => {
+                        format!("not translated: {} (the {level} at physical {at:#x} is not present)", e.reason)
+                    }
+                    (Some(level), Some(at)) => format!(
+                        "not translated: the page-table entry {level} at physical {at:#x} is unreadable: {}",
+                        e.reason
+                    ),
+                    _ => format!("not translated: {}", e.reason),
+                }
+            }
+        })
+        .collect()
 }
 
 fn translate(cli: &Cli, vas: &[u64], dtb: u64) -> Result<ExitCode, Failure> {
@@ -291,7 +347,7 @@ fn translate(cli: &Cli, vas: &[u64], dtb: u64) -> Result<ExitCode, Failure> {
                     "entries": e.entries.iter().map(|e| e.map(hex)).collect::<Vec<_>>()})
                 }
             };
-            println!("{line}");
+            outln!("{line}");
             continue;
         }
         let (head, entries) = match result {
@@ -304,10 +360,10 @@ fn translate(cli: &Cli, vas: &[u64], dtb: u64) -> Result<ExitCode, Failure> {
                 e.entries,
             ),
         };
-        println!("{head}");
+        outln!("{head}");
         for (name, entry) in LEVEL_NAMES.iter().zip(entries) {
             if let Some(e) = entry {
-                println!("    {name:<5}  {e:#018x}");
+                outln!("    {name:<5}  {e:#018x}");
             }
         }
     }
@@ -325,21 +381,24 @@ fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
     let found = leechio::vm::find_address_spaces(&mem, |done, _| bar.set_position(done));
     bar.finish_and_clear();
     if !cli.json {
-        println!(
+        outln!(
             "{:>18}  {:>12}  {:>12}  {:>7}  shares kernel half with",
-            "DTB", "user mapped", "kernel mapped", "entries"
+            "DTB",
+            "user mapped",
+            "kernel mapped",
+            "entries"
         );
     }
     for c in &found {
         if cli.json {
-            println!(
+            outln!(
                 "{}",
                 json!({"dtb": hex(c.dtb), "user_mapped": c.user_mapped, "kernel_mapped": c.kernel_mapped,
                     "user_entries": c.user_entries, "kernel_entries": c.kernel_entries,
                     "sharing_kernel_half": c.sharing_kernel_half})
             );
         } else {
-            println!(
+            outln!(
                 "{:#18x}  {:>10} K  {:>10} K  {:>3}+{:<3}  {}",
                 c.dtb,
                 c.user_mapped >> 10,
@@ -351,7 +410,7 @@ fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
         }
     }
     if found.is_empty() {
-        eprintln!("leechio: no page-table roots found");
+        errln!("leechio: no page-table roots found");
     }
     Ok(ExitCode::SUCCESS)
 }

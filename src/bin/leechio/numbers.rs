@@ -11,26 +11,57 @@ pub fn parse_number(text: &str) -> Result<u64, String> {
     parsed.map_err(|_| format!("`{text}` is not a number (write 0x1000 or 4096)"))
 }
 
-/// A number with an optional `k`, `m` or `g` suffix (binary units).
+/// A number with an optional unit: `k`, `m` or `g` (binary), each also
+/// as `kb`/`kib` and so on. Anything else after the number is an error,
+/// not ignored.
 pub fn parse_size(text: &str) -> Result<u64, String> {
+    const HINT: &str = "write 4096, 0x1000, 4k, 16m or 1g";
     let t = text.trim().to_ascii_lowercase();
-    let (digits, shift) = match t.trim_end_matches('b').chars().last() {
-        Some('k') => (&t[..t.trim_end_matches('b').len() - 1], 10),
-        Some('m') => (&t[..t.trim_end_matches('b').len() - 1], 20),
-        Some('g') => (&t[..t.trim_end_matches('b').len() - 1], 30),
-        _ => (t.as_str(), 0),
+    // The number is what hex or decimal digits make of the start (hex
+    // digits include `b`, so `0x1b` stays a number); the rest is the unit.
+    let digits_end = match t.strip_prefix("0x") {
+        Some(hex) => {
+            2 + hex
+                .find(|c: char| !c.is_ascii_hexdigit() && c != '_')
+                .unwrap_or(hex.len())
+        }
+        None => t
+            .find(|c: char| !c.is_ascii_digit() && c != '_')
+            .unwrap_or(t.len()),
     };
-    let n = parse_number(digits)
-        .map_err(|_| format!("`{text}` is not a size (write 4096, 0x1000, 4k, 16m or 1g)"))?;
+    let (digits, unit) = t.split_at(digits_end);
+    let shift = match unit {
+        "" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ if digits.is_empty() || digits == "0x" => {
+            return Err(format!("`{text}` is not a size ({HINT})"))
+        }
+        _ => {
+            return Err(format!(
+                "`{text}` is not a size: `{}` after the number is not a unit (k, m or g; {HINT})",
+                &text.trim()[digits_end..]
+            ))
+        }
+    };
+    let n = parse_number(digits).map_err(|_| format!("`{text}` is not a size ({HINT})"))?;
     n.checked_mul(1 << shift)
         .ok_or_else(|| format!("`{text}` is too large"))
 }
 
 /// `START-END` (end exclusive), both numbers.
 pub fn parse_range(text: &str) -> Result<std::ops::Range<u64>, String> {
+    const HINT: &str = "write START-END, e.g. 0x1000-0x2000";
     let (a, b) = text
         .split_once('-')
-        .ok_or_else(|| format!("`{text}` is not a range (write START-END, e.g. 0x1000-0x2000)"))?;
+        .ok_or_else(|| format!("`{text}` is not a range ({HINT})"))?;
+    if a.trim().is_empty() {
+        return Err(format!("range `{text}` has no start ({HINT})"));
+    }
+    if b.trim().is_empty() {
+        return Err(format!("range `{text}` has no end ({HINT})"));
+    }
     let (start, end) = (parse_number(a)?, parse_number(b)?);
     if end <= start {
         return Err(format!("range `{text}` is empty or backwards"));
@@ -56,9 +87,22 @@ mod tests {
         assert_eq!(parse_size("1g"), Ok(1 << 30));
         assert_eq!(parse_size("2kb"), Ok(2048));
         assert_eq!(parse_size("0x10"), Ok(16));
+        assert_eq!(parse_size("3KiB"), Ok(3072));
+        assert_eq!(parse_size("0x1b"), Ok(0x1b));
+        assert_eq!(parse_size("0x10k"), Ok(0x4000));
         assert!(parse_size("lots").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("0x").is_err());
+        let garbage = parse_size("4kbbb").unwrap_err();
+        assert!(garbage.contains("`kbbb` after the number"), "{garbage}");
+        assert!(parse_size("4b").is_err());
+        assert!(parse_size("16m2").is_err());
         assert_eq!(parse_range("0x1000-0x3000"), Ok(0x1000..0x3000));
         assert!(parse_range("0x3000-0x1000").is_err());
         assert!(parse_range("0x3000").is_err());
+        let no_start = parse_range("-0x1000").unwrap_err();
+        assert!(no_start.contains("has no start"), "{no_start}");
+        let no_end = parse_range("0x1000-").unwrap_err();
+        assert!(no_end.contains("has no end"), "{no_end}");
     }
 }
