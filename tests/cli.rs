@@ -473,6 +473,22 @@ fn bad_input_gives_a_message_and_a_nonzero_exit() {
         "No such file",
     );
     assert_refused(&leechio(&["info"]), "no device");
+    // The input at fault is named: the remote, the folder, the RAM file.
+    assert_refused(
+        &leechio(&["-d", &dev, "--remote", "bogus://x", "info"]),
+        "the remote `bogus://x` is the likely cause",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let folder = format!("file://{}", dir.path().display());
+    assert_refused(&leechio(&["-d", &folder, "info"]), "is a folder");
+    assert_refused(
+        &leechio(&[
+            "-d",
+            "qemu://shm=leechio-cli-no-such-guest,qmp=/tmp/leechio-cli-no-such.qmp",
+            "info",
+        ]),
+        "guest RAM file /dev/shm/leechio-cli-no-such-guest does not exist",
+    );
     assert_refused(
         &leechio(&["-d", &dev, "read", "0x10000000000", "8"]),
         "unreadable",

@@ -7,8 +7,8 @@ use std::path::Path;
 use common::{read_file_at, Image};
 use leechio::leechcore_sys as sys;
 use leechio::{
-    Call, DeviceConfig, Error, LeechCore, MemoryMap, MemoryRange, PageError, ScatterEntry,
-    WriteEntry,
+    Call, DeviceConfig, Error, Failure, LeechCore, Memory, MemoryMap, MemoryRange, PageError,
+    ScatterEntry, WriteEntry,
 };
 
 const MIB: u64 = 1 << 20;
@@ -419,5 +419,123 @@ fn writes_to_a_file_device_are_read_back_at_once_and_land_in_order() {
     assert_eq!(
         first_difference, None,
         "the file differs from the writes made"
+    );
+}
+
+#[test]
+fn a_users_max_address_cuts_reads_writes_and_the_map() {
+    let image = Image::new(32 * MIB);
+    let original = read_file_at(&image.path, 0, image.size as usize);
+    let limit = 0x10_0000;
+    let mut config = DeviceConfig::new(format!("file://file={},write=1", image.path.display()));
+    config.max_address = Some(limit);
+    let device = std::sync::Arc::new(LeechCore::open(&config).unwrap());
+    // LeechCore's file device ignores its own paMax: leechio enforces it.
+    assert_eq!(device.max_address(), limit);
+    assert_eq!(
+        device.memory_map().unwrap(),
+        MemoryMap::new(vec![MemoryRange::new(0, limit)]).unwrap()
+    );
+
+    // Straight to the device: entries past the limit never reach it.
+    let addrs = [limit - PAGE, limit, 0x20_0000, limit - 8];
+    let mut bufs: Vec<Vec<u8>> = addrs.iter().map(|_| vec![0xa5; 8]).collect();
+    let mut entries: Vec<ScatterEntry> = addrs
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&a, b)| ScatterEntry::new(a, b))
+        .collect();
+    device.read_scatter(&mut entries);
+    let results: Vec<_> = entries.iter().map(|e| e.result).collect();
+    assert_eq!(
+        results,
+        [
+            Ok(()),
+            Err(PageError::OutOfRange),
+            Err(PageError::OutOfRange),
+            Ok(())
+        ]
+    );
+    assert_eq!(entries[1].buf, &[0xa5; 8], "a refused entry was written");
+
+    // Through the engine: exact failed ranges, with the reason.
+    let mem = Memory::with_config(device.clone(), Default::default());
+    let mut buf = vec![0u8; 0x1800];
+    let outcome = mem.read_now([(limit - 0x800, buf.as_mut_slice())]);
+    let failures: Vec<Failure> = outcome.failures(0).copied().collect();
+    assert_eq!(
+        failures,
+        [Failure {
+            offset: 0x800,
+            len: 0x1000,
+            reason: PageError::OutOfRange
+        }]
+    );
+    assert_eq!(buf[..0x800], image.bytes(limit - 0x800, 0x800)[..]);
+
+    let outcome = mem.write_now([(limit - 4, &[1u8; 8][..])]);
+    let failures: Vec<Failure> = outcome.failures(0).copied().collect();
+    assert_eq!(
+        failures,
+        [Failure {
+            offset: 4,
+            len: 4,
+            reason: PageError::OutOfRange
+        }]
+    );
+    drop(mem);
+    drop(device); // the file device flushes on close
+    let mut expected = original;
+    expected[limit as usize - 4..limit as usize].copy_from_slice(&[1; 4]);
+    let after = read_file_at(&image.path, 0, image.size as usize);
+    assert_eq!(
+        after.iter().zip(&expected).position(|(a, b)| a != b),
+        None,
+        "only the bytes below the limit changed"
+    );
+}
+
+#[test]
+fn bad_settings_and_devices_are_named_as_the_cause() {
+    let image = Image::new(16 * MIB);
+    let mut config = DeviceConfig::new(image.device());
+    config.max_address = Some(0);
+    match LeechCore::open(&config) {
+        Err(Error::InvalidConfig(text)) => {
+            assert!(text.contains("max_address 0 leaves no memory"), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    config.max_address = None;
+    config.remote = Some("bogus://x".into());
+    let remote = LeechCore::open(&config).unwrap_err().to_string();
+    assert!(
+        remote.contains("the remote `bogus://x` is the likely cause")
+            && !remote.contains("did not recognise"),
+        "{remote}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let folder = LeechCore::open(&DeviceConfig::new(format!(
+        "file://{}",
+        dir.path().display()
+    )))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        folder.contains(&format!("`{}` is a folder", dir.path().display())),
+        "{folder}"
+    );
+
+    let missing = LeechCore::open(&DeviceConfig::new(
+        "qemu://shm=leechio-test-no-such-guest,qmp=/tmp/leechio-test-no-such.qmp",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        missing.contains("guest RAM file /dev/shm/leechio-test-no-such-guest does not exist")
+            && !missing.contains("gone"),
+        "{missing}"
     );
 }

@@ -327,15 +327,121 @@ fn the_users_memory_map_wins_over_the_os_layers() {
     assert_eq!(buf[..], image.bytes(0x10, 16)[..]);
 }
 
+/// Whether the plugin logged a line holding `needle`.
+fn logged(needle: &str) -> bool {
+    LOG.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|l| l.contains(needle))
+}
+
+/// Refuses `args` with an error of `kind` and a logged line holding `needle`.
+fn assert_refused(args: &str, kind: ErrorKind, needle: &str) {
+    let err = refused(args);
+    assert_eq!(err.1, kind, "`{args}`");
+    assert!(
+        logged(needle),
+        "`{args}`: no log line holds {needle:?}: {:?}",
+        LOG.lock().unwrap_or_else(|e| e.into_inner())
+    );
+}
+
+#[test]
+fn max_address_cuts_reads_and_the_metadata() {
+    let image = Image::new(16 * MIB);
+    let limit = 0x10_0000u64;
+    for cache in [false, true] {
+        let mut conn = connect_with_cache(
+            &format!("leechcore:\"{}\":max_address={limit:#x}", image.device()),
+            cache,
+        );
+        let meta = conn.metadata();
+        assert_eq!(meta.max_address.to_umem(), limit - 1, "cache {cache}");
+        assert_eq!(meta.real_size, limit, "cache {cache}");
+
+        // Across the limit: the bytes below it, then exactly the rest failed.
+        let mut buf = vec![0xa5u8; 0x1800];
+        let (ok, failed) = read_split(&mut conn, limit - 0x800, &mut buf);
+        assert_eq!(ok, vec![(0x5000_0000, 0x800)], "cache {cache}");
+        assert_eq!(failed, vec![(0x5000_0800, 0x1000)], "cache {cache}");
+        assert_eq!(buf[..0x800], image.bytes(limit - 0x800, 0x800)[..]);
+        assert!(buf[0x800..].iter().all(|&b| b == 0xa5));
+
+        // Far past it, though the image holds the bytes.
+        let mut page = [0u8; 0x1000];
+        let (ok, failed) = read_split(&mut conn, 0x20_0000, &mut page);
+        assert_eq!((ok, failed), (vec![], vec![(0x5000_0000, 0x1000)]));
+    }
+    assert_refused(
+        &format!("leechcore:\"{}\":max_address=0", image.device()),
+        ErrorKind::Configuration,
+        "max_address 0 leaves no memory to use",
+    );
+    assert_refused(
+        &format!("leechcore:\"{}\":max_address=0x100800", image.device()),
+        ErrorKind::Configuration,
+        "max_address 0x100800 is not a multiple of 0x1000",
+    );
+}
+
+#[test]
+fn wrong_devices_and_arguments_name_the_cause() {
+    let image = Image::new(16 * MIB);
+    let dev = image.device();
+
+    // Unquoted device strings are split by memflow at their `:`.
+    assert_refused(
+        "leechcore:bogus://x",
+        ErrorKind::Configuration,
+        "the device string `bogus://x` was split at its `:`",
+    );
+    assert_refused(
+        &format!("leechcore:device={dev}"),
+        ErrorKind::Configuration,
+        &format!("quote it, e.g. leechcore:\"{dev}\""),
+    );
+    assert_refused(
+        "leechcore:qemu://shm=g,qmp=/tmp/q",
+        ErrorKind::Configuration,
+        "the device string `qemu://shm=g,…` was split",
+    );
+
+    // A bare word after the device (memflow keeps it only when first).
+    assert_refused(
+        &format!("leechcore:\"{dev}\":bogusflag,verbosity=2"),
+        ErrorKind::Configuration,
+        "first argument `bogusflag`); give one (arguments after the device are key=value: device, remote, lib",
+    );
+    assert_refused(
+        &format!("leechcore:\"{dev}\":lib="),
+        ErrorKind::Configuration,
+        "`lib=` has no value; lib: path of leechcore.so",
+    );
+
+    // A wrong remote is named, not the image it was to open.
+    assert_refused(
+        &format!("leechcore:\"{dev}\":remote=\"bogus://x\""),
+        ErrorKind::TargetNotFound,
+        "the remote `bogus://x` is the likely cause",
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    assert_refused(
+        &format!("leechcore:\"file://{}\"", dir.path().display()),
+        ErrorKind::TargetNotFound,
+        &format!("`{}` is a folder, not an image file", dir.path().display()),
+    );
+
+    assert_refused(
+        "leechcore:\"qemu://shm=leechio-plugin-no-such-guest,qmp=/tmp/leechio-no-such.qmp\"",
+        ErrorKind::TargetNotFound,
+        "guest RAM file /dev/shm/leechio-plugin-no-such-guest does not exist",
+    );
+}
+
 #[test]
 fn bad_arguments_and_a_missing_leechcore_give_errors_and_log_why() {
     let image = Image::new(16 * MIB);
-    let logged = |needle: &str| {
-        LOG.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .any(|l| l.contains(needle))
-    };
 
     let err = refused(&format!("leechcore:\"{}\":colour=red", image.device()));
     assert_eq!(err.1, ErrorKind::Configuration);
@@ -394,6 +500,9 @@ fn help_and_target_list_come_through_the_inventory() {
         "max_address",
         "max_entries",
         "leechcore:fpga",
+        // The order Library::load follows (README, "Where leechcore.so is
+        // looked for").
+        "default: LEECHCORE_LIB if set, else leechcore.so beside this plugin, then the system's",
     ] {
         assert!(help.contains(key), "help lacks {key}:\n{help}");
     }

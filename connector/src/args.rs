@@ -11,10 +11,10 @@ use memflow::plugins::ConnectorArgs;
 pub const KEYS: [(&str, &str); 7] = [
     ("device", "LeechCore device string (or give it as the target): fpga, file:///mem.raw, qemu://shm=NAME,qmp=SOCKET, rawtcp://HOST:PORT, …"),
     ("remote", "LeechCore remote string, for a device behind a LeechAgent: rpc://SPN:HOST, smb://…"),
-    ("lib", "path of leechcore.so (default: beside this plugin, then LEECHCORE_LIB, then the system)"),
+    ("lib", "path of leechcore.so (default: LEECHCORE_LIB if set, else leechcore.so beside this plugin, then the system's)"),
     ("memmap", "memory map file: memflow's TOML ([[range]] base/length/real_base) or LeechCore's text (start end [remap], hex); replaces the device's map and any OS layer's"),
     ("verbosity", "LeechCore's messages: 0 quiet (default), 1 normal, 2 -v, 3 -vv, 4 -vvv"),
-    ("max_address", "highest physical address the device may use (hex), like LeechCore's -max"),
+    ("max_address", "end of the physical memory to use (hex, a multiple of 0x1000): reads and writes at and above it fail, like LeechCore's -max"),
     ("max_entries", "most scatter entries per device call (default: no limit)"),
 ];
 
@@ -32,6 +32,7 @@ pub struct Settings {
 /// Reads the arguments; the error says what is wrong and what is valid.
 pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
     let extra = args.extra_args.to_string();
+    let target = args.target.as_deref().map(unquote);
     let mut pairs: Vec<(String, String)> = Vec::new();
     for (i, item) in split_str_args(&extra, ',').enumerate() {
         let mut kv = split_str_args(item, '=');
@@ -41,16 +42,35 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
             (Some(v), None) if i == 0 && !v.is_empty() => {
                 pairs.push(("default".into(), unquote(v)))
             }
-            _ => {}
+            // A trailing or doubled comma.
+            (Some(""), None) | (None, _) => {}
+            // memflow's own parser already drops these after the first
+            // item; any that reach here are refused like unknown keys.
+            (Some(v), None) => {
+                return Err(format!(
+                    "argument `{v}` has no value: arguments are key=value; valid keys: {}",
+                    valid_keys()
+                ))
+            }
         }
     }
-    for (key, _) in &pairs {
-        if key != "default" && !KEYS.iter().any(|(k, _)| k == key) {
-            let valid: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+    if let Some(hint) = split_device_hint(target.as_deref(), &pairs) {
+        return Err(hint);
+    }
+    for (key, value) in &pairs {
+        if key == "default" {
+            continue;
+        }
+        let Some((_, about)) = KEYS.iter().find(|(k, _)| k == key) else {
             return Err(format!(
                 "unknown argument `{key}`; valid arguments: {}",
-                valid.join(", ")
+                valid_keys()
             ));
+        };
+        // An empty value would otherwise reach LeechCore as a path or
+        // string and fail with a message that hides the cause.
+        if value.is_empty() {
+            return Err(format!("`{key}=` has no value; {key}: {about}"));
         }
     }
     let get = |key: &str| {
@@ -61,7 +81,7 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
     };
 
     let mut devices = Vec::new();
-    if let Some(target) = args.target.as_deref().map(unquote) {
+    if let Some(target) = target {
         // `leechcore:device=fpga` puts `device=fpga` in the target slot.
         if let Some(device) = target.strip_prefix("device=") {
             log::warn!("leechcore: target `{target}` read as device `{device}` (write `leechcore:{device}` or `leechcore::device={device}`)");
@@ -85,7 +105,10 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
     let device = match devices.as_slice() {
         [] => return Err("no device given: write `leechcore:DEVICE` or `leechcore::device=DEVICE` (see the plugin's help)".into()),
         [(_, d)] => d.clone(),
-        [(a, x), (b, y), ..] => return Err(format!("two devices given ({a} `{x}` and {b} `{y}`); give one")),
+        [(a, x), (b, y), ..] => return Err(format!(
+            "two devices given ({a} `{x}` and {b} `{y}`); give one (arguments after the device are key=value: {})",
+            valid_keys()
+        )),
     };
 
     let mut config = DeviceConfig::new(device);
@@ -119,6 +142,34 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
         memmap: get("memmap").map(PathBuf::from),
         max_entries,
     })
+}
+
+/// The valid keys, for error messages.
+fn valid_keys() -> String {
+    KEYS.map(|(k, _)| k).join(", ")
+}
+
+/// memflow splits its argument string at every unquoted `:`, so an
+/// unquoted `file:///mem.raw` or `qemu://shm=…` arrives as a target `file`
+/// (or `device=file`) and arguments starting with `//`. Says so, with the
+/// quoted form, rather than reporting two devices or an unknown key.
+fn split_device_hint(target: Option<&str>, pairs: &[(String, String)]) -> Option<String> {
+    let scheme = target?;
+    let scheme = scheme.strip_prefix("device=").unwrap_or(scheme);
+    let rest = pairs.iter().find_map(|(k, v)| {
+        if k == "default" {
+            v.starts_with("//").then(|| v.clone())
+        } else {
+            // `qemu://shm=g,qmp=…` gives the key `//shm`; the other
+            // pieces come back from memflow in no particular order.
+            k.starts_with("//").then(|| format!("{k}={v},…"))
+        }
+    })?;
+    let device = format!("{scheme}:{rest}");
+    Some(format!(
+        "the device string `{device}` was split at its `:` (memflow reads unquoted `:` and `,` as separators): \
+         quote it, e.g. leechcore:\"{device}\" or leechcore::device=\"{device}\""
+    ))
 }
 
 /// memflow keeps the quotes a user put around a value with `:` or `,`.
@@ -198,5 +249,46 @@ mod tests {
         assert!(settings("fpga:max_entries=0")
             .unwrap_err()
             .contains("at least 1"));
+    }
+
+    #[test]
+    fn an_unquoted_device_string_is_reported_as_split() {
+        let err = settings("bogus://x").unwrap_err();
+        assert!(
+            err.contains("the device string `bogus://x` was split at its `:`")
+                && err.contains("leechcore:\"bogus://x\""),
+            "{err}"
+        );
+        let err = settings("device=file:///tmp/a.raw").unwrap_err();
+        assert!(
+            err.contains("`file:///tmp/a.raw` was split") && !err.contains("two devices"),
+            "{err}"
+        );
+        let err = settings("qemu://shm=g,qmp=/tmp/q").unwrap_err();
+        assert!(
+            err.contains("`qemu://shm=g,…` was split") && !err.contains("unknown argument"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn empty_values_and_a_bare_word_after_the_device_are_refused() {
+        for key in ["lib", "remote", "memmap", "device"] {
+            let err = settings(&format!("fpga:{key}=")).unwrap_err();
+            assert!(
+                err.starts_with(&format!("`{key}=` has no value; {key}: ")),
+                "{err}"
+            );
+        }
+        assert!(settings("fpga:lib=\"\"")
+            .unwrap_err()
+            .contains("`lib=` has no value"));
+        // memflow itself keeps a bare first item (as the default argument)
+        // and drops bare items after it.
+        let err = settings("\"file:///tmp/a.raw\":bogusflag,verbosity=2").unwrap_err();
+        assert!(
+            err.contains("first argument `bogusflag`") && err.contains("device, remote, lib"),
+            "{err}"
+        );
     }
 }

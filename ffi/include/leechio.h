@@ -589,8 +589,9 @@ leechio_status leechio_space_write(const struct leechio_space *space,
 // every present table entry, one device call per level, and calls
 // `on_mapping` for each (merged where virtually and physically contiguous
 // with one page size), then for each range whose tables could not be
-// read. Returns `LEECHIO_OK`, or `LEECHIO_INCOMPLETE` when some tables
-// could not be read.
+// read. Returns `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some tables
+// could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start` is past
+// `end` (`start == end` is an empty range: nothing is reported, `LEECHIO_OK`).
 //
 // # Safety
 // `space` must be NULL or a live handle; `on_mapping` must be safe to

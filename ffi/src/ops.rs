@@ -60,15 +60,19 @@ pub type leechio_fragment_fn =
 const MAX_LEN: usize = isize::MAX as usize;
 
 /// The C array `ops` of `count` elements as a slice (empty when `count` is 0,
-/// whatever `ops` is).
+/// whatever `ops` is); `name` is the parameter's name, for the message.
 ///
 /// # Safety
 /// `ops` must be NULL or valid for `count` elements.
-pub(crate) unsafe fn op_array<'a, T>(ops: *const T, count: usize) -> Result<&'a [T], Fail> {
+pub(crate) unsafe fn op_array<'a, T>(
+    ops: *const T,
+    count: usize,
+    name: &str,
+) -> Result<&'a [T], Fail> {
     if count == 0 {
         return Ok(&[]);
     }
-    non_null(ops, "ops")?;
+    non_null(ops, name)?;
     // SAFETY: non-NULL, valid for `count` elements (the caller's contract).
     Ok(unsafe { std::slice::from_raw_parts(ops, count) })
 }

@@ -38,7 +38,7 @@ pub unsafe extern "C" fn leechio_read(
 ) -> leechio_status {
     guard("leechio_read", || {
         // SAFETY (this block): the caller's contract on every pointer.
-        let (d, ops) = unsafe { (device_ref(device)?, op_array(ops, count)?) };
+        let (d, ops) = unsafe { (device_ref(device)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above; the buffers are used only during this call.
         let buffers = unsafe { read_buffers(ops)? };
         let outcome = d.mem.read_now(buffers);
@@ -72,7 +72,7 @@ pub unsafe extern "C" fn leechio_write(
 ) -> leechio_status {
     guard("leechio_write", || {
         // SAFETY (this block): the caller's contract on every pointer.
-        let (d, ops) = unsafe { (device_ref(device)?, op_array(ops, count)?) };
+        let (d, ops) = unsafe { (device_ref(device)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above.
         let data = unsafe { write_data(ops)? };
         let outcome = d.mem.write_now(data);

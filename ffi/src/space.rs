@@ -215,7 +215,7 @@ pub unsafe extern "C" fn leechio_space_translate_many(
 ) -> leechio_status {
     guard("leechio_space_translate_many", || {
         // SAFETY: the caller's contract.
-        let (s, vas) = unsafe { (space_ref(space)?, op_array(vas, count)?) };
+        let (s, vas) = unsafe { (space_ref(space)?, op_array(vas, count, "vas")?) };
         if count > 0 {
             non_null(out, "out")?;
         }
@@ -285,7 +285,7 @@ pub unsafe extern "C" fn leechio_space_read(
 ) -> leechio_status {
     guard("leechio_space_read", || {
         // SAFETY (this block): the caller's contract on every pointer.
-        let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count)?) };
+        let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above; the buffers are used only during this call.
         let buffers = unsafe { read_buffers(ops)? };
         let space = &s.space;
@@ -319,7 +319,7 @@ pub unsafe extern "C" fn leechio_space_write(
 ) -> leechio_status {
     guard("leechio_space_write", || {
         // SAFETY (this block): the caller's contract on every pointer.
-        let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count)?) };
+        let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above.
         let data = unsafe { write_data(ops)? };
         let space = &s.space;
@@ -342,8 +342,9 @@ pub unsafe extern "C" fn leechio_space_write(
 /// every present table entry, one device call per level, and calls
 /// `on_mapping` for each (merged where virtually and physically contiguous
 /// with one page size), then for each range whose tables could not be
-/// read. Returns `LEECHIO_OK`, or `LEECHIO_INCOMPLETE` when some tables
-/// could not be read.
+/// read. Returns `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some tables
+/// could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start` is past
+/// `end` (`start == end` is an empty range: nothing is reported, `LEECHIO_OK`).
 ///
 /// # Safety
 /// `space` must be NULL or a live handle; `on_mapping` must be safe to
@@ -362,6 +363,14 @@ pub unsafe extern "C" fn leechio_space_mappings(
         let Some(callback) = on_mapping else {
             return Err(Fail::new(LEECHIO_NULL_ARGUMENT, "`on_mapping` is NULL"));
         };
+        // A reversed range is a caller's mistake (swapped arguments, an
+        // overflowed end), not a request for nothing.
+        if start > end {
+            return Err(Fail::new(
+                LEECHIO_INVALID_ARGUMENT,
+                format!("`start` {start:#x} is past `end` {end:#x}"),
+            ));
+        }
         let found = s.space.memory().block_on(s.space.mappings(start..end));
         for m in &found.mappings {
             let mapping = leechio_mapping {

@@ -70,7 +70,11 @@ pub struct DeviceConfig {
     pub library: Option<PathBuf>,
     /// How much LeechCore prints.
     pub verbosity: Verbosity,
-    /// Highest physical address to use; `None` lets the device decide.
+    /// End of the physical memory to use: addresses at and above it are
+    /// neither read nor written, whatever the device serves (LeechCore's
+    /// own `paMax` is ignored by some devices, e.g. `file`, so leechio
+    /// enforces it). A nonzero multiple of 0x1000; `None` lets the device
+    /// decide.
     pub max_address: Option<u64>,
 }
 
@@ -172,6 +176,9 @@ pub struct LeechCore {
     /// For a writable `file` device: the configuration to open it again
     /// with (see `Handle::unflushed`).
     reopen: Option<LC_CONFIG>,
+    /// The user's [`DeviceConfig::max_address`], enforced here because
+    /// LeechCore's devices do not all honour `paMax`.
+    limit: Option<u64>,
 }
 
 /// The raw handle and the scratch arrays of one scatter call, reused so a
@@ -212,6 +219,7 @@ impl std::fmt::Debug for LeechCore {
 impl LeechCore {
     /// Loads LeechCore (see [`DeviceConfig::library`]) and opens the device.
     pub fn open(config: &DeviceConfig) -> Result<LeechCore, Error> {
+        check_max_address(config.max_address)?;
         let mut lc = LC_CONFIG::new();
         copy_c_string(&mut lc.szDevice, &config.device, "device string")?;
         if let Some(remote) = &config.remote {
@@ -220,20 +228,36 @@ impl LeechCore {
         lc.dwPrintfVerbosity = config.verbosity.printf_flags();
         lc.paMax = config.max_address.unwrap_or(0);
         let lib = Library::load(config.library.as_deref())?;
-        let guest = qemu_watch(&config.device).map_err(|reason| Error::Open {
+        let refuse = |reason| Error::Open {
             device: config.device.clone(),
             reason,
-        })?;
+        };
+        // Behind a remote the device string names things on the agent's
+        // system: nothing local can be checked or watched.
+        let guest = if config.remote.is_none() {
+            check_image_file(&config.device).map_err(refuse)?;
+            qemu_watch(&config.device).map_err(refuse)?
+        } else {
+            None
+        };
 
         let pristine = lc;
-        let raw = create(&lib, &mut lc).map_err(|message| Error::Open {
-            device: config.device.clone(),
-            reason: message.unwrap_or_else(|| diagnose_open_failure(&config.device, lib.path())),
+        let raw = create(&lib, &mut lc).map_err(|message| {
+            refuse(match &config.remote {
+                // With a remote, the local checks of the device string say
+                // nothing (it is opened on the agent's system), and a wrong
+                // remote is the more common mistake.
+                Some(remote) => remote_failure(remote, message),
+                None => {
+                    message.unwrap_or_else(|| diagnose_open_failure(&config.device, lib.path()))
+                }
+            })
         })?;
         let mut device = LeechCore {
             guest,
             gone_logged: Default::default(),
             reopen: None,
+            limit: config.max_address,
             info: DeviceInfo {
                 name: c_string(&lc.szDeviceName),
                 version: Version {
@@ -271,9 +295,9 @@ impl LeechCore {
         if device.info.name == "file" && !device.info.read_only {
             device.reopen = Some(pristine);
         }
-        if config.max_address.is_none() {
-            device.check_qemu_memory_map(&config.device);
-        }
+        // Also with a user's max address: it only cuts the map, which must
+        // still be QEMU's below it (LeechCore's guess is wrong above 2 GiB).
+        device.check_qemu_memory_map(&config.device);
         log::debug!("opened LeechCore device {:?}", device.info);
         Ok(device)
     }
@@ -288,10 +312,17 @@ impl LeechCore {
         &self.lib
     }
 
-    /// Highest physical address the device serves (from its memory map),
-    /// as LeechCore reports it now.
+    /// One past the highest physical address served: LeechCore's max
+    /// address now (from its memory map), cut at the user's
+    /// [`DeviceConfig::max_address`].
     pub fn max_address(&self) -> u64 {
-        self.option(sys::LC_OPT_CORE_ADDR_MAX).unwrap_or(0)
+        let device = self.option(sys::LC_OPT_CORE_ADDR_MAX).unwrap_or(0);
+        self.limit.map_or(device, |limit| device.min(limit))
+    }
+
+    /// The address at and above which nothing is read or written.
+    fn limit(&self) -> u64 {
+        self.limit.unwrap_or(u64::MAX)
     }
 
     /// How many calls of `kind` LeechCore has counted on this device
@@ -357,8 +388,9 @@ impl LeechCore {
     /// `result` says whether its buffer was filled.
     ///
     /// Entries that break [`Limits::LEECHCORE`] fail with
-    /// [`PageError::InvalidEntry`] without reaching the device. No call is
-    /// made when no entry is left.
+    /// [`PageError::InvalidEntry`], and entries at or past the user's max
+    /// address with [`PageError::OutOfRange`], without reaching the device.
+    /// No call is made when no entry is left.
     pub fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]) {
         if self.target_gone(entries.iter_mut().map(|e| &mut e.result)) {
             return;
@@ -372,6 +404,7 @@ impl LeechCore {
             return;
         }
         state.prepare(
+            self.limit(),
             entries
                 .iter_mut()
                 .map(|e| (e.addr, e.buf.as_mut_ptr(), e.buf.len(), &mut e.result)),
@@ -430,14 +463,17 @@ impl LeechCore {
             return;
         }
         // LeechCore's write path only reads from `pb`.
-        state.prepare(entries.iter_mut().map(|e| {
-            (
-                e.addr,
-                e.data.as_ptr() as *mut u8,
-                e.data.len(),
-                &mut e.result,
-            )
-        }));
+        state.prepare(
+            self.limit(),
+            entries.iter_mut().map(|e| {
+                (
+                    e.addr,
+                    e.data.as_ptr() as *mut u8,
+                    e.data.len(),
+                    &mut e.result,
+                )
+            }),
+        );
         if state.mems.is_empty() {
             return;
         }
@@ -456,8 +492,29 @@ impl LeechCore {
         }
     }
 
-    /// The device's memory map, as LeechCore holds it now.
+    /// The device's memory map, as LeechCore holds it now, cut at the
+    /// user's [`DeviceConfig::max_address`].
     pub fn memory_map(&self) -> Result<MemoryMap, Error> {
+        let map = self.leechcore_memory_map()?;
+        let Some(limit) = self.limit else {
+            return Ok(map);
+        };
+        let cut = map
+            .ranges()
+            .iter()
+            .filter(|r| r.start < limit)
+            .map(|r| crate::MemoryRange {
+                size: r.size.min(limit - r.start),
+                ..*r
+            })
+            .collect();
+        // Cutting page-aligned, sorted, disjoint ranges at a page-aligned
+        // limit keeps them so.
+        Ok(MemoryMap::new(cut)?)
+    }
+
+    /// LeechCore's own memory map, uncut.
+    fn leechcore_memory_map(&self) -> Result<MemoryMap, Error> {
         let text = self.command(sys::LC_CMD_MEMMAP_GET, &mut [], "LC_CMD_MEMMAP_GET")?;
         let text = String::from_utf8_lossy(&text);
         Ok(text.parse()?)
@@ -548,7 +605,7 @@ impl LeechCore {
                     return;
                 }
             };
-        match self.memory_map() {
+        match self.leechcore_memory_map() {
             Ok(ours) if ours == theirs => {}
             ours => {
                 log::warn!("LeechCore's memory map of the guest ({ours:?}) is not QEMU's; using QEMU's ({theirs:?})");
@@ -625,16 +682,23 @@ impl Backend for LeechCore {
 }
 
 impl Handle {
-    /// Fills the scratch arrays with the legal entries; illegal ones get
-    /// their error at once.
+    /// Fills the scratch arrays with the legal entries below `limit`;
+    /// the others get their error at once.
     fn prepare<'e>(
         &mut self,
+        limit: u64,
         entries: impl Iterator<Item = (u64, *mut u8, usize, &'e mut Result<(), PageError>)>,
     ) {
         self.mems.clear();
         self.owners.clear();
         for (i, (addr, pb, len, result)) in entries.enumerate() {
-            match Limits::LEECHCORE.check(addr, len) {
+            // A legal entry stays inside one page and the limit is a page
+            // boundary, so an entry is wholly below it or wholly past it.
+            let checked = match Limits::LEECHCORE.check(addr, len) {
+                Ok(()) if addr >= limit => Err(PageError::OutOfRange),
+                other => other,
+            };
+            match checked {
                 Ok(()) => {
                     *result = Err(PageError::NotIssued);
                     self.mems.push(MEM_SCATTER::new(addr, pb, len as u32));
@@ -736,6 +800,62 @@ fn take_error_info(lib: &Library, info: *mut sys::LC_CONFIG_ERRORINFO) -> Option
         .filter(|t| !t.is_empty())
 }
 
+/// Refuses a max address that leaves nothing to read or is not a page
+/// boundary (LeechCore's memory map is made of whole pages).
+fn check_max_address(max_address: Option<u64>) -> Result<(), Error> {
+    match max_address {
+        Some(0) => Err(Error::InvalidConfig(
+            "max_address 0 leaves no memory to use; give the end of the physical memory \
+             to use (addresses at and above it are not used), e.g. 0x1_0000_0000, or leave it out"
+                .into(),
+        )),
+        Some(a) if a % sys::PAGE_SIZE != 0 => Err(Error::InvalidConfig(format!(
+            "max_address {a:#x} is not a multiple of 0x1000; give the end of the physical memory \
+             to use, e.g. {:#x}",
+            a.next_multiple_of(sys::PAGE_SIZE)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// LeechCore's file device "opens" a folder as a 4 GiB image whose every
+/// read fails, and anything but a file or a block device is no image
+/// either: refuse them before opening. A path that cannot be looked at is
+/// left to LeechCore (and explained by [`diagnose_open_failure`]).
+fn check_image_file(device: &str) -> Result<(), String> {
+    let Some(path) = file_device_image(device) else {
+        return Ok(());
+    };
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        Err(format!("`{path}` is a folder, not an image file"))
+    } else if !kind.is_file() && !kind.is_block_device() {
+        Err(format!(
+            "`{path}` is not an image file (neither a regular file nor a block device)"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Why opening through the remote `remote` failed: LeechCore's message if
+/// it gave one, always naming the remote string, the likely cause.
+fn remote_failure(remote: &str, message: Option<String>) -> String {
+    let hint = format!(
+        "the remote `{remote}` is the likely cause: check the remote string \
+         (rpc://SPN:HOST or smb://…) and that a LeechAgent answers there; the device \
+         string is opened by the agent, on its system"
+    );
+    match message {
+        Some(m) => format!("{m} ({hint})"),
+        None => hint,
+    }
+}
+
 /// The `shm=` and `qmp=` parameters of a `qemu://` device string, the
 /// socket as LeechCore resolves it (a name without '/' is under /tmp/).
 fn qemu_params(device: &str) -> Option<(&str, Option<PathBuf>)> {
@@ -767,6 +887,12 @@ fn qemu_watch(device: &str) -> Result<Option<crate::targets::ProcessWatch>, Stri
     if let Some(guest) = crate::targets::qemu_serving(shm) {
         return Ok(crate::targets::ProcessWatch::new(guest.pid));
     }
+    // No file at all is a wrong name (or a guest not started yet), not a
+    // guest that went away.
+    let ram = Path::new("/dev/shm").join(shm);
+    if std::fs::symlink_metadata(&ram).is_err() {
+        return Err(missing_ram_file(&ram));
+    }
     // Perhaps a QEMU this process cannot see (another pid namespace).
     let answers = qmp
         .as_ref()
@@ -781,6 +907,24 @@ fn qemu_watch(device: &str) -> Result<Option<crate::targets::ProcessWatch>, Stri
             qmp.map_or("(none given)".into(), |q| q.display().to_string())
         ))
     }
+}
+
+/// The message for a `shm=` name with no file in /dev/shm, with the guests
+/// that can be opened instead.
+fn missing_ram_file(ram: &Path) -> String {
+    let running: Vec<String> = crate::targets::qemu_guests()
+        .iter()
+        .flat_map(|g| g.device_strings())
+        .collect();
+    let others = if running.is_empty() {
+        "no QEMU guest with its RAM in /dev/shm and a QMP socket is running".to_string()
+    } else {
+        format!("running guests: {}", running.join(" "))
+    };
+    format!(
+        "guest RAM file {} does not exist (check `shm=`; {others})",
+        ram.display()
+    )
 }
 
 /// Device types compiled into LeechCore; any other type is looked up as a
@@ -967,5 +1111,80 @@ mod tests {
             Some(bare.display().to_string())
         );
         std::fs::remove_file(&bare).unwrap();
+    }
+
+    #[test]
+    fn a_max_address_of_zero_or_inside_a_page_is_refused() {
+        let zero = check_max_address(Some(0)).unwrap_err().to_string();
+        assert!(zero.contains("max_address 0 leaves no memory"), "{zero}");
+        let odd = check_max_address(Some(0x10_0123)).unwrap_err().to_string();
+        assert!(
+            odd.contains("0x100123 is not a multiple of 0x1000") && odd.contains("e.g. 0x101000"),
+            "{odd}"
+        );
+        assert!(check_max_address(Some(0x10_0000)).is_ok());
+        assert!(check_max_address(None).is_ok());
+    }
+
+    #[test]
+    fn folders_and_other_non_images_are_refused_before_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        assert_eq!(
+            check_image_file(&format!("file://{d}")).unwrap_err(),
+            format!("`{d}` is a folder, not an image file")
+        );
+        assert_eq!(
+            check_image_file(&format!("FILE://file={d},write=1")).unwrap_err(),
+            format!("`{d}` is a folder, not an image file")
+        );
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let err = check_image_file(&format!("file://{}", fifo.display())).unwrap_err();
+        assert!(
+            err.contains("neither a regular file nor a block device"),
+            "{err}"
+        );
+        let file = dir.path().join("mem.raw");
+        std::fs::write(&file, b"x").unwrap();
+        // Files (even too small ones: LeechCore's message says why) and
+        // missing paths are LeechCore's to judge; other devices are not looked at.
+        assert!(check_image_file(&format!("file://{}", file.display())).is_ok());
+        assert!(check_image_file("file:///no/such.raw").is_ok());
+        assert!(check_image_file("fpga").is_ok());
+    }
+
+    #[test]
+    fn a_failed_remote_is_named_as_the_cause() {
+        let m = remote_failure("bogus://x", None);
+        assert!(
+            m.contains("the remote `bogus://x` is the likely cause") && m.contains("rpc://"),
+            "{m}"
+        );
+        let m = remote_failure("rpc://a:b", Some("connection refused".into()));
+        assert!(
+            m.starts_with("connection refused (the remote `rpc://a:b`"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_missing_ram_file_is_not_called_a_gone_guest() {
+        let err = qemu_watch("qemu://shm=leechio-none-such-guest,qmp=/tmp/leechio-none-such.qmp")
+            .unwrap_err();
+        assert!(
+            err.starts_with("guest RAM file /dev/shm/leechio-none-such-guest does not exist")
+                && !err.contains("gone"),
+            "{err}"
+        );
+        assert!(
+            err.contains("running guests: qemu://shm=")
+                || err.contains("no QEMU guest with its RAM in /dev/shm"),
+            "{err}"
+        );
     }
 }

@@ -562,6 +562,17 @@ static void test_virtual(void) {
     }
     CHECK(at == P.vbase + P.vsize, "mappings end at %#" PRIx64, at);
     CHECK_STATUS(leechio_space_mappings(s, 0, 1, NULL, NULL), LEECHIO_NULL_ARGUMENT);
+    /* A reversed range is refused, and nothing is reported. */
+    static leechio_mapping none[256];
+    CHECK_STATUS(leechio_space_mappings(s, P.vbase + P.vsize, P.vbase, count_mapping, none),
+                 LEECHIO_INVALID_ARGUMENT);
+    CHECK(strstr(last_error(), "is past `end`") != NULL && none[0].size == 0, "message: %s",
+          last_error());
+    CHECK_STATUS(leechio_space_mappings(s, P.vbase, P.vbase, count_mapping, none), LEECHIO_OK);
+    CHECK(none[0].size == 0, "an empty range reported a mapping");
+    /* A NULL array is named by its own parameter. */
+    CHECK_STATUS(leechio_space_translate_many(s, NULL, 3, t), LEECHIO_NULL_ARGUMENT);
+    CHECK(strstr(last_error(), "`vas` is NULL") != NULL, "message: %s", last_error());
 
     /* A batch of virtual reads: cold = 4 levels + data, warm = data only. */
     enum { N = 34 };
