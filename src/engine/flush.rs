@@ -273,34 +273,40 @@ impl Flusher {
     /// Gives every request back to its slot (or frees it if its future is
     /// gone) and wakes the waiters, each waker once.
     pub fn finish(&mut self, queue: &mut Queue) {
-        let mut last_woken: Option<std::task::Waker> = None;
-        let (mut failed, mut fragments) = (
-            self.failed.iter().peekable(),
-            self.fragments.iter().peekable(),
-        );
-        for (ri, req) in self.reqs.drain(..).enumerate() {
-            let ri = ri as u32;
+        if !self.failed.is_empty() || !self.fragments.is_empty() {
+            let (mut failed, mut fragments) = (
+                self.failed.iter().peekable(),
+                self.fragments.iter().peekable(),
+            );
+            for (ri, req) in self.reqs.iter().enumerate() {
+                let ri = ri as u32;
+                let body = queue.body(req.slot.expect("queued requests have slots"));
+                while let Some((_, f)) = failed.next_if(|(r, _)| *r == ri) {
+                    body.failures.push(*f);
+                }
+                while let Some((_, f)) = fragments.next_if(|(r, _)| *r == ri) {
+                    body.fragments.push(*f);
+                }
+            }
+        }
+        // Futures joined in one task share one waker: wake it once. (The
+        // wakers stay in their slots, all still the engine's, so comparing
+        // them needs no clone.) A woken future that polls before `complete`
+        // below waits for the queue lock, so no wake is lost.
+        let mut last_woken: Option<&std::task::Waker> = None;
+        for req in &self.reqs {
+            let slot = req.slot.expect("queued requests have slots");
+            if let Some(waker) = queue.waker(slot) {
+                if !last_woken.is_some_and(|w| w.will_wake(waker)) {
+                    waker.wake_by_ref();
+                    last_woken = Some(waker);
+                }
+            }
+        }
+        for req in self.reqs.drain(..) {
             let slot = req.slot.expect("queued requests have slots");
             // Under the queue lock, so no future changes it meanwhile.
             let abandoned = queue.state(slot) == State::Abandoned;
-            let body = queue.body(slot);
-            while let Some((_, f)) = failed.next_if(|(r, _)| *r == ri) {
-                body.failures.push(*f);
-            }
-            while let Some((_, f)) = fragments.next_if(|(r, _)| *r == ri) {
-                body.fragments.push(*f);
-            }
-            if !abandoned {
-                if let Some(waker) = &body.waker {
-                    // Futures joined in one task share one waker: wake it
-                    // once. A woken future that polls before `complete`
-                    // below waits for the queue lock, so no wake is lost.
-                    if !last_woken.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                        waker.wake_by_ref();
-                        last_woken = Some(waker.clone());
-                    }
-                }
-            }
             queue.complete(slot, abandoned);
         }
         self.failed.clear();

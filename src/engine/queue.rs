@@ -359,6 +359,18 @@ impl Queue {
         unsafe { &mut *slot.body.get() }
     }
 
+    /// The waker of an unfinished request whose future is still there.
+    pub fn waker(&self, slot: SlotRef) -> Option<&Waker> {
+        let state = self.state(slot);
+        debug_assert!(matches!(state, State::InFlight | State::Abandoned));
+        if state == State::Abandoned {
+            return None;
+        }
+        // SAFETY: an in-flight slot belongs to the engine, which changes it
+        // only through `&mut Queue`; none is alive while `&self` is.
+        unsafe { &*slot.slot().body.get() }.waker.as_ref()
+    }
+
     /// A free slot: a reused one, one collected since, or a new chunk's.
     fn free_slot(&mut self) -> SlotRef {
         self.ensure_free(1);
