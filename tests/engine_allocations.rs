@@ -127,3 +127,42 @@ fn a_warm_batch_of_reads_allocates_nothing() {
         assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), a);
     }
 }
+
+/// A large read finds the buffer an earlier large read used, whichever
+/// slots the small reads around it took: a new one would be allocated,
+/// zeroed and faulted in each time (a 64 MiB dump took 10x as long).
+#[test]
+fn a_warm_large_read_allocates_nothing() {
+    let pattern = (0..2u64 << 20).flat_map(|a| (a * 8).to_le_bytes());
+    let mem = Memory::new(Plain(pattern.collect()));
+    let mut big = vec![0u8; 4 << 20];
+    let round = |big: &mut [u8]| {
+        let before = allocations();
+        let (a, b, c) = mem.block_on(async {
+            let small = futures::join!(
+                mem.read_val::<u64>(0x1008),
+                mem.read_val::<u64>(0x2010),
+                mem.read_val::<u64>(0x3018)
+            );
+            let read = mem.read(0x40_0000, big).await;
+            assert!(read.is_ok());
+            small
+        });
+        assert_eq!(
+            (a.unwrap(), b.unwrap(), c.unwrap()),
+            (0x1008, 0x2010, 0x3018)
+        );
+        allocations() - before
+    };
+    assert!(round(&mut big) > 0, "the first large read gets a buffer");
+    // The pools settle in the next rounds (buffer lists of a new size).
+    round(&mut big);
+    round(&mut big);
+    for i in 0..6 {
+        assert_eq!(round(&mut big), 0, "warm round {i} allocated");
+    }
+    assert_eq!(
+        u64::from_le_bytes(big[8..16].try_into().unwrap()),
+        0x40_0008
+    );
+}

@@ -159,39 +159,38 @@ impl SlotRef {
     unsafe fn prepare(
         &self,
         req: NewRequest<'_>,
-        spare: &mut Vec<Vec<u8>>,
+        spare: &mut SpareBuffers,
         fill: impl FnOnce(&mut [u8]),
     ) {
         let slot = self.slot();
         let body = &mut *slot.body.get();
         let NewRequest { sub, data, waker } = req;
         match data {
-            Some(data) => {
-                let old = std::mem::replace(&mut body.data, data);
-                if old.capacity() > 0 && spare.len() < MAX_SPARE {
-                    spare.push(old);
-                }
-            }
+            Some(data) => spare.put(std::mem::replace(&mut body.data, data)),
             None => {
-                // A spare big enough beats growing (and zeroing) this one.
-                if body.data.capacity() < sub.len {
-                    if let Some(i) = spare.iter().position(|b| b.capacity() >= sub.len) {
-                        let old = std::mem::replace(&mut body.data, spare.swap_remove(i));
-                        if old.capacity() > 0 && spare.len() < MAX_SPARE {
-                            spare.push(old);
-                        }
+                let cap = body.data.capacity();
+                // A buffer goes to the request it fits: one too small is
+                // swapped for the smallest spare that fits, and a large one
+                // is not left under a small request, where it would be
+                // missed by the next large one (which would allocate, zero
+                // and fault in a new buffer).
+                let oversized = cap > LARGE_BUFFER && cap / 4 > sub.len;
+                if cap < sub.len || oversized {
+                    match spare.take_fit(sub.len) {
+                        Some(fit) => spare.put(std::mem::replace(&mut body.data, fit)),
+                        None if oversized => spare.put(std::mem::take(&mut body.data)),
+                        None => {}
                     }
                 }
                 // Stale bytes are harmless: only bytes the device filled
-                // are ever handed out. Zeroing happens only when growing.
+                // are ever handed out. So the buffer keeps its length (the
+                // request's is `len`) and only bytes never used are zeroed.
                 if body.data.len() < sub.len {
                     body.data.resize(sub.len, 0);
-                } else {
-                    body.data.truncate(sub.len);
                 }
             }
         }
-        fill(&mut body.data);
+        fill(&mut body.data[..sub.len]);
         body.kind = sub.kind;
         body.addr = sub.addr;
         body.len = sub.len;
@@ -227,8 +226,8 @@ pub(crate) struct Staging {
     reserved: Vec<SlotRef>,
     /// Queued slots not yet in `Queue::pending`, in program order.
     staged: Vec<SlotRef>,
-    /// Buffers replaced by moved-in ones.
-    spare: Vec<Vec<u8>>,
+    /// Buffers replaced by moved-in ones or by better-fitting ones.
+    spare: SpareBuffers,
     /// Requests submitted since its driver last flushed, and in the batch
     /// before: a driver's batches tend to repeat their size, so slots are
     /// reserved for a whole batch at once.
@@ -269,6 +268,15 @@ impl Staging {
             lock(queue).refill(self, n);
         }
         let slot = self.reserved.pop().expect("reserved slots");
+        let len = req.sub.len;
+        if req.data.is_none() && len > LARGE_BUFFER && !self.spare.has_fit(len) {
+            // Large buffers are kept by the queue (see `Queue::reclaim`).
+            let mut queue = lock(queue);
+            queue.reclaim();
+            if let Some(buf) = queue.spare.take_fit(len) {
+                self.spare.put(buf);
+            }
+        }
         // SAFETY: reserved slots are free and this staging's alone.
         unsafe { slot.prepare(req, &mut self.spare, fill) };
         self.staged.push(slot);
@@ -324,7 +332,7 @@ pub(crate) struct Queue {
     /// Queued requests, in program order.
     pub pending: Vec<SlotRef>,
     /// Buffers left by finished requests, for the next ones.
-    spare: Vec<Vec<u8>>,
+    spare: SpareBuffers,
     /// Woken when a request is queued (the background driver).
     pub driver: Option<Waker>,
     /// Stagings of drivers that finished, kept for their buffers.
@@ -335,8 +343,67 @@ pub(crate) struct Queue {
 // futures only as the state protocol allows.
 unsafe impl Send for Queue {}
 
+/// A buffer above this size is not left under a request of a quarter of
+/// its size.
+const LARGE_BUFFER: usize = 64 << 10;
+
 /// Most spare buffers kept; more are freed.
 const MAX_SPARE: usize = 4096;
+
+/// Spare engine buffers by size class (a buffer of capacity `c` is in
+/// class `log2(c)`), so that finding one that fits costs a few steps
+/// however many are kept.
+#[derive(Debug, Default)]
+pub(crate) struct SpareBuffers {
+    classes: Vec<Vec<Vec<u8>>>,
+    count: usize,
+}
+
+impl SpareBuffers {
+    /// Keeps `buf` (unless it is empty or enough are kept already).
+    fn put(&mut self, buf: Vec<u8>) {
+        if buf.capacity() == 0 || self.count >= MAX_SPARE {
+            return;
+        }
+        let class = buf.capacity().ilog2() as usize;
+        if self.classes.len() <= class {
+            self.classes.resize_with(class + 1, Vec::new);
+        }
+        self.classes[class].push(buf);
+        self.count += 1;
+    }
+
+    /// A buffer of at least `len` bytes' capacity, from the smallest class
+    /// whose every buffer is large enough.
+    fn take_fit(&mut self, len: usize) -> Option<Vec<u8>> {
+        let from = len.max(1).next_power_of_two().ilog2() as usize;
+        let buf = self
+            .classes
+            .get_mut(from..)?
+            .iter_mut()
+            .find_map(Vec::pop)?;
+        self.count -= 1;
+        Some(buf)
+    }
+
+    /// Whether a buffer of `len` bytes' capacity would be found.
+    fn has_fit(&self, len: usize) -> bool {
+        let from = len.max(1).next_power_of_two().ilog2() as usize;
+        self.classes
+            .get(from..)
+            .is_some_and(|c| c.iter().any(|class| !class.is_empty()))
+    }
+
+    /// Moves `other`'s buffers here.
+    fn take_all(&mut self, other: &mut SpareBuffers) {
+        for class in &mut other.classes {
+            for buf in class.drain(..) {
+                self.put(buf);
+            }
+        }
+        other.count = 0;
+    }
+}
 
 impl Queue {
     /// The state of `slot` (one of this queue's).
@@ -402,9 +469,17 @@ impl Queue {
 
     /// Takes back the slots whose futures collected them.
     fn reclaim(&mut self) {
-        let free = &mut self.free;
+        let (free, spare) = (&mut self.free, &mut self.spare);
         self.done.retain(|&slot| {
             if slot.slot().state() == State::Collected {
+                // SAFETY: a collected slot is the engine's again, and the
+                // engine holds the queue lock (`&mut self`).
+                let body = unsafe { &mut *slot.slot().body.get() };
+                // A large buffer goes where the next large request of any
+                // slot will look for it.
+                if body.data.capacity() > LARGE_BUFFER {
+                    spare.put(std::mem::take(&mut body.data));
+                }
                 slot.slot().set_state(State::Free);
                 free.push(slot);
                 false
@@ -418,6 +493,10 @@ impl Queue {
     /// engine buffer of `len` bytes), lets `fill` initialise it, and
     /// returns its slot.
     pub fn submit(&mut self, req: NewRequest<'_>, fill: impl FnOnce(&mut [u8])) -> SlotRef {
+        let len = req.sub.len;
+        if req.data.is_none() && len > LARGE_BUFFER && !self.spare.has_fit(len) {
+            self.reclaim();
+        }
         let slot = self.free_slot();
         // SAFETY: a free slot belongs to the engine; we hold `&mut self`.
         unsafe { slot.prepare(req, &mut self.spare, fill) };
@@ -460,11 +539,7 @@ impl Queue {
     pub fn return_staging(&mut self, mut staging: Staging) {
         self.publish(&mut staging);
         self.free.append(&mut staging.reserved);
-        for buf in staging.spare.drain(..) {
-            if self.spare.len() < MAX_SPARE {
-                self.spare.push(buf);
-            }
-        }
+        self.spare.take_all(&mut staging.spare);
         self.stagings.push(staging);
     }
 
