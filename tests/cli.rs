@@ -634,33 +634,26 @@ fn dump_exits_nonzero_only_when_nothing_could_be_read() {
     } = spaces_image();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("beyond.elf");
+    let dump = |start: u64, end: u64| {
+        leechio(&[
+            "-d",
+            &device,
+            "dump",
+            "--dtb",
+            &format!("{:#x}", dtbs[2]),
+            "--range",
+            &format!("{start:#x}-{end:#x}"),
+            "-o",
+            path.to_str().unwrap(),
+        ])
+    };
     // Only the page mapped past the end of the image: every byte fails.
-    let o = leechio(&[
-        "-d",
-        &device,
-        "dump",
-        "--dtb",
-        &format!("{:#x}", dtbs[2]),
-        "--range",
-        &format!("{BEYOND:#x}-{:#x}", BEYOND + 0x1000),
-        "-o",
-        path.to_str().unwrap(),
-    ]);
+    let o = dump(BEYOND, BEYOND + 0x1000);
     assert_refused(&o, "nothing could be read");
     assert_eq!(o.status.code(), Some(1));
     // The same page with readable ones: holes are normal, exit 0 (the
     // whole space's dump in the test above also asserts it).
-    let o = leechio(&[
-        "-d",
-        &device,
-        "dump",
-        "--dtb",
-        &format!("{:#x}", dtbs[2]),
-        "--range",
-        &format!("{USER_BASE:#x}-{:#x}", BEYOND + 0x1000),
-        "-o",
-        path.to_str().unwrap(),
-    ]);
+    let o = dump(USER_BASE, BEYOND + 0x1000);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 

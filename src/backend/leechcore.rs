@@ -349,9 +349,22 @@ impl LeechCore {
         (ok != 0).then_some(value)
     }
 
-    /// Makes earlier writes visible (see `Handle::unflushed`); false when
-    /// the device could not be opened again, and every call fails.
-    fn settle(&self, state: &mut Handle) -> bool {
+    /// Makes earlier writes visible (see `Handle::unflushed`). When the
+    /// device could not be opened again, every call fails: the entries of
+    /// this one get `NotIssued`, and false comes back.
+    fn settle<'e>(
+        &self,
+        state: &mut Handle,
+        results: impl Iterator<Item = &'e mut Result<(), PageError>>,
+    ) -> bool {
+        let usable = self.reopen_if_unflushed(state);
+        if !usable {
+            results.for_each(|r| *r = Err(PageError::NotIssued));
+        }
+        usable
+    }
+
+    fn reopen_if_unflushed(&self, state: &mut Handle) -> bool {
         let (true, Some(config)) = (state.unflushed, &self.reopen) else {
             return !state.raw.is_null();
         };
@@ -397,10 +410,7 @@ impl LeechCore {
         }
         let mut state = self.lock();
         let state = &mut *state;
-        if !self.settle(state) {
-            entries
-                .iter_mut()
-                .for_each(|e| e.result = Err(PageError::NotIssued));
+        if !self.settle(state, entries.iter_mut().map(|e| &mut e.result)) {
             return;
         }
         state.prepare(
@@ -456,10 +466,7 @@ impl LeechCore {
         }
         let mut state = self.lock();
         let state = &mut *state;
-        if !self.settle(state) {
-            entries
-                .iter_mut()
-                .for_each(|e| e.result = Err(PageError::NotIssued));
+        if !self.settle(state, entries.iter_mut().map(|e| &mut e.result)) {
             return;
         }
         // LeechCore's write path only reads from `pb`.

@@ -304,10 +304,7 @@ impl Flusher {
             }
         }
         for req in self.reqs.drain(..) {
-            let slot = req.slot.expect("queued requests have slots");
-            // Under the queue lock, so no future changes it meanwhile.
-            let abandoned = queue.state(slot) == State::Abandoned;
-            queue.complete(slot, abandoned);
+            queue.complete(req.slot.expect("queued requests have slots"));
         }
         self.failed.clear();
         self.fragments.clear();

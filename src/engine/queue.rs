@@ -213,6 +213,13 @@ pub(crate) struct NewRequest<'w> {
     pub waker: &'w Waker,
 }
 
+impl NewRequest<'_> {
+    /// Whether it needs a large engine buffer that `spare` does not have.
+    fn needs_large_buffer(&self, spare: &SpareBuffers) -> bool {
+        self.data.is_none() && self.sub.len > LARGE_BUFFER && !spare.has_fit(self.sub.len)
+    }
+}
+
 /// Requests queued by the futures a driver polls on its own thread,
 /// without the queue lock: they go into slots reserved in advance and
 /// join the queue, in order, before the driver flushes (or hands control
@@ -268,12 +275,11 @@ impl Staging {
             lock(queue).refill(self, n);
         }
         let slot = self.reserved.pop().expect("reserved slots");
-        let len = req.sub.len;
-        if req.data.is_none() && len > LARGE_BUFFER && !self.spare.has_fit(len) {
+        if req.needs_large_buffer(&self.spare) {
             // Large buffers are kept by the queue (see `Queue::reclaim`).
             let mut queue = lock(queue);
             queue.reclaim();
-            if let Some(buf) = queue.spare.take_fit(len) {
+            if let Some(buf) = queue.spare.take_fit(req.sub.len) {
                 self.spare.put(buf);
             }
         }
@@ -376,10 +382,9 @@ impl SpareBuffers {
     /// A buffer of at least `len` bytes' capacity, from the smallest class
     /// whose every buffer is large enough.
     fn take_fit(&mut self, len: usize) -> Option<Vec<u8>> {
-        let from = len.max(1).next_power_of_two().ilog2() as usize;
         let buf = self
             .classes
-            .get_mut(from..)?
+            .get_mut(fit_class(len)..)?
             .iter_mut()
             .find_map(Vec::pop)?;
         self.count -= 1;
@@ -388,9 +393,8 @@ impl SpareBuffers {
 
     /// Whether a buffer of `len` bytes' capacity would be found.
     fn has_fit(&self, len: usize) -> bool {
-        let from = len.max(1).next_power_of_two().ilog2() as usize;
         self.classes
-            .get(from..)
+            .get(fit_class(len)..)
             .is_some_and(|c| c.iter().any(|class| !class.is_empty()))
     }
 
@@ -403,6 +407,11 @@ impl SpareBuffers {
         }
         other.count = 0;
     }
+}
+
+/// The first size class whose every buffer holds `len` bytes.
+fn fit_class(len: usize) -> usize {
+    len.max(1).next_power_of_two().ilog2() as usize
 }
 
 impl Queue {
@@ -469,32 +478,29 @@ impl Queue {
 
     /// Takes back the slots whose futures collected them.
     fn reclaim(&mut self) {
-        let (free, spare) = (&mut self.free, &mut self.spare);
-        self.done.retain(|&slot| {
-            if slot.slot().state() == State::Collected {
-                // SAFETY: a collected slot is the engine's again, and the
-                // engine holds the queue lock (`&mut self`).
-                let body = unsafe { &mut *slot.slot().body.get() };
-                // A large buffer goes where the next large request of any
-                // slot will look for it.
-                if body.data.capacity() > LARGE_BUFFER {
-                    spare.put(std::mem::take(&mut body.data));
-                }
-                slot.slot().set_state(State::Free);
-                free.push(slot);
-                false
-            } else {
-                true
+        let mut done = std::mem::take(&mut self.done);
+        done.retain(|&slot| {
+            if self.state(slot) != State::Collected {
+                return true;
             }
+            // A large buffer goes where the next large request of any slot
+            // will look for it.
+            let data = &mut self.body(slot).data;
+            if data.capacity() > LARGE_BUFFER {
+                let data = std::mem::take(data);
+                self.spare.put(data);
+            }
+            self.release(slot);
+            false
         });
+        self.done = done;
     }
 
     /// Queues a request whose buffer is `data` (or, when `None`, a spare
     /// engine buffer of `len` bytes), lets `fill` initialise it, and
     /// returns its slot.
     pub fn submit(&mut self, req: NewRequest<'_>, fill: impl FnOnce(&mut [u8])) -> SlotRef {
-        let len = req.sub.len;
-        if req.data.is_none() && len > LARGE_BUFFER && !self.spare.has_fit(len) {
+        if req.needs_large_buffer(&self.spare) {
             self.reclaim();
         }
         let slot = self.free_slot();
@@ -557,10 +563,9 @@ impl Queue {
     }
 
     /// Completes a request the flush took: its future may collect it, or,
-    /// if the future is gone (`abandoned`), the slot is free again.
-    pub fn complete(&mut self, slot: SlotRef, abandoned: bool) {
-        debug_assert_eq!(abandoned, self.state(slot) == State::Abandoned);
-        if abandoned {
+    /// if the future is gone, the slot is free again.
+    pub fn complete(&mut self, slot: SlotRef) {
+        if self.state(slot) == State::Abandoned {
             self.release(slot);
         } else {
             self.set_state(slot, State::Done);
