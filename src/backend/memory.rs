@@ -13,6 +13,8 @@ use crate::{MemoryMap, MemoryRange};
 #[derive(Debug)]
 pub struct MemBackend {
     data: RwLock<Vec<u8>>,
+    /// `data.len()`, which never changes: known without the lock.
+    len: u64,
     holes: RwLock<Vec<(Range<u64>, PageError)>>,
     limits: Limits,
     read_only: bool,
@@ -25,6 +27,7 @@ impl MemBackend {
     /// `data` as physical memory from address 0, with LeechCore's limits.
     pub fn new(data: Vec<u8>) -> Self {
         MemBackend {
+            len: data.len() as u64,
             data: RwLock::new(data),
             holes: RwLock::new(Vec::new()),
             limits: Limits::LEECHCORE,
@@ -152,7 +155,7 @@ impl Backend for MemBackend {
     }
 
     fn max_address(&self) -> u64 {
-        self.data.read().unwrap().len() as u64
+        self.len
     }
 
     fn memory_map(&self) -> MemoryMap {

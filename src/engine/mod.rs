@@ -21,6 +21,7 @@ mod request;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -341,7 +342,7 @@ impl Memory {
         });
         StagingLease {
             mem: self,
-            staging: cached.unwrap_or_else(|| self.queue().lend_staging()),
+            staging: ManuallyDrop::new(cached.unwrap_or_else(|| self.queue().lend_staging())),
         }
     }
 
@@ -383,10 +384,13 @@ thread_local! {
 }
 
 /// A driver's staging, returned to the queue (with anything still staged)
-/// when the driver is done or unwinds.
+/// when the driver is done or unwinds. Boxed, so that handing it between
+/// the thread's cache and a driver moves a pointer (which also stays valid
+/// for the thread's context while it is polled).
 struct StagingLease<'m> {
     mem: &'m Memory,
-    staging: Staging,
+    /// Taken only by `drop`.
+    staging: ManuallyDrop<Box<Staging>>,
 }
 
 impl StagingLease<'_> {
@@ -408,7 +412,7 @@ impl StagingLease<'_> {
             }
         }
         let _restore = Restore(outer);
-        STAGING.set((Arc::as_ptr(&self.mem.shared), &mut self.staging));
+        STAGING.set((Arc::as_ptr(&self.mem.shared), &mut **self.staging));
         poll()
     }
 
@@ -421,11 +425,13 @@ impl StagingLease<'_> {
 
 impl Drop for StagingLease<'_> {
     fn drop(&mut self) {
-        let mut staging = std::mem::take(&mut self.staging);
+        // SAFETY: `staging` is not used again.
+        let mut staging = unsafe { ManuallyDrop::take(&mut self.staging) };
         if staging.has_staged() {
             self.mem.queue().publish(&mut staging);
         }
         let shared = &self.mem.shared;
+        let mut staging = Some(staging);
         // Kept for this thread's next driver, unless the thread is exiting
         // or keeps another staging of this engine (a nested driver's).
         let _ = KEPT_STAGING.try_with(|kept| {
@@ -433,7 +439,7 @@ impl Drop for StagingLease<'_> {
             match &mut *kept {
                 Some(k) if k.id == shared.id => {
                     if k.staging.is_none() {
-                        k.staging = Some(std::mem::take(&mut staging));
+                        k.staging = staging.take();
                     }
                 }
                 _ => {
@@ -441,12 +447,12 @@ impl Drop for StagingLease<'_> {
                     *kept = Some(KeptStaging {
                         id: shared.id,
                         engine: Arc::downgrade(shared),
-                        staging: Some(std::mem::take(&mut staging)),
+                        staging: staging.take(),
                     });
                 }
             }
         });
-        if staging.has_slots() {
+        if let Some(staging) = staging.filter(|s| s.has_slots()) {
             self.mem.queue().return_staging(staging);
         }
     }
@@ -458,7 +464,7 @@ struct KeptStaging {
     id: u64,
     engine: Weak<Shared>,
     /// `None` while a driver of the engine runs with it.
-    staging: Option<Staging>,
+    staging: Option<Box<Staging>>,
 }
 
 impl Drop for KeptStaging {

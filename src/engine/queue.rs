@@ -48,16 +48,11 @@ pub(crate) enum State {
 
 impl State {
     fn from_u8(v: u8) -> State {
-        const STATES: [State; 7] = [
-            State::Free,
-            State::Queued,
-            State::Cancelled,
-            State::InFlight,
-            State::Abandoned,
-            State::Done,
-            State::Collected,
-        ];
-        STATES[v as usize]
+        debug_assert!(v <= State::Collected as u8);
+        // SAFETY: slot states are only ever stored from a `State` (see
+        // `Slot::set_state` and `Slot::empty`), so `v` is one of its values.
+        // (A checked table lookup here showed up in every poll.)
+        unsafe { std::mem::transmute::<u8, State>(v) }
     }
 }
 
@@ -342,7 +337,8 @@ pub(crate) struct Queue {
     /// Woken when a request is queued (the background driver).
     pub driver: Option<Waker>,
     /// Stagings of drivers that finished, kept for their buffers.
-    stagings: Vec<Staging>,
+    #[allow(clippy::vec_box)] // moved whole between here and threads' caches
+    stagings: Vec<Box<Staging>>,
 }
 
 // SAFETY: the queue owns its slots; the `UnsafeCell`s are shared with
@@ -536,13 +532,13 @@ impl Queue {
     }
 
     /// A staging for a driver, with the buffers of an earlier one.
-    pub fn lend_staging(&mut self) -> Staging {
+    pub fn lend_staging(&mut self) -> Box<Staging> {
         self.stagings.pop().unwrap_or_default()
     }
 
     /// Takes a driver's staging back: its requests join the queue, its
     /// unused slots and spare buffers return.
-    pub fn return_staging(&mut self, mut staging: Staging) {
+    pub fn return_staging(&mut self, mut staging: Box<Staging>) {
         self.publish(&mut staging);
         self.free.append(&mut staging.reserved);
         self.spare.take_all(&mut staging.spare);
