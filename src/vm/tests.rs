@@ -149,6 +149,43 @@ fn unmapped_and_non_canonical_addresses_are_failed_ranges_not_errors() {
     assert_eq!(err.failed[1].reason, PageError::NonCanonical);
 }
 
+#[test]
+fn an_access_inside_one_page_fails_whole_or_touches_only_its_bytes() {
+    let (mem, backend, mut t) = setup();
+    t.map(USER, 0x10_0000, PageSize::Size4K);
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let whole = |len, reason| {
+        Err(PartialError {
+            failed: vec![Failure {
+                offset: 0,
+                len,
+                reason,
+            }],
+            len,
+        })
+    };
+    // Unmapped, non-canonical: every byte failed, nothing written.
+    let mut buf = [0xa5u8; 12];
+    let unmapped = mem.block_on(space.read(USER + 0x1ff0, &mut buf));
+    assert_eq!(unmapped, whole(12, PageError::NotMapped));
+    assert_eq!(buf, [0xa5; 12]);
+    let non_canonical = mem.block_on(space.read_val::<u32>(0x0000_8000_0000_0000));
+    assert_eq!(non_canonical, whole(4, PageError::NonCanonical).map(|()| 0));
+    let written = mem.block_on(space.write(USER + 0x1000, &[1, 2, 3]));
+    assert_eq!(written, whole(3, PageError::NotMapped));
+    // Mapped: the bytes of the page, and a write of exactly its bytes, up
+    // to the page's last byte.
+    let before = backend.bytes(0x10_0ff8, 16);
+    mem.block_on(space.write(USER + 0xffb, &[9, 8, 7, 6, 5]))
+        .unwrap();
+    let mut expected = before.clone();
+    expected[3..8].copy_from_slice(&[9, 8, 7, 6, 5]);
+    assert_eq!(backend.bytes(0x10_0ff8, 16), expected);
+    let mut buf = [0u8; 5];
+    mem.block_on(space.read(USER + 0xffb, &mut buf)).unwrap();
+    assert_eq!(buf, [9, 8, 7, 6, 5]);
+}
+
 /// 1000 random 8-byte-aligned addresses over `pages` mapped 4K pages.
 fn mapped_pages(t: &mut Tables, pages: u64) -> Vec<u64> {
     let mut rng = fastrand::Rng::with_seed(5);
