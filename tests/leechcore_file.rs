@@ -4,7 +4,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{read_file_at, Image};
+use common::{read_file_at, read_words, Image};
 use leechio::leechcore_sys as sys;
 use leechio::{
     Call, DeviceConfig, Error, Failure, LeechCore, Memory, MemoryMap, MemoryRange, PageError,
@@ -80,13 +80,7 @@ fn entries_past_the_end_fail_alone_and_leave_their_buffers_untouched() {
         0x10_0000,
     ];
     let beyond = |a: u64| a >= image.size;
-    let mut bufs: Vec<Vec<u8>> = addrs.iter().map(|_| vec![0xa5; 8]).collect();
-    let mut entries: Vec<ScatterEntry> = addrs
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&a, b)| ScatterEntry::new(a, b))
-        .collect();
-    device.read_scatter(&mut entries);
+    let entries = read_words(&device, &addrs, 0xa5);
     let failed: Vec<u64> = entries
         .iter()
         .filter(|e| e.result.is_err())
@@ -98,12 +92,12 @@ fn entries_past_the_end_fail_alone_and_leave_their_buffers_untouched() {
         if beyond(e.addr) {
             assert_eq!(e.result, Err(PageError::Unspecified));
             assert_eq!(
-                e.buf, &[0xa5; 8],
+                e.bytes, [0xa5; 8],
                 "failed entry at {:#x} was written",
                 e.addr
             );
         } else {
-            assert_eq!(e.buf[..], image.bytes(e.addr, 8)[..]);
+            assert_eq!(e.bytes[..], image.bytes(e.addr, 8)[..]);
         }
     }
     assert_eq!(device.call_count(Call::ReadScatter), 1);
@@ -224,20 +218,13 @@ fn memory_map_round_trips_remaps_and_limits_reads() {
         0x1_0020_0000,
         0x1_7fff_f000,
     ];
-    let mut bufs: Vec<Vec<u8>> = addrs.iter().map(|_| vec![0; 8]).collect();
-    let mut entries: Vec<ScatterEntry> = addrs
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&a, b)| ScatterEntry::new(a, b))
-        .collect();
-    device.read_scatter(&mut entries);
-    for e in &entries {
+    for e in &read_words(&device, &addrs, 0) {
         match map.find(e.addr) {
             Some(range) => {
                 assert_eq!(e.result, Ok(()), "{:#x} is mapped", e.addr);
                 let offset = e.addr - range.start + range.remap;
                 assert_eq!(
-                    e.buf[..],
+                    e.bytes[..],
                     image.bytes(offset, 8)[..],
                     "{:#x} reads file offset {offset:#x}",
                     e.addr
@@ -439,14 +426,8 @@ fn a_users_max_address_cuts_reads_writes_and_the_map() {
 
     // Straight to the device: entries past the limit never reach it.
     let addrs = [limit - PAGE, limit, 0x20_0000, limit - 8];
-    let mut bufs: Vec<Vec<u8>> = addrs.iter().map(|_| vec![0xa5; 8]).collect();
-    let mut entries: Vec<ScatterEntry> = addrs
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&a, b)| ScatterEntry::new(a, b))
-        .collect();
-    device.read_scatter(&mut entries);
-    let results: Vec<_> = entries.iter().map(|e| e.result).collect();
+    let words = read_words(&*device, &addrs, 0xa5);
+    let results: Vec<_> = words.iter().map(|w| w.result).collect();
     assert_eq!(
         results,
         [
@@ -456,7 +437,7 @@ fn a_users_max_address_cuts_reads_writes_and_the_map() {
             Ok(())
         ]
     );
-    assert_eq!(entries[1].buf, &[0xa5; 8], "a refused entry was written");
+    assert_eq!(words[1].bytes, [0xa5; 8], "a refused entry was written");
 
     // Through the engine: exact failed ranges, with the reason.
     let mem = Memory::with_config(device.clone(), Default::default());

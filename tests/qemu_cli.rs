@@ -133,23 +133,6 @@ fn parse_hex(v: &Value) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("{s:?}"))
 }
 
-/// The monitor's translation of `va` through the CPU's CR3.
-///
-/// Not `Guest::gva2gpa`: QEMU prints a result of zero as `gpa: 0` (C's
-/// `%#x` gives no `0x` for zero), which the fixture reads as unmapped.
-fn gva2gpa(guest: &Guest, va: u64) -> Option<u64> {
-    let text = guest.hmp(&format!("gva2gpa {va:#x}"));
-    let text = text.trim();
-    if text == "Unmapped" {
-        return None;
-    }
-    let hex = text
-        .strip_prefix("gpa: ")
-        .unwrap_or_else(|| panic!("gva2gpa {va:#x}: {text:?}"));
-    let hex = hex.strip_prefix("0x").unwrap_or(hex);
-    Some(u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("gva2gpa {va:#x}: {text:?}")))
-}
-
 /// The monitor's `info mem`: every mapped range of CR3's address space,
 /// as (start, size), adjacent ranges merged.
 fn info_mem(guest: &Guest) -> Vec<(u64, u64)> {
@@ -488,7 +471,7 @@ fn translate_gives_the_monitors_translation_and_null_for_unmapped_addresses() {
     ];
     let unmapped = [0xffff_c880_0000_0000, 0x8000_0000_0000_0000, 0x10];
     for &va in &unmapped {
-        assert_eq!(gva2gpa(&guest, va), None, "{va:#x} is mapped");
+        assert_eq!(guest.gva2gpa(va), None, "{va:#x} is mapped");
     }
 
     let check = |lines: &[Value], vas: &[u64]| {
@@ -497,7 +480,7 @@ fn translate_gives_the_monitors_translation_and_null_for_unmapped_addresses() {
         for (line, &va) in lines.iter().zip(vas) {
             assert_eq!(line["va"], hex(va), "{line}");
             let (entries, size) = xp_walk(&guest, va);
-            match gva2gpa(&guest, va) {
+            match guest.gva2gpa(va) {
                 Some(pa) => {
                     assert_eq!(line["pa"], hex(pa), "{line}");
                     assert!(line["error"].is_null(), "{line}");
@@ -596,7 +579,7 @@ fn read_shows_the_monitors_bytes_and_question_marks_where_unmapped() {
         .find(|&&(s, size)| (s..s + size).contains(&DIRECT_MAP))
         .map(|&(s, size)| s + size)
         .unwrap();
-    assert_eq!(gva2gpa(&guest, end), None);
+    assert_eq!(guest.gva2gpa(end), None);
     let va = end - 16;
     let run = leechio(&[
         "-d",
@@ -808,15 +791,7 @@ fn a_dead_guest_gives_a_clear_error_and_never_hangs() {
 
     // Once the guest's script has removed the RAM file: a clear refusal,
     // naming the file, for every command that opens the device.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while shm.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} outlived its guest",
-            shm.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_removed(&shm);
     let file = shm.display().to_string();
     for args in [
         vec!["-d", &device, "info"],
@@ -825,6 +800,19 @@ fn a_dead_guest_gives_a_clear_error_and_never_hangs() {
         vec!["-d", &device, "spaces"],
     ] {
         assert_refused(&leechio(&args), &["could not open device", &file]);
+    }
+}
+
+/// Waits (30 s at most) until the guest's script has removed its RAM file.
+fn wait_until_removed(shm: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while shm.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} outlived its guest",
+            shm.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -854,15 +842,7 @@ fn a_dead_guests_leftover_ram_file_is_not_taken_for_a_live_guest() {
     let _cleanup = RemoveOnDrop(vec![kept.clone(), shm.clone()]);
     std::fs::hard_link(&shm, &kept).unwrap();
     guest.kill();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while shm.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} outlived its guest",
-            shm.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_removed(&shm);
     // The RAM file is back where the device string says, QEMU is not.
     std::fs::hard_link(&kept, &shm).unwrap();
     assert!(!guest.is_alive());

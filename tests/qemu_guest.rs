@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::qemu::{process_alive, shared_guest, Guest, GuestMemory};
+use common::read_words;
 use futures::future::join_all;
 use leechio::{Call, EngineConfig, Error, LeechCore, Memory, MemoryMap, ScatterEntry, WriteEntry};
 
@@ -215,14 +216,7 @@ fn reads_outside_the_memory_map_fail_alone_and_leave_buffers_untouched() {
     let inside = [0x0, 0x10_0000, ram - 8, 0x100_0000 + 0x44];
     let addrs: Vec<u64> = outside.iter().chain(&inside).copied().collect();
     let _paused = guest.pause();
-    let mut bufs: Vec<Vec<u8>> = addrs.iter().map(|_| vec![0xa5; 8]).collect();
-    let mut entries: Vec<ScatterEntry> = addrs
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&a, b)| ScatterEntry::new(a, b))
-        .collect();
-    device.read_scatter(&mut entries);
-    for e in &entries {
+    for e in &read_words(&device, &addrs, 0xa5) {
         if outside.contains(&e.addr) {
             assert!(
                 e.result.is_err(),
@@ -230,13 +224,13 @@ fn reads_outside_the_memory_map_fail_alone_and_leave_buffers_untouched() {
                 e.addr
             );
             assert_eq!(
-                e.buf, &[0xa5; 8],
+                e.bytes, [0xa5; 8],
                 "failed entry at {:#x} was written",
                 e.addr
             );
         } else {
             assert_eq!(e.result, Ok(()), "read at {:#x}", e.addr);
-            assert_same_bytes(e.addr, e.buf, &xp_bytes(&guest, e.addr, 8));
+            assert_same_bytes(e.addr, &e.bytes, &xp_bytes(&guest, e.addr, 8));
         }
     }
 }

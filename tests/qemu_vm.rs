@@ -72,25 +72,6 @@ fn region(va: u64) -> Region {
     }
 }
 
-/// The monitor's translation of `va` through the CPU's CR3.
-///
-/// Not `Guest::gva2gpa`: QEMU prints a result of zero as `gpa: 0` (C's
-/// `%#x` gives no `0x` for zero), which the fixture reads as unmapped, so
-/// an address that maps to guest-physical 0 (the direct map's first byte)
-/// would be "unmapped" to it.
-fn gva2gpa(guest: &Guest, va: u64) -> Option<u64> {
-    let text = guest.hmp(&format!("gva2gpa {va:#x}"));
-    let text = text.trim();
-    if text == "Unmapped" {
-        return None;
-    }
-    let hex = text
-        .strip_prefix("gpa: ")
-        .unwrap_or_else(|| panic!("gva2gpa {va:#x}: {text:?}"));
-    let hex = hex.strip_prefix("0x").unwrap_or(hex);
-    Some(u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("gva2gpa {va:#x}: {text:?}")))
-}
-
 /// Index of `va` in the table of `level` (0 = PML4).
 fn index(va: u64, level: usize) -> u64 {
     (va >> (39 - 9 * level)) & 0x1ff
@@ -286,7 +267,7 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
     let mut sizes: BTreeMap<PageSize, usize> = BTreeMap::new();
     let mut not_mapped = 0;
     for (&va, t) in vas.iter().zip(&translations) {
-        let want = gva2gpa(&guest, va);
+        let want = guest.gva2gpa(va);
         match t {
             Ok(t) => {
                 assert_eq!(Some(t.pa), want, "translation of {va:#x}: {t:x?}");
@@ -338,7 +319,7 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
                 compared += 1;
             }
             None => {
-                assert_eq!(gva2gpa(&guest, va), None, "x failed at mapped {va:#x}");
+                assert_eq!(guest.gva2gpa(va), None, "x failed at mapped {va:#x}");
                 let e = result.as_ref().expect_err("read of an unmapped address");
                 assert_eq!(e.failed.len(), 1, "{e:?}");
                 assert_eq!((e.failed[0].offset, e.failed[0].len), (0, len), "{e:?}");
@@ -424,7 +405,7 @@ fn large_and_small_pages_translate_with_the_entries_the_tables_hold() {
                 assert_eq!(t.entries, entries, "entries for {va:#x}");
                 assert_eq!(Some((t.pa, t.page_size)), found, "walk of {va:#x}");
                 assert_eq!(t.page_size, size, "{va:#x}");
-                assert_eq!(Some(t.pa), gva2gpa(&guest, va), "{va:#x}");
+                assert_eq!(Some(t.pa), guest.gva2gpa(va), "{va:#x}");
             }
         }
     }

@@ -9,7 +9,37 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use leechio::{DeviceConfig, LeechCore};
+use leechio::{Backend, DeviceConfig, LeechCore, PageError, ScatterEntry};
+
+/// One 8-byte entry of a [`read_words`] call.
+pub struct Word {
+    pub addr: u64,
+    pub bytes: [u8; 8],
+    pub result: Result<(), PageError>,
+}
+
+/// Reads 8 bytes at each of `addrs` in one `read_scatter` call, into
+/// buffers that start as `fill` (so a failed entry's untouched bytes show).
+pub fn read_words(device: &dyn Backend, addrs: &[u64], fill: u8) -> Vec<Word> {
+    let mut bufs = vec![[fill; 8]; addrs.len()];
+    let mut entries: Vec<ScatterEntry> = addrs
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&a, b)| ScatterEntry::new(a, b))
+        .collect();
+    device.read_scatter(&mut entries);
+    let results: Vec<_> = entries.iter().map(|e| e.result).collect();
+    addrs
+        .iter()
+        .zip(bufs)
+        .zip(results)
+        .map(|((&addr, bytes), result)| Word {
+            addr,
+            bytes,
+            result,
+        })
+        .collect()
+}
 
 /// A raw memory image in a temporary folder, removed on drop.
 pub struct Image {

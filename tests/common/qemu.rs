@@ -357,13 +357,20 @@ impl Guest {
         parse_dump(&text, va, n)
     }
 
-    /// The monitor's translation of `va` through the CPU's CR3.
+    /// The monitor's translation of `va` through the CPU's CR3: `None`
+    /// where QEMU says "Unmapped"; any other answer but a `gpa:` panics.
     pub fn gva2gpa(&self, va: u64) -> Option<u64> {
         let text = self.hmp(&format!("gva2gpa {va:#x}"));
-        // "gpa: 0x1000", but "gpa: 0" for address zero.
-        let value = text.trim().strip_prefix("gpa: ")?;
+        let text = text.trim();
+        if text == "Unmapped" {
+            return None;
+        }
+        // "gpa: 0x1000", but "gpa: 0" for address zero (C's `%#x`).
+        let value = text
+            .strip_prefix("gpa: ")
+            .unwrap_or_else(|| panic!("gva2gpa {va:#x}: {text:?}"));
         let hex = value.strip_prefix("0x").unwrap_or(value);
-        Some(u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("gva2gpa: {text:?}")))
+        Some(u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("gva2gpa {va:#x}: {text:?}")))
     }
 
     /// `size` bytes of guest physical memory at `pa`, by QMP `pmemsave`.
