@@ -239,7 +239,8 @@ impl AddressSpace {
 
     /// A whole page-table page, from the cache when it is on, else from the
     /// device. Walks that miss the same page at the same time share one read
-    /// of it (the engine would send it once anyway, but each would copy it).
+    /// of it (the engine would send it once anyway, but each would copy it),
+    /// and that read alone fills the cache.
     async fn table_page(&self, addr: u64) -> Result<TablePage, PageError> {
         if let Some(page) = self.inner.tables.get(addr) {
             return Ok(page);
@@ -254,33 +255,34 @@ impl AddressSpace {
                 .entry(addr)
                 .or_insert_with(|| {
                     let mem = self.inner.mem.clone();
+                    // Weak: the map holds this future until it ends, and an
+                    // address space dropped meanwhile must still be freed.
+                    let inner = Arc::downgrade(&self.inner);
                     async move {
                         let (buf, result) = mem
                             .read_into_owned(addr, vec![0; TABLE_SIZE as usize])
                             .await;
-                        result.map_err(first_reason)?;
-                        Ok(TablePage::from(buf))
+                        let page = result.map(|()| TablePage::from(buf));
+                        if let Some(inner) = inner.upgrade() {
+                            // Cache first: a walk that missed the cache
+                            // still finds this (finished) read in the map.
+                            if let Ok(page) = &page {
+                                inner.tables.insert(addr, page.clone());
+                            }
+                            inner
+                                .inflight
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .remove(&addr);
+                        }
+                        page.map_err(first_reason)
                     }
                     .boxed()
                     .shared()
                 })
                 .clone()
         };
-        let result = read.clone().await;
-        {
-            let mut inflight = self
-                .inner
-                .inflight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if inflight.get(&addr).is_some_and(|r| r.ptr_eq(&read)) {
-                inflight.remove(&addr);
-            }
-        }
-        if let Ok(page) = &result {
-            self.inner.tables.insert(addr, page.clone());
-        }
-        result
+        read.await
     }
 
     /// Reads `buf.len()` bytes at `va`. Unmapped or non-canonical pages,

@@ -235,6 +235,30 @@ fn a_thousand_cold_reads_cost_five_calls_and_warm_ones_one() {
 }
 
 #[test]
+fn an_abandoned_table_read_is_finished_by_the_next_walk_and_frees_its_space() {
+    let (mem, backend, mut t) = setup();
+    t.map(USER, 0x10_0000, PageSize::Size4K);
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    // A walk queues its top table's read and is dropped before any flush.
+    assert!(space.translate(USER).now_or_never().is_none());
+    assert_eq!(backend.read_calls(), 0);
+    // The next walk takes the queued read over: four levels, four calls.
+    let got = mem.block_on(space.translate(USER)).map(|t| t.pa);
+    assert_eq!(got, Ok(0x10_0000));
+    assert_eq!(backend.read_calls(), 4);
+
+    // A read in flight holds its address space only weakly.
+    let other = AddressSpace::new(mem.clone(), t.dtb);
+    assert!(other.translate(USER).now_or_never().is_none());
+    let inner = Arc::downgrade(&other.inner);
+    drop(other);
+    assert!(
+        inner.upgrade().is_none(),
+        "the address space was kept alive"
+    );
+}
+
+#[test]
 fn physically_contiguous_pages_are_adjacent_entries_of_one_call() {
     let (mem, backend, mut t) = setup();
     for i in 0..4 {
