@@ -435,28 +435,26 @@ impl Flusher {
         round: u32,
         writes: bool,
     ) -> usize {
-        self.order.clear();
-        for (i, p) in self.pieces.iter().enumerate() {
-            let this_round = !writes || {
-                let req = &self.reqs[p.req as usize];
-                req.kind == Kind::Read && req.round == round
-            };
-            if this_round && p.result == Err(PageError::NotIssued) {
-                self.order.push(i as u32);
-            }
-        }
-        if self.order.is_empty() {
-            return 0;
-        }
+        // Without writes every piece still to issue is in the one round.
+        let in_round = |p: &Piece, reqs: &[Req]| {
+            p.result == Err(PageError::NotIssued)
+                && (!writes || {
+                    let req = &reqs[p.req as usize];
+                    req.kind == Kind::Read && req.round == round
+                })
+        };
         self.groups.clear();
         // Few pieces: a scan beats clearing a large hash map.
-        let small = self.order.len() <= SMALL_FLUSH;
+        let small = self.pieces.len() <= SMALL_FLUSH;
         if !small {
             self.page_groups.clear();
         }
         let mut scratch_len = 0usize;
-        for &pi in &self.order {
-            let p = &mut self.pieces[pi as usize];
+        for (pi, p) in self.pieces.iter_mut().enumerate() {
+            if !in_round(p, &self.reqs) {
+                continue;
+            }
+            let pi = pi as u32;
             let (start, len) = window(shape, p.addr, p.len);
             let page = shape.page(start);
             // (Large flushes: one hash lookup, which maps a new page to
@@ -509,13 +507,18 @@ impl Flusher {
                 scratch_len += g.len;
             }
         }
+        if self.groups.is_empty() {
+            return 0;
+        }
         if self.scratch.len() < scratch_len {
             self.scratch.resize(scratch_len, 0);
         }
         let calls = self.read_groups(backend, max_entries);
-        // Hand each piece its bytes and result.
-        for &pi in &self.order {
-            let p = &mut self.pieces[pi as usize];
+        // Hand each piece of the round its bytes and result.
+        for p in &mut self.pieces {
+            if !in_round(p, &self.reqs) {
+                continue;
+            }
             let g = &self.groups[p.group as usize];
             p.result = g.result;
             if let (Ok(()), Some(at)) = (g.result, g.scratch) {
