@@ -17,7 +17,7 @@
 # tables, the command, date, machine and versions, and a reading of the
 # numbers against the goals of the benchmark issue, computed from the
 # tables. The guest is stopped at the end, on Ctrl-C and on failure.
-# About 5 minutes on two cores once built.
+# About 3 minutes on two cores once built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
