@@ -161,7 +161,13 @@ impl SlotRef {
         let body = &mut *slot.body.get();
         let NewRequest { sub, data, waker } = req;
         match data {
-            Some(data) => spare.put(std::mem::replace(&mut body.data, data)),
+            Some(data) => {
+                let old = std::mem::replace(&mut body.data, data);
+                // (An owned read took the slot's last buffer: nothing to keep.)
+                if old.capacity() != 0 {
+                    spare.put(old);
+                }
+            }
             None => {
                 let cap = body.data.capacity();
                 // A buffer goes to the request it fits: one too small is
