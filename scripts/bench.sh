@@ -49,22 +49,7 @@ die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 # shellcheck source=scripts/guest-lib.sh
 . scripts/guest-lib.sh
 
-name=leechio-bench-$$
-work=$(mktemp -d "${TMPDIR:-/tmp}/leechio-bench.XXXXXX")
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM HUP
-    stop_guest
-    rm -f "/dev/shm/$name"
-    rm -rf "$work"
-    [ "$rc" -eq 0 ] || printf 'bench: stopped (exit %d); the guest and its files are gone\n' "$rc" >&2
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-trap '' PIPE
+guest_session bench
 
 started=$(date +%s)
 say "set-up and release builds"

@@ -37,27 +37,7 @@ die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 # shellcheck source=scripts/guest-lib.sh
 . scripts/guest-lib.sh
 
-name=leechio-demo-$$
-work=$(mktemp -d "${TMPDIR:-/tmp}/leechio-demo.XXXXXX")
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM HUP
-    if [ -n "$guest_pid" ]; then
-        printf '\nStopping the guest.\n'
-        stop_guest
-    fi
-    # What guest.sh removes itself, in case it could not.
-    rm -f "/dev/shm/$name"
-    rm -rf "$work"
-    [ "$rc" -eq 0 ] || printf 'demo: stopped (exit %d); the guest and its files are gone\n' "$rc" >&2
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-# guest.sh's pipe may close first on Ctrl-C; writing "stop" must not kill us.
-trap '' PIPE
+guest_session demo
 
 printf '%sleechio demo: reading the memory of a running computer from outside it%s\n' "$bold" "$off"
 fold -s -w "${COLUMNS:-80}" <<'EOF'

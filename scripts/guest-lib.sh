@@ -1,9 +1,38 @@
 # Shared by scripts/demo.sh and scripts/bench.sh (sourced, not run): boot a
 # guest with scripts/guest.sh, talk to its QEMU monitor, stop it.
-# The caller defines die() and sets $name and $work.
+# The caller defines die() and calls guest_session first.
 
 guest_pid=
 guest_in=
+
+# Starts a session of PROG: sets $name (the guest's, leechio-PROG-PID) and
+# $work (a new temporary folder), and on exit, Ctrl-C, TERM or HUP stops
+# the guest and removes its files and $work.
+guest_session() {
+    session=$1
+    name=leechio-$session-$$
+    work=$(mktemp -d "${TMPDIR:-/tmp}/leechio-$session.XXXXXX")
+    trap end_guest_session EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap 'exit 129' HUP
+    # guest.sh's pipe may close first on Ctrl-C; writing "stop" must not kill us.
+    trap '' PIPE
+}
+
+end_guest_session() {
+    local rc=$?
+    trap - EXIT INT TERM HUP
+    if [ -n "$guest_pid" ]; then
+        printf '\n%s: stopping the guest\n' "$session" >&2
+        stop_guest
+    fi
+    # What guest.sh removes itself, in case it could not.
+    rm -f "/dev/shm/$name"
+    rm -rf "$work"
+    [ "$rc" -eq 0 ] || printf '%s: stopped (exit %d); the guest and its files are gone\n' "$session" "$rc" >&2
+    exit "$rc"
+}
 
 # One QMP command on the guest's monitor socket: `qmp SOCKET hmp 'info registers'`
 # (a human monitor command; prints its text) or `qmp SOCKET COMMAND JSON-ARGS`.

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::qemu::{shared_guest, Guest, GuestMemory, DIRECT_MAP};
+use common::qemu::{shared_guest, wait_until_removed, Guest, GuestMemory, DIRECT_MAP};
 use leechio::MemoryMap;
 use serde_json::Value;
 
@@ -800,19 +800,6 @@ fn a_dead_guest_gives_a_clear_error_and_never_hangs() {
         vec!["-d", &device, "spaces"],
     ] {
         assert_refused(&leechio(&args), &["could not open device", &file]);
-    }
-}
-
-/// Waits (30 s at most) until the guest's script has removed its RAM file.
-fn wait_until_removed(shm: &std::path::Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while shm.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} outlived its guest",
-            shm.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

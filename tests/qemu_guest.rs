@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::qemu::{process_alive, shared_guest, Guest, GuestMemory};
+use common::qemu::{process_alive, shared_guest, wait_until_removed, Guest, GuestMemory};
 use common::read_words;
 use futures::future::join_all;
 use leechio::{Call, EngineConfig, Error, LeechCore, Memory, MemoryMap, ScatterEntry, WriteEntry};
@@ -520,15 +520,7 @@ fn a_killed_guest_never_hangs_reads_and_cannot_be_reopened() {
 
     // The guest script saw QEMU die and removed its RAM file; opening the
     // device again fails at once with a reason that names the file.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while shm.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} outlived its guest",
-            shm.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_removed(&shm);
     let device_string = guest.device_string();
     let reopened = within(Duration::from_secs(20), "reopening", move || {
         LeechCore::open(&leechio::DeviceConfig::new(device_string)).map(|_| ())

@@ -490,6 +490,19 @@ impl std::ops::Deref for SharedGuest {
     }
 }
 
+/// Waits (30 s at most) until the guest's script has removed its RAM file.
+pub fn wait_until_removed(shm: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while shm.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} outlived its guest",
+            shm.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Whether process `pid` exists and is not a zombie.
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
