@@ -8,9 +8,9 @@
 use std::ffi::c_void;
 use std::time::Duration;
 
+use engine::join_all;
 use engine::vm::CacheConfig;
 use engine::{AddressSpace, VmConfig, WalkError};
-use futures::future::join_all;
 
 use crate::device::{device_ref, leechio_device};
 use crate::error::{guard, non_null, Fail};

@@ -15,6 +15,7 @@
 //! finished request through the slot's atomic state (see `queue`).
 
 mod flush;
+mod join;
 mod outcome;
 mod queue;
 mod request;
@@ -32,6 +33,7 @@ use std::thread::Thread;
 use bytemuck::Pod;
 
 pub use flush::FlushStats;
+pub use join::{join_all, JoinAll};
 
 pub use outcome::{Failure, Fragment, PartialError};
 pub use request::{Fragments, Read, ReadOwned, ReadVal, Write, WriteOwned};

@@ -370,22 +370,30 @@ fn the_entry_limit_splits_a_flush_into_calls() {
     assert_eq!(backend.read_call_sizes(), vec![300, 300, 300, 100]);
 }
 
+/// A waker that counts its wakes.
+struct WakeCounter(std::sync::atomic::AtomicUsize);
+
+impl futures::task::ArcWake for WakeCounter {
+    fn wake_by_ref(me: &Arc<Self>) {
+        me.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl WakeCounter {
+    fn new() -> (std::task::Waker, Arc<WakeCounter>) {
+        let counter = Arc::new(WakeCounter(Default::default()));
+        (futures::task::waker(counter.clone()), counter)
+    }
+
+    fn wakes(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 #[test]
 fn polling_a_pending_future_makes_no_call_and_only_completed_waiters_wake() {
-    use futures::task::{waker, ArcWake};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    struct Counter(AtomicUsize);
-    impl ArcWake for Counter {
-        fn wake_by_ref(me: &Arc<Self>) {
-            me.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
-    let (wa, wb) = (
-        Arc::new(Counter(AtomicUsize::new(0))),
-        Arc::new(Counter(AtomicUsize::new(0))),
-    );
-    let (waker_a, waker_b) = (waker(wa.clone()), waker(wb.clone()));
+    let ((waker_a, wa), (waker_b, wb)) = (WakeCounter::new(), WakeCounter::new());
     let mut a = pin!(mem.read_val::<u64>(0x1000));
     let mut b = pin!(mem.read_val::<u64>(0x2000));
     for _ in 0..10 {
@@ -397,9 +405,9 @@ fn polling_a_pending_future_makes_no_call_and_only_completed_waiters_wake() {
     assert_eq!(backend.read_calls(), 0);
     mem.flush().unwrap();
     assert_eq!(backend.read_calls(), 1);
-    assert_eq!(wa.0.load(Ordering::SeqCst), 1);
+    assert_eq!(wa.wakes(), 1);
     // `b` was never polled, so never queued: not woken, not read.
-    assert_eq!(wb.0.load(Ordering::SeqCst), 0);
+    assert_eq!(wb.wakes(), 0);
     assert_eq!(backend.read_call_sizes(), vec![1]);
     assert!(matches!(
         a.as_mut().poll(&mut Context::from_waker(&waker_a)),
@@ -410,8 +418,64 @@ fn polling_a_pending_future_makes_no_call_and_only_completed_waiters_wake() {
         .poll(&mut Context::from_waker(&waker_b))
         .is_pending());
     assert!(mem.flush().is_some());
-    assert_eq!(wb.0.load(Ordering::SeqCst), 1);
-    assert_eq!(wa.0.load(Ordering::SeqCst), 1);
+    assert_eq!(wb.wakes(), 1);
+    assert_eq!(wa.wakes(), 1);
+}
+
+#[test]
+fn join_all_polls_every_future_with_its_task_waker_and_keeps_the_order() {
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
+    let (waker, counter) = WakeCounter::new();
+    let mut cx = Context::from_waker(&waker);
+    let chains = (0..100u64).map(|i| {
+        let mem = &mem;
+        async move {
+            let first = mem.read_val::<u64>(i * 0x1000).await?;
+            mem.read_val::<u64>(first + 0x800).await
+        }
+    });
+    let mut joined = pin!(super::join_all(chains));
+    assert!(joined.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(mem.flush().map(|s| s.requests), Some(100));
+    // Every request holds the task's own waker: one flush, one wake.
+    assert_eq!(counter.wakes(), 1);
+    assert!(joined.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(mem.flush().map(|s| s.requests), Some(100));
+    assert_eq!(counter.wakes(), 2);
+    let Poll::Ready(values) = joined.as_mut().poll(&mut cx) else {
+        panic!("all 100 chains were complete");
+    };
+    let expected: Vec<_> = (0..100u64).map(|i| Ok(i * 0x1000 + 0x800)).collect();
+    assert_eq!(values, expected);
+    assert_eq!(backend.read_call_sizes(), vec![100, 100]);
+}
+
+#[test]
+fn join_all_waits_for_futures_woken_from_elsewhere_and_cancels_when_dropped() {
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
+    let (tx, rx) = futures::channel::oneshot::channel::<u64>();
+    let from_a_thread: Pin<Box<dyn Future<Output = u64> + Send>> =
+        Box::pin(async { rx.await.unwrap() });
+    let from_memory: Pin<Box<dyn Future<Output = u64> + Send>> =
+        Box::pin(async { mem.read_val::<u64>(0x3000).await.unwrap() });
+    let values = std::thread::scope(|s| {
+        s.spawn(move || tx.send(7).unwrap());
+        mem.block_on(super::join_all([from_a_thread, from_memory]))
+    });
+    assert_eq!(values, vec![7, 0x3000]);
+
+    // Dropped while its requests are queued: they are cancelled.
+    let noop = futures::task::noop_waker();
+    let mut joined = Box::pin(super::join_all(
+        (0..8u64).map(|i| mem.read_val::<u64>(i * 8)),
+    ));
+    assert!(joined
+        .as_mut()
+        .poll(&mut Context::from_waker(&noop))
+        .is_pending());
+    drop(joined);
+    assert!(mem.flush().is_none());
+    assert_eq!(backend.read_calls(), 1);
 }
 
 #[test]

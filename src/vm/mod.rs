@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytemuck::Pod;
-use futures::future::{join_all, BoxFuture, FutureExt, Shared};
+use futures::future::{BoxFuture, FutureExt, Shared};
 use rustc_hash::FxHashMap;
 use std::sync::Mutex;
 
@@ -22,7 +22,7 @@ pub use cache::CacheConfig;
 pub use paging::{PageSize, Translation, WalkError, LEVEL_NAMES};
 pub use scan::{find_address_spaces, SpaceCandidate};
 
-use crate::engine::{Failure, PartialError};
+use crate::engine::{join_all, Failure, PartialError};
 use crate::{Memory, PageError};
 use cache::{TablePage, TimedCache};
 use paging::{

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use futures::future::join_all;
+use crate::join_all;
 
 use super::paging::{ADDR_MASK, ENTRIES, PRESENT};
 use super::{AddressSpace, VmConfig};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use futures::future::join_all;
+use leechio::join_all;
 use memflow::architecture::x86::x64;
 use memflow::cglue::CTup2;
 use memflow::plugins::{Args as PluginArgs, ConnectorMiddlewareArgs};

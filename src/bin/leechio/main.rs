@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use futures::future::join_all;
+use leechio::join_all;
 use serde_json::json;
 
 use leechio::vm::LEVEL_NAMES;
