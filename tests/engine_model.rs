@@ -1,6 +1,7 @@
 //! The engine against a byte-level model: random batches of reads and
 //! writes of any size and alignment, across pages, holes and the end of
-//! memory, must leave and see exactly what running them one by one would.
+//! memory, in every form (borrowed, owned, fragment streams, synchronous
+//! batches), must leave and see exactly what running them one by one would.
 //! Then the same from several threads sharing one engine, with some reads
 //! abandoned midway.
 
@@ -11,6 +12,8 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use fastrand::Rng;
+use futures::StreamExt;
+use leechio::engine::Fragments;
 use leechio::{EngineConfig, Failure, MemBackend, Memory, PageError, PartialError};
 
 const PAGE: u64 = 0x1000;
@@ -43,26 +46,9 @@ impl Model {
         }
     }
 
-    /// The failed runs of `len` bytes at `addr`, merged as the engine
-    /// reports them (a new run where the reason changes).
+    /// The failed runs of `len` bytes at `addr`.
     fn failures(&self, addr: u64, len: usize) -> Vec<Failure> {
-        let mut runs: Vec<Failure> = Vec::new();
-        for offset in 0..len {
-            let Some(reason) = self.failure_at(addr + offset as u64) else {
-                continue;
-            };
-            match runs.last_mut() {
-                Some(last) if last.reason == reason && last.offset + last.len == offset => {
-                    last.len += 1
-                }
-                _ => runs.push(Failure {
-                    offset,
-                    len: 1,
-                    reason,
-                }),
-            }
-        }
-        runs
+        runs((addr..addr + len as u64).map(|a| self.failure_at(a)))
     }
 
     fn result(&self, addr: u64, len: usize) -> Result<(), PartialError> {
@@ -93,31 +79,53 @@ impl Model {
     }
 }
 
+/// The failed runs of a request from the fate of each of its bytes,
+/// merged as the engine reports them (a new run where the reason changes).
+fn runs(reasons: impl IntoIterator<Item = Option<PageError>>) -> Vec<Failure> {
+    let mut runs: Vec<Failure> = Vec::new();
+    for (offset, reason) in reasons.into_iter().enumerate() {
+        let Some(reason) = reason else { continue };
+        match runs.last_mut() {
+            Some(last) if last.reason == reason && last.offset + last.len == offset => {
+                last.len += 1
+            }
+            _ => runs.push(Failure {
+                offset,
+                len: 1,
+                reason,
+            }),
+        }
+    }
+    runs
+}
+
 /// One request of a batch.
 #[derive(Clone)]
 enum Op {
-    Read {
-        addr: u64,
-        len: usize,
-        owned: bool,
-    },
-    Write {
-        addr: u64,
-        data: Vec<u8>,
-        owned: bool,
-    },
+    Read { addr: u64, len: usize, via: Via },
+    Write { addr: u64, data: Vec<u8>, via: Via },
+}
+
+/// Which form of the request the engine gets.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Via {
+    /// `read` / `write`, with the caller's buffer.
+    Borrowed,
+    /// `read_into_owned` / `write_from_owned`.
+    Owned,
+    /// `read_fragments` / `write_fragments`, a stream of page pieces.
+    Fragments,
 }
 
 /// Short enough to list a whole batch in a failure message.
 impl std::fmt::Debug for Op {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (addr, len) = self.span();
-        let (kind, owned) = match self {
-            Op::Read { owned, .. } => ("read", owned),
-            Op::Write { owned, .. } => ("write", owned),
+        let (kind, via) = match self {
+            Op::Read { via, .. } => ("read", via),
+            Op::Write { via, .. } => ("write", via),
         };
-        let owned = if *owned { " owned" } else { "" };
-        write!(f, "{kind}{owned} {len:#x} at {addr:#x}")
+        write!(f, "{kind} ({via:?}) {len:#x} at {addr:#x}")
     }
 }
 
@@ -167,12 +175,13 @@ fn length(rng: &mut Rng) -> usize {
 }
 
 fn random_op(rng: &mut Rng) -> Op {
-    let (addr, len, owned) = (address(rng), length(rng), rng.bool());
+    let (addr, len) = (address(rng), length(rng));
+    let via = [Via::Borrowed, Via::Owned, Via::Fragments][rng.usize(0..3)];
     if rng.bool() {
-        Op::Read { addr, len, owned }
+        Op::Read { addr, len, via }
     } else {
         let data = std::iter::repeat_with(|| rng.u8(..)).take(len).collect();
-        Op::Write { addr, data, owned }
+        Op::Write { addr, data, via }
     }
 }
 
@@ -202,23 +211,57 @@ async fn in_order(mut futures: Vec<Boxed<'_>>) -> Vec<Outcome> {
 
 /// The future of one op; borrowed reads fill their buffer in `bufs`.
 fn start<'a>(mem: &'a Memory, op: &'a Op, buf: &'a mut Vec<u8>) -> Boxed<'a> {
-    match op {
-        &Op::Read { addr, len, owned } if owned => Box::pin(async move {
-            let (buf, result) = mem.read_into_owned(addr, vec![UNTOUCHED; len]).await;
-            Outcome::Read(buf, result)
-        }),
-        &Op::Read { addr, .. } => Box::pin(async move {
-            let result = mem.read(addr, buf).await;
+    match *op {
+        Op::Read { addr, len, via } => Box::pin(async move {
+            let result = match via {
+                Via::Owned => {
+                    let owned = mem.read_into_owned(addr, vec![UNTOUCHED; len]);
+                    let (filled, result) = owned.await;
+                    *buf = filled;
+                    result
+                }
+                Via::Borrowed => mem.read(addr, buf).await,
+                Via::Fragments => joined(addr, mem.read_fragments(addr, buf)).await,
+            };
             Outcome::Read(std::mem::take(buf), result)
         }),
-        Op::Write { addr, data, owned } if *owned => Box::pin(async move {
-            let (back, result) = mem.write_from_owned(*addr, data.clone()).await;
-            assert_eq!(&back, data, "an owned write's buffer came back changed");
-            Outcome::Write(result)
+        Op::Write {
+            addr,
+            ref data,
+            via,
+        } => Box::pin(async move {
+            Outcome::Write(match via {
+                Via::Owned => {
+                    let (back, result) = mem.write_from_owned(addr, data.clone()).await;
+                    assert_eq!(&back, data, "an owned write's buffer came back changed");
+                    result
+                }
+                Via::Borrowed => mem.write(addr, data).await,
+                Via::Fragments => joined(addr, mem.write_fragments(addr, data)).await,
+            })
         }),
-        Op::Write { addr, data, .. } => {
-            Box::pin(async move { Outcome::Write(mem.write(*addr, data).await) })
-        }
+    }
+}
+
+/// The result of a request of `fragments` at `addr`, put together from
+/// its fragments, which must come in order, each inside one page.
+async fn joined(addr: u64, mut fragments: Fragments<'_, '_>) -> Result<(), PartialError> {
+    let mut reasons = Vec::new();
+    while let Some(f) = fragments.next().await {
+        assert_eq!(f.offset, reasons.len(), "a fragment out of order: {f:?}");
+        let (first, last) = (addr + f.offset as u64, addr + (f.offset + f.len) as u64 - 1);
+        assert!(
+            f.len > 0 && first / PAGE == last / PAGE,
+            "a fragment across pages: {f:?}"
+        );
+        reasons.resize(reasons.len() + f.len, f.result.err());
+    }
+    let len = reasons.len();
+    let failed = runs(reasons);
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(PartialError { failed, len })
     }
 }
 
@@ -398,7 +441,15 @@ fn threads_sharing_an_engine_each_keep_their_program_order() {
                         .collect();
                     let dropped: Vec<bool> = ops
                         .iter()
-                        .map(|op| matches!(op, Op::Read { owned: false, .. }) && rng.u8(0..4) == 0)
+                        .map(|op| {
+                            matches!(
+                                op,
+                                Op::Read {
+                                    via: Via::Borrowed,
+                                    ..
+                                }
+                            ) && rng.u8(0..4) == 0
+                        })
                         .collect();
                     let shifted: Vec<Op> = ops.iter().map(|op| op.shifted(base)).collect();
                     let mut bufs = read_buffers(&ops);
