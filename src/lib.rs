@@ -18,7 +18,7 @@ pub mod vm;
 
 pub use backend::leechcore::{Call, DeviceConfig, DeviceInfo, LeechCore, Verbosity, Version};
 pub use backend::memory::MemBackend;
-pub use backend::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
+pub use backend::{Backend, EntryRule, Limits, PageError, ScatterEntry, WriteEntry};
 pub use engine::{join_all, BatchOutcome, EngineConfig, Failure, Fragment, Memory, PartialError};
 pub use error::Error;
 pub use leechcore_sys;

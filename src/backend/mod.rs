@@ -118,7 +118,7 @@ pub enum PageError {
     ReadOnly,
     /// The entry breaks the device's scatter rules and was not sent.
     #[error("invalid scatter entry: {0}")]
-    InvalidEntry(&'static str),
+    InvalidEntry(EntryRule),
     /// The address is at or past the device's max address.
     #[error("address past the end of the device's memory")]
     OutOfRange,
@@ -153,6 +153,29 @@ impl PageError {
     }
 }
 
+/// The rule of [`Limits`] a scatter entry breaks. (A small enum rather
+/// than a message keeps every per-entry result two bytes long.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum EntryRule {
+    /// More bytes than [`Limits::max_len`].
+    #[error("longer than the largest entry")]
+    TooLong,
+    /// Fewer bytes than [`Limits::min_len`].
+    #[error("shorter than the smallest entry")]
+    TooShort,
+    /// Address or length not a multiple of [`Limits::align`].
+    #[error("address or length not aligned")]
+    Unaligned,
+    /// Runs past the end of its page.
+    #[error("crosses a page boundary")]
+    CrossesPage,
+    /// The device's own page size or alignment is not a power of two, so
+    /// no entry can be cut for it.
+    #[error("the device's page size or alignment is not a power of two")]
+    BadDeviceShape,
+}
+
 /// The shape every scatter entry must have (LeechCore's rules come from DMA
 /// hardware), and how many entries one call may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,13 +206,13 @@ impl Limits {
     /// Which rule an entry of `len` bytes at `addr` breaks, if any.
     pub fn check(&self, addr: u64, len: usize) -> Result<(), PageError> {
         let broken = if len > self.max_len {
-            "longer than the largest entry"
+            EntryRule::TooLong
         } else if len < self.min_len {
-            "shorter than the smallest entry"
+            EntryRule::TooShort
         } else if addr % self.align != 0 || len as u64 % self.align != 0 {
-            "address or length not aligned"
+            EntryRule::Unaligned
         } else if (addr % self.page_size) + len as u64 > self.page_size {
-            "crosses a page boundary"
+            EntryRule::CrossesPage
         } else {
             return Ok(());
         };
@@ -211,11 +234,16 @@ mod tests {
             Err(PageError::InvalidEntry(why)) => why,
             other => panic!("{addr:#x}+{len:#x} gave {other:?}"),
         };
-        assert_eq!(broken(0x1000, 0x1004), "longer than the largest entry");
-        assert_eq!(broken(0x1000, 4), "shorter than the smallest entry");
-        assert_eq!(broken(0x1002, 8), "address or length not aligned");
-        assert_eq!(broken(0x1000, 10), "address or length not aligned");
-        assert_eq!(broken(0x1ffc, 8), "crosses a page boundary");
-        assert_eq!(broken(u64::MAX - 3, 8), "crosses a page boundary");
+        assert_eq!(broken(0x1000, 0x1004), EntryRule::TooLong);
+        assert_eq!(broken(0x1000, 4), EntryRule::TooShort);
+        assert_eq!(broken(0x1002, 8), EntryRule::Unaligned);
+        assert_eq!(broken(0x1000, 10), EntryRule::Unaligned);
+        assert_eq!(broken(0x1ffc, 8), EntryRule::CrossesPage);
+        assert_eq!(broken(u64::MAX - 3, 8), EntryRule::CrossesPage);
+        // The message names the rule.
+        assert_eq!(
+            PageError::InvalidEntry(EntryRule::CrossesPage).to_string(),
+            "invalid scatter entry: crosses a page boundary"
+        );
     }
 }

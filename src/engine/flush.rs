@@ -16,7 +16,7 @@ use std::collections::hash_map::Entry;
 
 use super::outcome::{Failure, Fragment};
 use super::queue::{Kind, Queue, SlotRef, State};
-use crate::backend::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
+use crate::backend::{Backend, EntryRule, Limits, PageError, ScatterEntry, WriteEntry};
 
 /// A request of this flush. Its buffer is lent for the flush: an engine
 /// slot's buffer (which stays in the slot: an in-flight slot's buffer is
@@ -216,9 +216,7 @@ impl Flusher {
             ..Default::default()
         };
         let Some(shape) = Shape::new(&limits) else {
-            self.fail_all(PageError::InvalidEntry(
-                "the device's page size or alignment is not a power of two",
-            ));
+            self.fail_all(PageError::InvalidEntry(EntryRule::BadDeviceShape));
             return stats;
         };
         self.cut_pieces(&shape, backend.max_address());
