@@ -61,19 +61,17 @@ impl<F: Future> Future for JoinAll<F> {
         // its place only by being dropped there (replaced by its output):
         // the boxed slice itself never moves.
         let joined = unsafe { this.joined.as_mut().get_unchecked_mut() };
-        if this.running > 0 {
-            for j in joined.iter_mut() {
-                if let Joined::Running(f) = j {
-                    // SAFETY: as above.
-                    if let Poll::Ready(out) = unsafe { Pin::new_unchecked(f) }.poll(cx) {
-                        *j = Joined::Finished(out);
-                        this.running -= 1;
-                    }
+        for j in joined.iter_mut() {
+            if let Joined::Running(f) = j {
+                // SAFETY: as above.
+                if let Poll::Ready(out) = unsafe { Pin::new_unchecked(f) }.poll(cx) {
+                    *j = Joined::Finished(out);
+                    this.running -= 1;
                 }
             }
-            if this.running > 0 {
-                return Poll::Pending;
-            }
+        }
+        if this.running > 0 {
+            return Poll::Pending;
         }
         let outputs = joined
             .iter_mut()
