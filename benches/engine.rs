@@ -110,6 +110,26 @@ fn per_read(c: &mut Criterion) {
                     });
                 })
             });
+            // The caller's buffers lent for a scope: no copy either.
+            group.bench_with_input(
+                BenchmarkId::new("engine scoped read", batch),
+                &batch,
+                |b, _| {
+                    b.iter(|| {
+                        mem.scope(|s| {
+                            let mut futures: Vec<_> = addrs
+                                .iter()
+                                .zip(bufs.iter_mut())
+                                .map(|(&a, buf)| (false, s.read(a, buf)))
+                                .collect();
+                            mem.block_on(JoinSlice {
+                                left: futures.len(),
+                                futures: &mut futures,
+                            });
+                        })
+                    })
+                },
+            );
             // Owned buffers move in and out: no copy through the engine.
             let mut owned: Vec<Vec<u8>> = vec![vec![0u8; size]; batch];
             group.bench_with_input(

@@ -19,7 +19,9 @@ pub mod vm;
 pub use backend::leechcore::{Call, DeviceConfig, DeviceInfo, LeechCore, Verbosity, Version};
 pub use backend::memory::MemBackend;
 pub use backend::{Backend, EntryRule, Limits, PageError, ScatterEntry, WriteEntry};
-pub use engine::{join_all, BatchOutcome, EngineConfig, Failure, Fragment, Memory, PartialError};
+pub use engine::{
+    join_all, BatchOutcome, EngineConfig, Failure, Fragment, Memory, PartialError, Scope,
+};
 pub use error::Error;
 pub use leechcore_sys;
 pub use memmap::{MemoryMap, MemoryMapError, MemoryRange};

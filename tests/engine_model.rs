@@ -1,7 +1,7 @@
 //! The engine against a byte-level model: random batches of reads and
 //! writes of any size and alignment, across pages, holes and the end of
-//! memory, in every form (borrowed, owned, fragment streams, synchronous
-//! batches), must leave and see exactly what running them one by one would.
+//! memory, in every form (borrowed, owned, fragment streams, scoped,
+//! synchronous batches), must leave and see exactly what running them one by one would.
 //! Then the same from several threads sharing one engine, with some reads
 //! abandoned midway.
 
@@ -14,7 +14,7 @@ use std::task::Poll;
 use fastrand::Rng;
 use futures::StreamExt;
 use leechio::engine::Fragments;
-use leechio::{EngineConfig, Failure, MemBackend, Memory, PageError, PartialError};
+use leechio::{EngineConfig, Failure, MemBackend, Memory, PageError, PartialError, Scope};
 
 const PAGE: u64 = 0x1000;
 /// The model's memory: eight pages, the sixth one a hole.
@@ -115,6 +115,8 @@ enum Via {
     Owned,
     /// `read_fragments` / `write_fragments`, a stream of page pieces.
     Fragments,
+    /// A scope's `read` / `write`, straight on the caller's buffer.
+    Scoped,
 }
 
 /// Short enough to list a whole batch in a failure message.
@@ -176,7 +178,7 @@ fn length(rng: &mut Rng) -> usize {
 
 fn random_op(rng: &mut Rng) -> Op {
     let (addr, len) = (address(rng), length(rng));
-    let via = [Via::Borrowed, Via::Owned, Via::Fragments][rng.usize(0..3)];
+    let via = [Via::Borrowed, Via::Owned, Via::Fragments, Via::Scoped][rng.usize(0..4)];
     if rng.bool() {
         Op::Read { addr, len, via }
     } else {
@@ -210,8 +212,23 @@ async fn in_order(mut futures: Vec<Boxed<'_>>) -> Vec<Outcome> {
 }
 
 /// The future of one op; borrowed reads fill their buffer in `bufs`.
-fn start<'a>(mem: &'a Memory, op: &'a Op, buf: &'a mut Vec<u8>) -> Boxed<'a> {
+/// A scoped read's buffer stays borrowed until its scope ends: it gives
+/// back an empty one, for `with_scoped_buffers` to fill in.
+fn start<'a>(
+    mem: &'a Memory,
+    scope: &'a Scope<'a, '_>,
+    op: &'a Op,
+    buf: &'a mut Vec<u8>,
+) -> Boxed<'a> {
     match *op {
+        Op::Read {
+            addr,
+            via: Via::Scoped,
+            ..
+        } => {
+            let read = scope.read(addr, buf);
+            Box::pin(async move { Outcome::Read(Vec::new(), read.await) })
+        }
         Op::Read { addr, len, via } => Box::pin(async move {
             let result = match via {
                 Via::Owned => {
@@ -222,6 +239,7 @@ fn start<'a>(mem: &'a Memory, op: &'a Op, buf: &'a mut Vec<u8>) -> Boxed<'a> {
                 }
                 Via::Borrowed => mem.read(addr, buf).await,
                 Via::Fragments => joined(addr, mem.read_fragments(addr, buf)).await,
+                Via::Scoped => unreachable!("started above"),
             };
             Outcome::Read(std::mem::take(buf), result)
         }),
@@ -238,9 +256,44 @@ fn start<'a>(mem: &'a Memory, op: &'a Op, buf: &'a mut Vec<u8>) -> Boxed<'a> {
                 }
                 Via::Borrowed => mem.write(addr, data).await,
                 Via::Fragments => joined(addr, mem.write_fragments(addr, data)).await,
+                Via::Scoped => scope.write(addr, data).await,
             })
         }),
     }
+}
+
+/// Runs the futures of `ops` in one scope, in order, and gives scoped
+/// reads their buffers back once it has ended.
+fn run_futures(
+    mem: &Memory,
+    ops: &[Op],
+    mut bufs: Vec<Vec<u8>>,
+    abandon: impl Fn(usize) -> bool,
+) -> Vec<Outcome> {
+    let mut got = mem.scope(|s| {
+        let futures = ops
+            .iter()
+            .zip(bufs.iter_mut())
+            .enumerate()
+            .map(|(i, (op, buf))| match op {
+                &Op::Read { addr, via, .. } if abandon(i) => abandoned(mem, s, addr, via, buf),
+                op => start(mem, s, op, buf),
+            })
+            .collect();
+        mem.block_on(in_order(futures))
+    });
+    for ((op, out), buf) in ops.iter().zip(&mut got).zip(bufs) {
+        if let (
+            Op::Read {
+                via: Via::Scoped, ..
+            },
+            Outcome::Read(bytes, _),
+        ) = (op, out)
+        {
+            *bytes = buf;
+        }
+    }
+    got
 }
 
 /// The result of a request of `fragments` at `addr`, put together from
@@ -372,13 +425,7 @@ fn random_batches_see_and_leave_what_running_them_in_order_would() {
                 })
                 .collect();
             let got = if batch < 3 {
-                let mut bufs = read_buffers(&ops);
-                let futures = ops
-                    .iter()
-                    .zip(bufs.iter_mut())
-                    .map(|(op, buf)| start(&mem, op, buf))
-                    .collect();
-                mem.block_on(in_order(futures))
+                run_futures(&mem, &ops, read_buffers(&ops), |_| false)
             } else {
                 run_now(&mem, &ops)
             };
@@ -398,17 +445,33 @@ fn random_batches_see_and_leave_what_running_them_in_order_would() {
 
 /// A read that is queued and then dropped before its flush: nothing may
 /// reach its buffer.
-fn abandoned<'a>(mem: &'a Memory, addr: u64, buf: &'a mut Vec<u8>) -> Boxed<'a> {
+fn abandoned<'a>(
+    mem: &'a Memory,
+    scope: &'a Scope<'a, '_>,
+    addr: u64,
+    via: Via,
+    buf: &'a mut Vec<u8>,
+) -> Boxed<'a> {
+    if via == Via::Scoped {
+        let read = scope.read(addr, buf);
+        return Box::pin(async move {
+            queue_and_drop(read).await;
+            Outcome::Read(Vec::new(), Ok(()))
+        });
+    }
     Box::pin(async move {
-        let mut read = Box::pin(mem.read(addr, buf));
-        futures::future::poll_fn(|cx| {
-            assert!(read.as_mut().poll(cx).is_pending());
-            Poll::Ready(())
-        })
-        .await;
-        drop(read);
+        queue_and_drop(mem.read(addr, &mut buf[..])).await;
         Outcome::Read(std::mem::take(buf), Ok(()))
     })
+}
+
+/// Polls `read` once (it queues its request) and drops it.
+async fn queue_and_drop<F: Future + Unpin>(mut read: F) {
+    futures::future::poll_fn(|cx| {
+        assert!(Pin::new(&mut read).poll(cx).is_pending());
+        Poll::Ready(())
+    })
+    .await;
 }
 
 #[test]
@@ -445,24 +508,14 @@ fn threads_sharing_an_engine_each_keep_their_program_order() {
                             matches!(
                                 op,
                                 Op::Read {
-                                    via: Via::Borrowed,
+                                    via: Via::Borrowed | Via::Scoped,
                                     ..
                                 }
                             ) && rng.u8(0..4) == 0
                         })
                         .collect();
                     let shifted: Vec<Op> = ops.iter().map(|op| op.shifted(base)).collect();
-                    let mut bufs = read_buffers(&ops);
-                    let futures = shifted
-                        .iter()
-                        .zip(bufs.iter_mut())
-                        .zip(&dropped)
-                        .map(|((op, buf), &drop)| match op {
-                            &Op::Read { addr, .. } if drop => abandoned(&mem, addr, buf),
-                            op => start(&mem, op, buf),
-                        })
-                        .collect();
-                    let got = mem.block_on(in_order(futures));
+                    let got = run_futures(&mem, &shifted, read_buffers(&ops), |i| dropped[i]);
                     let kept: Vec<Op> = ops
                         .iter()
                         .zip(&dropped)

@@ -160,7 +160,10 @@ impl Flusher {
                 kind: body.kind,
                 addr: body.addr,
                 len: body.len,
-                ptr: body.data.as_mut_ptr(),
+                ptr: match body.lent {
+                    Some(lent) => lent.ptr.as_ptr(),
+                    None => body.data.as_mut_ptr(),
+                },
                 record: body.record,
                 round: 0,
             });

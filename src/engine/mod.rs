@@ -19,6 +19,7 @@ mod join;
 mod outcome;
 mod queue;
 mod request;
+mod scope;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -36,7 +37,10 @@ pub use flush::FlushStats;
 pub use join::{join_all, JoinAll};
 
 pub use outcome::{Failure, Fragment, PartialError};
-pub use request::{Fragments, Read, ReadOwned, ReadVal, Write, WriteOwned};
+pub use request::{
+    Fragments, Read, ReadOwned, ReadVal, ScopedRead, ScopedWrite, Write, WriteOwned,
+};
+pub use scope::Scope;
 
 use crate::backend::Backend;
 use flush::Flusher;

@@ -70,7 +70,19 @@ pub(crate) struct Body {
     pub fragments: Vec<Fragment>,
     /// Record `fragments` (only streams need them).
     pub record: bool,
+    /// A scope's buffer the flush uses in place of `data`.
+    pub lent: Option<Lent>,
     pub waker: Option<Waker>,
+}
+
+/// A caller's buffer lent to the engine for the life of a scope (see
+/// `Memory::scope`): the flush reads or writes it in place, so it is
+/// never copied. The scope's end cancels what is still queued and waits
+/// for a flush in progress, so no flush touches it afterwards.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lent {
+    pub ptr: NonNull<u8>,
+    pub scope: u64,
 }
 
 /// One request's place in the queue.
@@ -92,6 +104,7 @@ impl Slot {
                 failures: Vec::new(),
                 fragments: Vec::new(),
                 record: false,
+                lent: None,
                 waker: None,
             }),
         }
@@ -145,7 +158,8 @@ impl SlotRef {
         self.slot().set_state(State::Collected);
     }
 
-    /// Makes a free slot hold `req`, queued. Replaced engine buffers go to
+    /// Makes a free slot hold `req`, queued; `fill` initialises an engine
+    /// buffer. Replaced engine buffers go to
     /// `spare`, and come from it when the slot's own is too small.
     ///
     /// SAFETY: the slot is free and the caller holds it alone (under the
@@ -159,16 +173,19 @@ impl SlotRef {
     ) {
         let slot = self.slot();
         let body = &mut *slot.body.get();
-        let NewRequest { sub, data, waker } = req;
-        match data {
-            Some(data) => {
+        let NewRequest { sub, buffer, waker } = req;
+        body.lent = None;
+        match buffer {
+            // The slot's own buffer is neither used nor resized.
+            Buffer::Lent(lent) => body.lent = Some(lent),
+            Buffer::Owned(data) => {
                 let old = std::mem::replace(&mut body.data, data);
                 // (An owned read took the slot's last buffer: nothing to keep.)
                 if old.capacity() != 0 {
                     spare.put(old);
                 }
             }
-            None => {
+            Buffer::Engine => {
                 let cap = body.data.capacity();
                 // A buffer goes to the request it fits: one too small is
                 // swapped for the smallest spare that fits, and a large one
@@ -189,9 +206,9 @@ impl SlotRef {
                 if body.data.len() < sub.len {
                     body.data.resize(sub.len, 0);
                 }
+                fill(&mut body.data[..sub.len]);
             }
         }
-        fill(&mut body.data[..sub.len]);
         body.kind = sub.kind;
         body.addr = sub.addr;
         body.len = sub.len;
@@ -206,18 +223,29 @@ impl SlotRef {
     }
 }
 
-/// A request to queue: what it is, its buffer if the caller moved one in
-/// (else an engine buffer is used), and the waker of its future.
+/// A request to queue: what it is, its buffer, and the waker of its future.
 pub(crate) struct NewRequest<'w> {
     pub sub: Submission,
-    pub data: Option<Vec<u8>>,
+    pub buffer: Buffer,
     pub waker: &'w Waker,
+}
+
+/// Where a request's bytes are.
+pub(crate) enum Buffer {
+    /// In an engine buffer (the slot's own, or a spare one).
+    Engine,
+    /// In the caller's buffer, moved in.
+    Owned(Vec<u8>),
+    /// In the caller's buffer, lent for a scope.
+    Lent(Lent),
 }
 
 impl NewRequest<'_> {
     /// Whether it needs a large engine buffer that `spare` does not have.
     fn needs_large_buffer(&self, spare: &SpareBuffers) -> bool {
-        self.data.is_none() && self.sub.len > LARGE_BUFFER && !spare.has_fit(self.sub.len)
+        matches!(self.buffer, Buffer::Engine)
+            && self.sub.len > LARGE_BUFFER
+            && !spare.has_fit(self.sub.len)
     }
 }
 
@@ -580,6 +608,30 @@ impl Queue {
     pub fn release(&mut self, slot: SlotRef) {
         self.set_state(slot, State::Free);
         self.free.push(slot);
+    }
+
+    /// Cancels the requests of `scope` still queued (their futures were
+    /// leaked: dropped ones are cancelled already), so that no flush uses
+    /// their lent buffers once the scope is over. The caller holds the
+    /// flush lock, so none is in flight, and has published the staging of
+    /// the driver polling on its thread: see `ScopeEnd` for why no other
+    /// staging can hold a request of the scope.
+    pub fn cancel_scope(&mut self, scope: u64) {
+        let of_scope = |slot: &Slot| {
+            // SAFETY: a queued slot belongs to the engine; we hold `&mut self`.
+            let lent = unsafe { &*slot.body.get() }.lent;
+            slot.state() == State::Queued && lent.is_some_and(|lent| lent.scope == scope)
+        };
+        for slot in &self.pending {
+            if of_scope(slot.slot()) {
+                slot.slot().set_state(State::Cancelled);
+            }
+        }
+        // Check the argument on every slot, where it is cheap enough.
+        debug_assert!(
+            !self.chunks.iter().flat_map(|c| c.iter()).any(of_scope),
+            "a request of an ended scope is queued outside the queue"
+        );
     }
 
     /// The request's future is gone: free what can be freed now, and mark

@@ -7,6 +7,8 @@
 //! write buffer is copied into the engine when the request is queued. Owned
 //! buffers (`Vec<u8>`) move into the engine and come back with the result;
 //! if the future is gone by then, the engine keeps or frees the buffer.
+//! Buffers lent for a scope are used in place: the scope, not the future,
+//! keeps them safe (see `scope`).
 
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -16,7 +18,7 @@ use bytemuck::Pod;
 use futures::Stream;
 
 use super::outcome::{for_each_success, Fragment, PartialError};
-use super::queue::{Body, Kind, NewRequest, SlotRef, Submission};
+use super::queue::{Body, Buffer, Kind, Lent, NewRequest, SlotRef, Submission};
 use super::Memory;
 
 /// A request's link to its slot in the queue.
@@ -50,11 +52,11 @@ impl<'m> Request<'m> {
         &mut self,
         cx: &Context<'_>,
         sub: Submission,
-        data: Option<Vec<u8>>,
+        buffer: Buffer,
         fill: impl FnOnce(&mut [u8]),
     ) {
         let waker = cx.waker();
-        let slot = self.mem.submit(NewRequest { sub, data, waker }, fill);
+        let slot = self.mem.submit(NewRequest { sub, buffer, waker }, fill);
         self.ticket = Ticket::Sent(slot);
     }
 
@@ -159,7 +161,7 @@ impl std::future::Future for Read<'_, '_> {
             this.req.send(
                 cx,
                 Submission::new(Kind::Read, this.addr, this.buf.len()),
-                None,
+                Buffer::Engine,
                 |_| {},
             );
             return Poll::Pending;
@@ -209,7 +211,7 @@ impl<T: Pod> std::future::Future for ReadVal<'_, T> {
             this.req.send(
                 cx,
                 Submission::new(Kind::Read, this.addr, len),
-                None,
+                Buffer::Engine,
                 |_| {},
             );
             return Poll::Pending;
@@ -252,7 +254,7 @@ impl std::future::Future for ReadOwned<'_> {
                 return Poll::Ready((buf, Ok(())));
             }
             let sub = Submission::new(Kind::Read, this.addr, buf.len());
-            this.req.send(cx, sub, Some(buf), |_| {});
+            this.req.send(cx, sub, Buffer::Owned(buf), |_| {});
             return Poll::Pending;
         }
         this.req.poll_done(cx, |slot| {
@@ -295,7 +297,7 @@ impl std::future::Future for Write<'_, '_> {
             let data = this.data;
             let sub = Submission::new(Kind::Write, this.addr, data.len());
             this.req
-                .send(cx, sub, None, |buf| buf.copy_from_slice(data));
+                .send(cx, sub, Buffer::Engine, |buf| buf.copy_from_slice(data));
             return Poll::Pending;
         }
         this.req.poll_done(cx, |slot| outcome(slot))
@@ -334,13 +336,131 @@ impl std::future::Future for WriteOwned<'_> {
                 return Poll::Ready((data, Ok(())));
             }
             let sub = Submission::new(Kind::Write, this.addr, data.len());
-            this.req.send(cx, sub, Some(data), |_| {});
+            this.req.send(cx, sub, Buffer::Owned(data), |_| {});
             return Poll::Pending;
         }
         this.req.poll_done(cx, |slot| {
             let result = outcome(slot);
             (std::mem::take(&mut slot.data), result)
         })
+    }
+}
+
+/// A request on a buffer lent for a scope: the flush reads or writes the
+/// caller's buffer itself (see [`Memory::scope`]).
+#[derive(Debug)]
+struct LentRequest<'s> {
+    req: Request<'s>,
+    kind: Kind,
+    addr: u64,
+    lent: Lent,
+    len: usize,
+}
+
+// SAFETY: the pointer stands for a `&mut [u8]` (reads) or `&[u8]` (writes)
+// borrowed for the scope, both `Send` and `Sync`; a shared
+// `LentRequest` gives no access to it.
+unsafe impl Send for LentRequest<'_> {}
+unsafe impl Sync for LentRequest<'_> {}
+
+impl<'s> LentRequest<'s> {
+    #[inline]
+    fn new(mem: &'s Memory, scope: u64, kind: Kind, addr: u64, ptr: *const u8, len: usize) -> Self {
+        // (A slice's pointer is never null, even when it is empty.)
+        let ptr = std::ptr::NonNull::new(ptr as *mut u8).expect("a slice's pointer");
+        LentRequest {
+            req: Request::new(mem),
+            kind,
+            addr,
+            lent: Lent { ptr, scope },
+            len,
+        }
+    }
+
+    #[inline]
+    fn poll(&mut self, cx: &Context<'_>, zero_failed: bool) -> Poll<Result<(), PartialError>> {
+        if let Ticket::Unsent = self.req.ticket {
+            if self.len == 0 {
+                self.req.ticket = Ticket::Finished;
+                return Poll::Ready(Ok(()));
+            }
+            let sub = Submission::new(self.kind, self.addr, self.len);
+            self.req.send(cx, sub, Buffer::Lent(self.lent), |_| {});
+            return Poll::Pending;
+        }
+        let (lent, len) = (self.lent, self.len);
+        self.req.poll_done(cx, |slot| {
+            let result = outcome(slot);
+            if let (Err(e), true) = (&result, zero_failed) {
+                // SAFETY: the request is done, so no flush uses the buffer
+                // any more; this future holds its borrow.
+                e.zero_fill(unsafe { std::slice::from_raw_parts_mut(lent.ptr.as_ptr(), len) });
+            }
+            result
+        })
+    }
+}
+
+/// A read straight into a buffer borrowed for a scope; see
+/// [`Scope::read`](super::Scope::read).
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct ScopedRead<'s> {
+    inner: LentRequest<'s>,
+    zero_failed: bool,
+    _buf: PhantomData<&'s mut [u8]>,
+}
+
+impl<'s> ScopedRead<'s> {
+    pub(super) fn new(mem: &'s Memory, scope: u64, addr: u64, buf: &'s mut [u8]) -> Self {
+        ScopedRead {
+            inner: LentRequest::new(mem, scope, Kind::Read, addr, buf.as_mut_ptr(), buf.len()),
+            zero_failed: false,
+            _buf: PhantomData,
+        }
+    }
+
+    /// Writes zeros over the bytes that could not be read (they are still
+    /// reported as failed).
+    pub fn zero_failed(mut self) -> Self {
+        self.zero_failed = true;
+        self
+    }
+}
+
+impl std::future::Future for ScopedRead<'_> {
+    type Output = Result<(), PartialError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.inner.poll(cx, this.zero_failed)
+    }
+}
+
+/// A write straight from a buffer borrowed for a scope; see
+/// [`Scope::write`](super::Scope::write).
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct ScopedWrite<'s> {
+    inner: LentRequest<'s>,
+    _data: PhantomData<&'s [u8]>,
+}
+
+impl<'s> ScopedWrite<'s> {
+    pub(super) fn new(mem: &'s Memory, scope: u64, addr: u64, data: &'s [u8]) -> Self {
+        // The flush only reads from a write's buffer.
+        ScopedWrite {
+            inner: LentRequest::new(mem, scope, Kind::Write, addr, data.as_ptr(), data.len()),
+            _data: PhantomData,
+        }
+    }
+}
+
+impl std::future::Future for ScopedWrite<'_> {
+    type Output = Result<(), PartialError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().inner.poll(cx, false)
     }
 }
 
@@ -402,7 +522,7 @@ impl Stream for Fragments<'_, '_> {
                 let mut sub = Submission::new(kind, this.addr, len);
                 sub.record = true;
                 let buf = &this.buf;
-                this.req.send(cx, sub, None, |engine| {
+                this.req.send(cx, sub, Buffer::Engine, |engine| {
                     if let FragmentBuffer::Write(data) = buf {
                         engine.copy_from_slice(data);
                     }

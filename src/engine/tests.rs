@@ -806,3 +806,176 @@ fn a_device_whose_page_size_is_not_a_power_of_two_fails_every_piece() {
     assert_eq!(buf, [0x5a; 16]);
     assert_eq!(backend.read_calls(), 0);
 }
+
+/// A backend that notes where each entry's bytes live, to tell a copy
+/// through the engine from the caller's own buffer.
+struct EntryBuffers {
+    inner: MemBackend,
+    reads: std::sync::Mutex<Vec<(u64, usize)>>,
+    writes: std::sync::Mutex<Vec<(u64, usize)>>,
+}
+
+impl EntryBuffers {
+    fn new(inner: MemBackend) -> Self {
+        EntryBuffers {
+            inner,
+            reads: Default::default(),
+            writes: Default::default(),
+        }
+    }
+}
+
+impl Backend for EntryBuffers {
+    fn read_scatter(&self, entries: &mut [crate::ScatterEntry<'_>]) {
+        let mut reads = self.reads.lock().unwrap();
+        reads.extend(entries.iter().map(|e| (e.addr, e.buf.as_ptr() as usize)));
+        self.inner.read_scatter(entries)
+    }
+    fn write_scatter(&self, entries: &mut [crate::WriteEntry<'_>]) {
+        let mut writes = self.writes.lock().unwrap();
+        writes.extend(entries.iter().map(|e| (e.addr, e.data.as_ptr() as usize)));
+        self.inner.write_scatter(entries)
+    }
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+    fn max_address(&self) -> u64 {
+        self.inner.max_address()
+    }
+    fn memory_map(&self) -> crate::MemoryMap {
+        self.inner.memory_map()
+    }
+    fn read_only(&self) -> bool {
+        Backend::read_only(&self.inner)
+    }
+}
+
+#[test]
+fn a_scope_reads_and_writes_the_callers_buffers_in_place() {
+    let backend = Arc::new(EntryBuffers::new(MemBackend::with_address_pattern(MIB)));
+    backend
+        .inner
+        .add_hole(0x8000..0x9000, PageError::TransportError);
+    let mem = Memory::with_config(backend.clone(), EngineConfig::default());
+    let mut pages = vec![vec![0u8; 0x1000]; 4];
+    let mut across = vec![0xa5u8; 0x1000];
+    let data = [0x5au8; 0x20];
+    let (reads, across_result, written) = mem.scope(|s| {
+        mem.block_on(async {
+            let reads = crate::join_all(
+                pages
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, page)| s.read(0x10_000 + 0x2000 * i as u64, page)),
+            );
+            join!(
+                reads,
+                s.read(0x8800, &mut across).zero_failed(),
+                s.write(0x20_000, &data)
+            )
+        })
+    });
+    assert!(reads.iter().all(Result::is_ok));
+    for (i, page) in pages.iter().enumerate() {
+        assert_eq!(
+            *page,
+            backend.inner.bytes(0x10_000 + 0x2000 * i as u64, 0x1000)
+        );
+    }
+    // Every page went straight into its buffer (one call), and so did the
+    // readable half of the read across the hole.
+    let mut want: Vec<(u64, usize)> = pages
+        .iter()
+        .enumerate()
+        .map(|(i, page)| (0x10_000 + 0x2000 * i as u64, page.as_ptr() as usize))
+        .collect();
+    want.extend([
+        (0x8800, across.as_ptr() as usize),
+        (0x9000, across.as_ptr() as usize + 0x800),
+    ]);
+    want.sort();
+    let mut got = backend.reads.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, want);
+    assert_eq!(backend.inner.read_calls(), 1);
+    assert_eq!(
+        across_result.unwrap_err().failed,
+        vec![Failure {
+            offset: 0,
+            len: 0x800,
+            reason: PageError::TransportError
+        }]
+    );
+    assert_eq!(across[..0x800], [0; 0x800]);
+    assert_eq!(across[0x800..], backend.inner.bytes(0x9000, 0x800)[..]);
+    // The write's bytes were not copied either.
+    written.unwrap();
+    assert_eq!(
+        *backend.writes.lock().unwrap(),
+        vec![(0x20_000, data.as_ptr() as usize)]
+    );
+    assert_eq!(backend.inner.bytes(0x1f_ff8, 0x30)[8..0x28], data);
+}
+
+#[test]
+fn a_scope_ends_with_no_request_left_on_its_buffers() {
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
+    let noop = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&noop);
+    let (mut dropped, mut leaked, mut staged) = ([0xa5u8; 64], [0xa5u8; 64], [0xa5u8; 64]);
+    let data = [0x11u8; 64];
+    mem.scope(|s| {
+        // Dropped while queued: cancelled at once.
+        let mut read = Box::pin(s.read(0x1000, &mut dropped));
+        assert!(read.as_mut().poll(&mut cx).is_pending());
+        drop(read);
+        // Leaked while queued, a read and a write: the scope's end cancels
+        // them.
+        let mut read = Box::pin(s.read(0x2000, &mut leaked));
+        assert!(read.as_mut().poll(&mut cx).is_pending());
+        std::mem::forget(read);
+        let mut write = Box::pin(s.write(0x3000, &data));
+        assert!(write.as_mut().poll(&mut cx).is_pending());
+        std::mem::forget(write);
+        // Leaked while staged by a driver that is still running when the
+        // scope ends (its own future is the scope's caller).
+    });
+    let outer = mem.block_on(async {
+        mem.scope(|s| {
+            let mut read = Box::pin(s.read(0x4000, &mut staged));
+            futures::executor::block_on(futures::future::poll_fn(|cx| {
+                // Polled with this thread's driver context: staged.
+                let _ = read.as_mut().poll(cx);
+                Poll::Ready(())
+            }));
+            std::mem::forget(read);
+        });
+        mem.read_val::<u64>(0x5000).await
+    });
+    assert_eq!(outer, Ok(0x5000));
+    assert!(
+        mem.flush().is_none(),
+        "a request of an ended scope was sent"
+    );
+    // Only the outer read reached the device.
+    assert_eq!(backend.read_call_sizes(), vec![1]);
+    assert_eq!(backend.write_calls(), 0);
+    assert_eq!(
+        (dropped, leaked, staged),
+        ([0xa5; 64], [0xa5; 64], [0xa5; 64])
+    );
+
+    // A scope that panics still ends.
+    let mut unwound = [0xa5u8; 64];
+    let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        mem.scope(|s| {
+            let mut read = Box::pin(s.read(0x6000, &mut unwound));
+            assert!(read.as_mut().poll(&mut cx).is_pending());
+            std::mem::forget(read);
+            panic!("inside the scope");
+        })
+    }));
+    assert!(panicked.is_err());
+    assert!(mem.flush().is_none());
+    assert_eq!(unwound, [0xa5; 64]);
+}
