@@ -3,6 +3,7 @@
 mod common;
 
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -625,6 +626,59 @@ fn dump_refuses_to_write_over_its_own_image() {
         }
     }
     assert!(!out.exists(), "nothing was created");
+}
+
+#[test]
+fn dump_refuses_outputs_that_are_not_regular_files_and_leaves_them_be() {
+    use std::os::unix::fs::FileTypeExt;
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // A reader, so that a dump that opened the pipe would not block.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&fifo, &link).unwrap();
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    // The `.failed` list beside a regular output counts too.
+    std::fs::create_dir(dir.path().join("out.raw.failed")).unwrap();
+    let cases = [
+        (&fifo, &fifo, "a pipe"),
+        (&link, &link, "a pipe"),
+        (&folder, &folder, "a folder"),
+        (
+            &dir.path().join("out.raw"),
+            &dir.path().join("out.raw.failed"),
+            "a folder",
+        ),
+    ];
+    for (output, named, kind) in cases {
+        let o = leechio(&[
+            "-d",
+            &image.device(),
+            "dump",
+            "-o",
+            output.to_str().unwrap(),
+        ]);
+        assert_refused(
+            &o,
+            &format!("refusing to write {}: it is {kind}", named.display()),
+        );
+        assert_eq!(o.status.code(), Some(1));
+    }
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(folder.is_dir() && !dir.path().join("out.raw").exists());
 }
 
 #[test]

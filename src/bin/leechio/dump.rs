@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -175,6 +175,39 @@ fn refuse_own_source(device: &str, sources: &[OpenFile], output: &Path) -> Resul
     Ok(())
 }
 
+/// Refuses an output (or its `.failed` list) that exists and is not a
+/// regular file: a dump seeks in its file and sizes it, which a pipe or a
+/// device cannot take, and a device node must never be replaced.
+fn refuse_non_file(output: &Path) -> Result<(), Failure> {
+    for out in [output.to_path_buf(), failed_list_path(output)] {
+        let Ok(meta) = std::fs::metadata(&out) else {
+            continue;
+        };
+        let t = meta.file_type();
+        let kind = if t.is_file() {
+            continue;
+        } else if t.is_dir() {
+            "a folder"
+        } else if t.is_fifo() {
+            "a pipe"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(Failure(format!(
+            "refusing to write {}: it is {kind}, and a dump writes a regular file \
+             (it seeks and sizes it); choose a file for -o",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
 /// `n` bytes as people read them: `16.0 EiB`, `2.0 MiB`, `4096 bytes`.
 fn human_size(n: u64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
@@ -198,6 +231,7 @@ pub fn run(
     json_output: bool,
 ) -> Result<ExitCode, Failure> {
     refuse_own_source(device, sources, &args.output)?;
+    refuse_non_file(&args.output)?;
     let pieces = plan(mem, args)?;
     if pieces.is_empty() {
         return Err(Failure("nothing to dump: no memory in that range".into()));
@@ -243,13 +277,18 @@ pub fn run(
         return Err(too_large(&args.output, Some(size)));
     }
 
+    // A file that was there is left (emptied) if sizing fails; only one
+    // this dump created is removed.
+    let existed = std::fs::symlink_metadata(&args.output).is_ok();
     let mut file = File::create(&args.output)
         .map_err(|e| Failure(format!("cannot write {}: {e}", args.output.display())))?;
     // Sized (sparsely) and back, so a file system that cannot hold it says
     // so now, not after the whole dump was read. Left empty, the file grows
     // as it is written: its size shows how far the dump got.
     if let Err(e) = file.set_len(size).and_then(|()| file.set_len(0)) {
-        let _ = std::fs::remove_file(&args.output);
+        if !existed {
+            let _ = std::fs::remove_file(&args.output);
+        }
         return Err(Failure(format!(
             "cannot make {} {size:#x} bytes ({}) long: {e}; narrow --range{}",
             args.output.display(),
