@@ -857,6 +857,11 @@ fn bad_numbers_and_a_missing_device_are_named() {
         "range `-0x1000` has no start",
     );
     assert_refused(
+        &leechio(&["-d", &dev, "read", "0x1000", "0"]),
+        "`0` is no length: give 1 or more bytes",
+    );
+    assert_refused(&leechio(&["-d", "", "info"]), "the device string is empty");
+    assert_refused(
         &leechio(&["-d", &dev, "read", "0", "4kbbb"]),
         "`4kbbb` is not a size: `kbbb` after the number is not a unit",
     );

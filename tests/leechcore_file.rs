@@ -313,6 +313,20 @@ fn bad_input_gives_clear_errors() {
     .unwrap();
     let too_small = open(&format!("file://{}", small.display()));
     assert!(too_small.contains("under 16 MiB"), "{too_small}");
+    // A bare path is opened as an image file too, and explained as one.
+    let too_small = open(small.to_str().unwrap());
+    assert!(too_small.contains("under 16 MiB"), "{too_small}");
+    let folder = open(small_dir.path().to_str().unwrap());
+    assert!(
+        folder.contains("is a folder, not an image file"),
+        "{folder}"
+    );
+    match LeechCore::open(&DeviceConfig::new(" ")) {
+        Err(Error::InvalidConfig(text)) => {
+            assert!(text.contains("the device string is empty"), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
 
     let unknown = open("nosuchdevice://abc");
     assert!(

@@ -220,6 +220,13 @@ impl LeechCore {
     /// Loads LeechCore (see [`DeviceConfig::library`]) and opens the device.
     pub fn open(config: &DeviceConfig) -> Result<LeechCore, Error> {
         check_max_address(config.max_address)?;
+        if config.device.trim().is_empty() {
+            return Err(Error::InvalidConfig(
+                "the device string is empty; give one, e.g. fpga, file:///path/to/memory.raw \
+                 or qemu://shm=NAME,qmp=SOCKET"
+                    .into(),
+            ));
+        }
         let mut lc = LC_CONFIG::new();
         copy_c_string(&mut lc.szDevice, &config.device, "device string")?;
         if let Some(remote) = &config.remote {
@@ -235,7 +242,7 @@ impl LeechCore {
         // Behind a remote the device string names things on the agent's
         // system: nothing local can be checked or watched.
         let guest = if config.remote.is_none() {
-            check_image_file(&config.device).map_err(refuse)?;
+            check_image_file(&config.device, lib.path()).map_err(refuse)?;
             qemu_watch(&config.device).map_err(refuse)?
         } else {
             None
@@ -829,8 +836,8 @@ fn check_max_address(max_address: Option<u64>) -> Result<(), Error> {
 /// read fails, and anything but a file or a block device is no image
 /// either: refuse them before opening. A path that cannot be looked at is
 /// left to LeechCore (and explained by [`diagnose_open_failure`]).
-fn check_image_file(device: &str) -> Result<(), String> {
-    let Some(path) = file_device_image(device) else {
+fn check_image_file(device: &str, library: &Path) -> Result<(), String> {
+    let Some(path) = image_path(device, library) else {
         return Ok(());
     };
     let Ok(meta) = std::fs::metadata(path) else {
@@ -986,6 +993,27 @@ fn file_device_image(device: &str) -> Option<&str> {
     Some(param.unwrap_or(params))
 }
 
+/// The image a device string opens with LeechCore's `file` device: the
+/// path of a `file://` string, or a string without `://` whose first word
+/// (up to a `:`) is no device type, built in or a plugin beside `library`:
+/// LeechCore opens it as a path.
+fn image_path<'a>(device: &'a str, library: &Path) -> Option<&'a str> {
+    if device.contains("://") {
+        return file_device_image(device);
+    }
+    let word = device
+        .split(':')
+        .next()
+        .unwrap_or(device)
+        .to_ascii_lowercase();
+    let plugin = |w: &str| {
+        let dir = library.parent().unwrap_or(Path::new("."));
+        dir.join(format!("leechcore_device_{w}.so")).exists()
+    };
+    let device_type = BUILT_IN_DEVICES.contains(&word.as_str()) || plugin(&word);
+    (!device_type).then_some(device)
+}
+
 /// Smallest image LeechCore's file device opens.
 const FILE_DEVICE_MIN_SIZE: u64 = 16 << 20;
 
@@ -1010,6 +1038,11 @@ fn diagnose_open_failure(device: &str, library: &Path) -> String {
     };
     let lib_dir = library.parent().unwrap_or(Path::new("."));
     let plugin = lib_dir.join(format!("leechcore_device_{kind}.so"));
+    // A path, opened by the file device.
+    let (kind, params) = match image_path(device, library) {
+        Some(path) if !device.contains("://") => ("file".to_string(), path),
+        _ => (kind, params),
+    };
     let generic = "LeechCore gave no reason; open with more verbosity to see its messages";
     match kind.as_str() {
         "file" => {
@@ -1137,31 +1170,52 @@ mod tests {
     fn folders_and_other_non_images_are_refused_before_opening() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
-        assert_eq!(
-            check_image_file(&format!("file://{d}")).unwrap_err(),
-            format!("`{d}` is a folder, not an image file")
-        );
-        assert_eq!(
-            check_image_file(&format!("FILE://file={d},write=1")).unwrap_err(),
-            format!("`{d}` is a folder, not an image file")
-        );
+        // Plugins are looked for beside the library.
+        let lib = dir.path().join("leechcore.so");
+        std::fs::write(dir.path().join("leechcore_device_qemu.so"), b"").unwrap();
+        let check_image_file = |device: &str| super::check_image_file(device, &lib);
+        // As `file://`, and as a bare path, which LeechCore also opens as
+        // an image.
+        for device in [
+            format!("file://{d}"),
+            format!("FILE://file={d},write=1"),
+            d.to_string(),
+        ] {
+            assert_eq!(
+                check_image_file(&device).unwrap_err(),
+                format!("`{d}` is a folder, not an image file")
+            );
+        }
         let fifo = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo")
             .arg(&fifo)
             .status()
             .unwrap()
             .success());
-        let err = check_image_file(&format!("file://{}", fifo.display())).unwrap_err();
-        assert!(
-            err.contains("neither a regular file nor a block device"),
-            "{err}"
-        );
+        for device in [
+            format!("file://{}", fifo.display()),
+            fifo.display().to_string(),
+        ] {
+            let err = check_image_file(&device).unwrap_err();
+            assert!(
+                err.contains("neither a regular file nor a block device"),
+                "{err}"
+            );
+        }
         let file = dir.path().join("mem.raw");
         std::fs::write(&file, b"x").unwrap();
         // Files (even too small ones: LeechCore's message says why) and
         // missing paths are LeechCore's to judge; other devices are not looked at.
         assert!(check_image_file(&format!("file://{}", file.display())).is_ok());
         assert!(check_image_file("file:///no/such.raw").is_ok());
+        // Device types, built in or plugins, are not paths, even where a
+        // folder of that name exists.
+        for name in ["fpga", "qemu"] {
+            assert_eq!(image_path(name, &lib), None);
+            assert_eq!(image_path(&format!("{name}:x=1"), &lib), None);
+        }
+        assert_eq!(image_path("mem.raw", &lib), Some("mem.raw"));
+        assert_eq!(image_path("rawtcp://h:1", &lib), None);
         assert!(check_image_file("fpga").is_ok());
     }
 

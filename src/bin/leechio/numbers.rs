@@ -11,9 +11,9 @@ pub fn parse_number(text: &str) -> Result<u64, String> {
     parsed.map_err(|_| format!("`{text}` is not a number (write 0x1000 or 4096)"))
 }
 
-/// A number with an optional unit: `k`, `m` or `g` (binary), each also
-/// as `kb`/`kib` and so on. Anything else after the number is an error,
-/// not ignored.
+/// A length: a number with an optional unit, `k`, `m` or `g` (binary),
+/// each also as `kb`/`kib` and so on. Anything else after the number is an
+/// error, not ignored, and so is 0 (which would read nothing).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     const HINT: &str = "write 4096, 0x1000, 4k, 16m or 1g";
     let t = text.trim().to_ascii_lowercase();
@@ -46,8 +46,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         }
     };
     let n = parse_number(digits).map_err(|_| format!("`{text}` is not a size ({HINT})"))?;
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("`{text}` is too large"))
+    match n.checked_mul(1 << shift) {
+        Some(0) => Err(format!("`{text}` is no length: give 1 or more bytes")),
+        Some(n) => Ok(n),
+        None => Err(format!("`{text}` is too large")),
+    }
 }
 
 /// `START-END` (end exclusive), both numbers.
@@ -91,6 +94,10 @@ mod tests {
         assert_eq!(parse_size("0x1b"), Ok(0x1b));
         assert_eq!(parse_size("0x10k"), Ok(0x4000));
         assert!(parse_size("lots").is_err());
+        assert_eq!(
+            parse_size("0k"),
+            Err("`0k` is no length: give 1 or more bytes".into())
+        );
         assert!(parse_size("").is_err());
         assert!(parse_size("0x").is_err());
         let garbage = parse_size("4kbbb").unwrap_err();
