@@ -2,6 +2,9 @@
 .PHONY: setup test check unit plugin install
 
 CARGO ?= cargo
+# Where scripts/setup.sh installs Rust when the machine has none (or one too
+# old); first, so that it wins over an old Debian rustc.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 # memflow's default plugin folder; `make install MEMFLOW_PLUGINS=…` to change.
 MEMFLOW_PLUGINS ?= $(HOME)/.local/lib/memflow
 
@@ -58,6 +61,6 @@ demo:
 	@scripts/demo.sh
 
 ## bench: BENCHMARKS.md, the table of `leechio bench` on an image of the
-## guest and on the live guest behind an emulated FPGA board (~5 minutes)
+## guest and on the live guest behind an emulated FPGA board (~3 minutes)
 bench:
 	@scripts/bench.sh

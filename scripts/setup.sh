@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a Debian machine (run as root), and
 # does nothing that is already done:
+#   - Rust, when cargo is missing or older than the crate's rust-version:
+#     rustup's stable toolchain (minimal, with rustfmt and clippy) in
+#     ~/.cargo (the Makefile puts ~/.cargo/bin first on PATH); rustfmt and
+#     clippy added to a rustup toolchain that lacks them;
 #   - Debian packages: libusb-1.0-0 (LeechCore links it); gcc, g++,
 #     binutils and valgrind (the C API tests compile and check C programs);
+#     python3 (the demo and the bench talk to QEMU's monitor with it) and
+#     procps (tests stop guests with kill);
 #   - LeechCore 2.23.3 from the PyPI wheel leechcorepyc, unpacked into
 #     target/leechcore/ (leechcore.so beside its device plugins);
 #   - for the live-guest tests (scripts/guest.sh): Debian's qemu-system-x86
@@ -47,12 +53,41 @@ apt_install() {
         2> >(grep -v 'since apt-utils is not installed' >&2) >/dev/null
 }
 
-command -v cargo >/dev/null || { say "cargo not found: install Rust (https://rustup.rs) first"; exit 1; }
+apt_install libusb-1.0-0 ca-certificates curl qemu-system-x86 busybox-static cpio gcc g++ binutils \
+    valgrind python3 procps
 
-apt_install libusb-1.0-0 ca-certificates qemu-system-x86 busybox-static cpio gcc g++ binutils valgrind
+# Rust. Debian's own rustc is too old for the crate (bookworm has 1.63).
+export PATH="$HOME/.cargo/bin:$PATH"
+rust_min=$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml | head -n 1)
+rust_new_enough() {
+    local v
+    v=$(rustc --version 2>/dev/null | cut -d' ' -f2) || return 1
+    [ -n "$v" ] && printf '%s\n%s\n' "$rust_min" "$v" | sort -V -C
+}
+if ! { command -v cargo >/dev/null && rust_new_enough; }; then
+    if command -v rustup >/dev/null; then
+        say "installing Rust stable with rustup (rustc ${rust_min} or newer is needed)"
+        rustup toolchain install stable --profile minimal -c rustfmt,clippy >/dev/null
+        rustup default stable >/dev/null
+    else
+        say "installing Rust with rustup into ~/.cargo (rustc ${rust_min} or newer is needed)"
+        rtmp=$(mktemp -d)
+        scratch+=("$rtmp")
+        curl --proto '=https' --tlsv1.2 -sSf -o "$rtmp/rustup-init" \
+            "https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init"
+        chmod +x "$rtmp/rustup-init"
+        "$rtmp/rustup-init" -y -q --no-modify-path --profile minimal -c rustfmt,clippy >/dev/null
+    fi
+    rust_new_enough || { say "rustc is still older than $rust_min: $(rustc --version)"; exit 1; }
+fi
+if ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then
+    command -v rustup >/dev/null ||
+        { say "cargo fmt and cargo clippy are needed: install rustfmt and clippy for $(rustc --version)"; exit 1; }
+    say "adding rustfmt and clippy to the Rust toolchain"
+    rustup component add rustfmt clippy >/dev/null
+fi
 
 if ! { [ -f "$DEST/VERSION" ] && [ "$(cat "$DEST/VERSION")" = "$LEECHCORE_VERSION" ] && [ -f "$DEST/leechcore.so" ]; }; then
-    command -v python3 >/dev/null || apt_install python3
     python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
     tmp=$(mktemp -d)
     scratch+=("$tmp")
