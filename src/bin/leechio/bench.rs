@@ -430,6 +430,16 @@ fn physical(
                 ));
             }))
         })?;
+        // The same into buffers lent for a scope: the device fills them
+        // directly, with no copy through the engine.
+        bench.row(workload, "engine: joined futures in a scope", bytes, || {
+            Ok(timed(device, || {
+                mem.scope(|s| {
+                    let reads = addrs.iter().zip(bufs.iter_mut());
+                    mem.block_on(join_all(reads.map(|(&a, b)| s.read(a, b))));
+                });
+            }))
+        })?;
         let mut conn = plugin.conn.clone();
         bench.row(workload, "plugin: memflow read_raw_list", bytes, || {
             let mut list: Vec<ReadData> = addrs
