@@ -567,7 +567,10 @@ fn bench_counts_the_calls_each_path_makes() {
     };
     assert_eq!(calls("4 KiB random", "limit"), 1);
     assert_eq!(calls("4 KiB random", "engine"), 1);
-    assert_eq!(calls("4 KiB random", "engine: joined futures in a scope"), 1);
+    assert_eq!(
+        calls("4 KiB random", "engine: joined futures in a scope"),
+        1
+    );
     assert_eq!(calls("4 KiB random", "plugin"), 1);
     assert_eq!(calls("4 KiB random", "memflow: read by read"), 4096);
     assert_eq!(calls("8-byte random", "engine"), 1);
