@@ -326,14 +326,22 @@ impl Memory {
     /// Queues a request: into the staging of the driver polling on this
     /// thread, if it drives this engine, else straight into the queue.
     fn submit(&self, req: NewRequest<'_>, fill: impl FnOnce(&mut [u8])) -> SlotRef {
-        let (shared, staging) = STAGING.get();
-        if std::ptr::eq(shared, Arc::as_ptr(&self.shared)) {
-            // SAFETY: the context is set only while its driver polls on
-            // this thread, and the driver does not touch the staging then.
-            let staging = unsafe { &mut *staging };
-            return staging.submit(&self.shared.queue, req, fill);
+        match self.driving_staging() {
+            Some(staging) => staging.submit(&self.shared.queue, req, fill),
+            None => self.queue().submit(req, fill),
         }
-        self.queue().submit(req, fill)
+    }
+
+    /// The staging of the driver polling on this thread, if it drives this
+    /// engine. Use it at once: it is the driver's again when the poll
+    /// returns.
+    #[allow(clippy::mut_from_ref)]
+    fn driving_staging(&self) -> Option<&mut Staging> {
+        let (shared, staging) = STAGING.get();
+        // SAFETY: the context is set only while its driver polls on this
+        // thread, up the stack, and the driver does not touch the staging
+        // then.
+        std::ptr::eq(shared, Arc::as_ptr(&self.shared)).then(|| unsafe { &mut *staging })
     }
 
     /// A staging for a driver of this engine: the one this thread keeps

@@ -11,7 +11,6 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use super::request::{ScopedRead, ScopedWrite};
 use super::Memory;
@@ -72,11 +71,6 @@ impl<'scope> Scope<'scope, '_> {
     pub fn write(&self, addr: u64, data: &'scope [u8]) -> ScopedWrite<'scope> {
         ScopedWrite::new(self.mem, self.id, addr, data)
     }
-
-    /// The engine the scope belongs to (to drive its futures).
-    pub fn memory(&self) -> &'scope Memory {
-        self.mem
-    }
 }
 
 /// Ends a scope when dropped, so that it also ends when the scope's
@@ -96,16 +90,11 @@ impl Drop for ScopeEnd<'_> {
     /// the scope's futures: their type carries the scope's lifetime, which
     /// began after any older thread or task was given its work.
     fn drop(&mut self) {
-        let shared = &self.mem.shared;
         // Holding the flush lock, no flush is in progress or can start.
-        let _flusher = shared.flusher.lock().unwrap_or_else(|e| e.into_inner());
+        let _flusher = (self.mem.shared.flusher.lock()).unwrap_or_else(|e| e.into_inner());
         let mut queue = self.mem.queue();
-        let (driving, staging) = super::STAGING.get();
-        if std::ptr::eq(driving, Arc::as_ptr(shared)) {
-            // SAFETY: the context is set only while its driver polls on
-            // this thread, up the stack, and it does not touch the staging
-            // meanwhile.
-            queue.publish(unsafe { &mut *staging });
+        if let Some(staging) = self.mem.driving_staging() {
+            queue.publish(staging);
         }
         queue.cancel_scope(self.id);
     }
