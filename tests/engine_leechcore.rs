@@ -9,7 +9,8 @@ use common::{pattern_word, Image};
 use futures::future::join_all;
 use futures::join;
 use leechio::{
-    Call, EngineConfig, Failure, LeechCore, Memory, MemoryMap, MemoryRange, PageError, PartialError,
+    Call, DeviceConfig, EngineConfig, Failure, LeechCore, Memory, MemoryMap, MemoryRange,
+    PageError, PartialError,
 };
 
 const MIB: u64 = 1 << 20;
@@ -124,4 +125,49 @@ fn a_read_across_a_hole_in_the_memory_map_fails_exactly_there() {
     assert_eq!(buf[0x800..0x3800], vec![0xa5; 0x3000][..]);
     assert_eq!(buf[0x3800..], image.bytes(0x10_3000, 0x2800)[..]);
     assert_eq!(device.call_count(Call::ReadScatter), 1);
+}
+
+#[test]
+fn scoped_reads_and_writes_use_the_callers_buffers_in_one_leechcore_call_each() {
+    let image = Image::new(32 * MIB);
+    let writable = DeviceConfig::new(format!("file://file={},write=1", image.path.display()));
+    let device = Arc::new(LeechCore::open(&writable).unwrap());
+    let mem = Memory::with_config(device.clone(), EngineConfig::default());
+    // 64 pages, two reads sharing one, and a small unaligned read.
+    let addrs: Vec<u64> = (0..64u64).map(|i| 0x40_0000 + i * 0x3_1000).collect();
+    let mut pages = vec![vec![0u8; 0x1000]; addrs.len()];
+    let (mut shared, mut small) = ([0u8; 24], [0u8; 5]);
+    let (reads, shared_result, small_result) = mem.scope(|s| {
+        let reads = join_all(
+            addrs
+                .iter()
+                .zip(pages.iter_mut())
+                .map(|(&a, p)| s.read(a, p)),
+        );
+        mem.block_on(async {
+            join!(
+                reads,
+                s.read(addrs[3] + 0x100, &mut shared),
+                s.read(0x1_0003, &mut small)
+            )
+        })
+    });
+    assert!(reads.iter().all(Result::is_ok) && shared_result.is_ok() && small_result.is_ok());
+    for (&a, page) in addrs.iter().zip(&pages) {
+        assert!(*page == image.bytes(a, 0x1000), "page {a:#x}");
+    }
+    assert_eq!(shared[..], image.bytes(addrs[3] + 0x100, 24)[..]);
+    assert_eq!(small[..], image.bytes(0x1_0003, 5)[..]);
+    assert_eq!(device.call_count(Call::ReadScatter), 1);
+
+    // A scoped write: exactly its bytes change in the image file.
+    let before = image.bytes(0x20_0000, 0x3000);
+    let data = [0x5au8; 0x1006];
+    let written = mem.scope(|s| mem.block_on(s.write(0x20_0ffd, &data)));
+    written.unwrap();
+    assert_eq!(device.call_count(Call::WriteScatter), 1);
+    drop((mem, device)); // LeechCore's file device flushes writes on close.
+    let mut want = before;
+    want[0xffd..0xffd + data.len()].copy_from_slice(&data);
+    assert!(image.bytes(0x20_0000, 0x3000) == want);
 }
