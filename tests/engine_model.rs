@@ -297,16 +297,23 @@ fn run_futures(
 }
 
 /// The result of a request of `fragments` at `addr`, put together from
-/// its fragments, which must come in order, each inside one page.
+/// its fragments, which must come in order, each inside one page (or, past
+/// the end of memory, all in one).
 async fn joined(addr: u64, mut fragments: Fragments<'_, '_>) -> Result<(), PartialError> {
     let mut reasons = Vec::new();
     while let Some(f) = fragments.next().await {
         assert_eq!(f.offset, reasons.len(), "a fragment out of order: {f:?}");
         let (first, last) = (addr + f.offset as u64, addr + (f.offset + f.len) as u64 - 1);
+        let past_end = first >= MEMORY && f.result == Err(PageError::OutOfRange);
         assert!(
-            f.len > 0 && first / PAGE == last / PAGE,
+            f.len > 0 && (first / PAGE == last / PAGE || past_end),
             "a fragment across pages: {f:?}"
         );
+        if past_end {
+            assert!(fragments.next().await.is_none(), "a fragment after the end");
+            reasons.resize(reasons.len() + f.len, f.result.err());
+            break;
+        }
         reasons.resize(reasons.len() + f.len, f.result.err());
     }
     let len = reasons.len();

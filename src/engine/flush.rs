@@ -311,8 +311,9 @@ impl Flusher {
         self.fragments.clear();
     }
 
-    /// Cuts every request into page pieces; bytes past the device's end or
-    /// past the end of the address space fail here, without an entry.
+    /// Cuts every request into page pieces; bytes past the device's end (one
+    /// piece) or past the end of the address space fail here, without an
+    /// entry.
     fn cut_pieces(&mut self, shape: &Shape, max_address: u64) {
         self.pieces.clear();
         for (ri, req) in self.reqs.iter().enumerate() {
@@ -332,14 +333,19 @@ impl Flusher {
                         .push(piece(0, rest, Err(PageError::AddressOverflow)));
                     break;
                 };
-                let to_page_end = shape.to_page_end(addr);
-                let mut len =
-                    (req.len - offset).min(usize::try_from(to_page_end).unwrap_or(usize::MAX));
-                let result = if addr >= max_address {
-                    Err(PageError::OutOfRange)
+                let rest = req.len - offset;
+                let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+                let (len, result) = if addr >= max_address {
+                    // One piece up to the end of the address space, not one
+                    // per page: a (mistaken) length of exabytes must not
+                    // cost a piece per page before anything is read.
+                    let to_wrap = to_usize((u64::MAX - addr).saturating_add(1));
+                    (rest.min(to_wrap), Err(PageError::OutOfRange))
                 } else {
-                    len = len.min(usize::try_from(max_address - addr).unwrap_or(usize::MAX));
-                    Err(PageError::NotIssued)
+                    let len = rest
+                        .min(to_usize(shape.to_page_end(addr)))
+                        .min(to_usize(max_address - addr));
+                    (len, Err(PageError::NotIssued))
                 };
                 self.pieces.push(piece(addr, len, result));
                 offset += len;

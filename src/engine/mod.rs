@@ -180,7 +180,8 @@ impl Memory {
     }
 
     /// Reads like [`Memory::read`], yielding each page piece with its own
-    /// result as it completes.
+    /// result as it completes (the bytes past the device's end, if any, as
+    /// one piece).
     pub fn read_fragments<'m, 'b>(&'m self, addr: u64, buf: &'b mut [u8]) -> Fragments<'m, 'b> {
         Fragments::read(self, addr, buf)
     }
@@ -204,7 +205,7 @@ impl Memory {
     }
 
     /// Writes like [`Memory::write`], yielding each page piece with its
-    /// own result.
+    /// own result (past the device's end, one piece).
     pub fn write_fragments<'m, 'b>(&'m self, addr: u64, data: &'b [u8]) -> Fragments<'m, 'b> {
         Fragments::write(self, addr, data)
     }
@@ -262,6 +263,9 @@ impl Memory {
 
     /// Runs `future` to completion on this thread, flushing whenever it
     /// waits.
+    /// Requests the future queues on other engines (other devices) are
+    /// flushed as well, each engine in a call of its own, so one future
+    /// may join reads of several devices.
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         let mut future = pin!(future);
         let mut lease = self.lease_staging();
@@ -281,7 +285,7 @@ impl Memory {
                     continue;
                 }
                 repolls = 0;
-                if lease.flush().is_some() {
+                if lease.flush() {
                     continue;
                 }
                 // Nothing queued: the future waits on another thread's
@@ -295,8 +299,9 @@ impl Memory {
 
     /// Wraps `future` so that any executor (tokio, `futures::executor`)
     /// drives the engine with it: each time it waits, the queue is
-    /// flushed in the executor's thread. The device call blocks that
-    /// thread for its duration.
+    /// flushed in the executor's thread (with other engines it queued
+    /// requests on, as in [`Memory::block_on`]). The device call blocks
+    /// that thread for its duration.
     pub fn drive<F: Future>(&self, future: F) -> Driven<'_, F> {
         Driven {
             mem: self,
@@ -313,8 +318,14 @@ impl Memory {
     /// multi-threaded one as well as the timing allows. It never finishes:
     /// drop or abort it when done.
     pub fn driver(&self) -> Driver {
+        let id = {
+            let mut queue = self.queue();
+            queue.next_driver += 1;
+            queue.next_driver
+        };
         Driver {
             mem: self.clone(),
+            id,
             yielded: false,
         }
     }
@@ -328,7 +339,26 @@ impl Memory {
     fn submit(&self, req: NewRequest<'_>, fill: impl FnOnce(&mut [u8])) -> SlotRef {
         match self.driving_staging() {
             Some(staging) => staging.submit(&self.shared.queue, req, fill),
-            None => self.queue().submit(req, fill),
+            None => {
+                let slot = self.queue().submit(req, fill);
+                self.note_other_engine();
+                slot
+            }
+        }
+    }
+
+    /// Under a driver of another engine, remembers this engine for that
+    /// driver to flush as well: a future that joins reads of two devices
+    /// then needs no second driver.
+    fn note_other_engine(&self) {
+        let (shared, staging) = STAGING.get();
+        if shared.is_null() {
+            return;
+        }
+        // SAFETY: as in `driving_staging`.
+        let others = &mut unsafe { &mut *staging }.others;
+        if !others.iter().any(|m| Arc::ptr_eq(&m.shared, &self.shared)) {
+            others.push(self.clone());
         }
     }
 
@@ -430,10 +460,19 @@ impl StagingLease<'_> {
         poll()
     }
 
-    /// Flushes the queue with this staging's requests.
-    fn flush(&mut self) -> Option<FlushStats> {
+    /// Flushes the queue with this staging's requests, then the other
+    /// engines its futures queued requests on; returns whether anything
+    /// was sent.
+    fn flush(&mut self) -> bool {
         self.staging.end_batch();
-        self.mem.flush_staged(&mut self.staging)
+        let mut sent = self.mem.flush_staged(&mut self.staging).is_some();
+        let mut others = std::mem::take(&mut self.staging.others);
+        for other in others.drain(..) {
+            sent |= other.flush().is_some();
+        }
+        // (Its capacity is kept for the next batch.)
+        self.staging.others = others;
+        sent
     }
 }
 
@@ -441,6 +480,9 @@ impl Drop for StagingLease<'_> {
     fn drop(&mut self) {
         // SAFETY: `staging` is not used again.
         let mut staging = unsafe { ManuallyDrop::take(&mut self.staging) };
+        // Their requests are in their own queues; holding the engines
+        // would keep their devices open.
+        staging.others.clear();
         if staging.has_staged() {
             self.mem.queue().publish(&mut staging);
         }
@@ -569,19 +611,31 @@ impl<F: Future> Future for Driven<'_, F> {
                 continue;
             }
             repolls = 0;
-            if lease.flush().is_none() {
+            if !lease.flush() {
                 return Poll::Pending;
             }
         }
     }
 }
 
-/// The background flusher; see [`Memory::driver`].
+/// The background flusher; see [`Memory::driver`]. Several may run on one
+/// engine (each is woken when requests are queued; one flush takes them
+/// all).
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
 pub struct Driver {
     mem: Memory,
+    /// Its key among the queue's driver wakers.
+    id: u64,
     yielded: bool,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // A waker left behind would keep a dead task's executor woken for
+        // nothing.
+        self.mem.queue().drivers.retain(|(id, _)| *id != self.id);
+    }
 }
 
 impl Future for Driver {
@@ -591,9 +645,9 @@ impl Future for Driver {
         let this = self.get_mut();
         {
             let mut queue = this.mem.queue();
-            match &mut queue.driver {
-                Some(w) => w.clone_from(cx.waker()),
-                None => queue.driver = Some(cx.waker().clone()),
+            match queue.drivers.iter_mut().find(|(id, _)| *id == this.id) {
+                Some((_, w)) => w.clone_from(cx.waker()),
+                None => queue.drivers.push((this.id, cx.waker().clone())),
             }
             if queue.pending.is_empty() {
                 this.yielded = false;

@@ -269,6 +269,9 @@ pub(crate) struct Staging {
     /// reserved for a whole batch at once.
     batch: usize,
     last_batch: usize,
+    /// Other engines its driver's futures queued requests on since the
+    /// last flush (see `Memory::note_other_engine`).
+    pub others: Vec<super::Memory>,
 }
 
 /// Slots a staging reserves at least at a time. Few, so that a driver of
@@ -368,8 +371,11 @@ pub(crate) struct Queue {
     pub pending: Vec<SlotRef>,
     /// Buffers left by finished requests, for the next ones.
     spare: SpareBuffers,
-    /// Woken when a request is queued (the background driver).
-    pub driver: Option<Waker>,
+    /// The background drivers' wakers, by driver id: each is woken when a
+    /// request is queued.
+    pub drivers: Vec<(u64, Waker)>,
+    /// The next background driver's id.
+    pub next_driver: u64,
     /// Stagings of drivers that finished, kept for their buffers.
     #[allow(clippy::vec_box)] // moved whole between here and threads' caches
     stagings: Vec<Box<Staging>>,
@@ -537,9 +543,7 @@ impl Queue {
         // SAFETY: a free slot belongs to the engine; we hold `&mut self`.
         unsafe { slot.prepare(req, &mut self.spare, fill) };
         self.pending.push(slot);
-        if let Some(driver) = &self.driver {
-            driver.wake_by_ref();
-        }
+        self.wake_drivers();
         slot
     }
 
@@ -549,8 +553,13 @@ impl Queue {
             return;
         }
         self.pending.append(&mut staging.staged);
-        if let Some(driver) = &self.driver {
-            driver.wake_by_ref();
+        self.wake_drivers();
+    }
+
+    /// Tells the background drivers that requests are queued.
+    fn wake_drivers(&self) {
+        for (_, waker) in &self.drivers {
+            waker.wake_by_ref();
         }
     }
 

@@ -37,6 +37,15 @@ fn write_chain(backend: &MemBackend, start: u64, depth: usize, stride: u64) -> u
     at
 }
 
+/// A fragment, in expected results.
+fn f(offset: usize, len: usize, result: Result<(), PageError>) -> Fragment {
+    Fragment {
+        offset,
+        len,
+        result,
+    }
+}
+
 async fn follow(mem: &Memory, start: u64, depth: usize) -> Result<u64, PartialError> {
     let mut p = start;
     for _ in 0..depth {
@@ -260,11 +269,6 @@ fn fragments_arrive_with_their_own_results() {
     let mut buf = vec![0u8; 0x2800];
     let fragments: Vec<Fragment> =
         mem.block_on(async { mem.read_fragments(0x1800, &mut buf).collect().await });
-    let f = |offset, len, result| Fragment {
-        offset,
-        len,
-        result,
-    };
     assert_eq!(
         fragments,
         vec![
@@ -301,6 +305,17 @@ fn bad_input_fails_per_fragment_without_touching_anything_else() {
     );
     assert_eq!(buf[..0x10], backend.bytes(end - 0x10, 0x10)[..]);
     assert_eq!(buf[0x10..], [0xa5; 0x10]);
+    // The part past the end is one piece, however many pages it spans.
+    let mut buf = vec![0u8; 0x11000];
+    let fragments: Vec<Fragment> =
+        mem.block_on(async { mem.read_fragments(end - 0x1000, &mut buf).collect().await });
+    assert_eq!(
+        fragments,
+        vec![
+            f(0, 0x1000, Ok(())),
+            f(0x1000, 0x10000, Err(PageError::OutOfRange))
+        ]
+    );
     let calls = backend.read_calls();
     assert!(mem.block_on(mem.read_val::<u64>(end)).is_err());
     assert_eq!(
@@ -598,6 +613,57 @@ fn the_background_driver_batches_spawned_tasks_on_a_current_thread_runtime() {
         }
         driver.abort();
     });
+}
+
+#[test]
+fn every_background_driver_is_told_of_requests_until_it_is_dropped() {
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
+    let ((waker_a, wa), (waker_b, wb)) = (WakeCounter::new(), WakeCounter::new());
+    let (mut a, mut b) = (mem.driver(), mem.driver());
+    assert!(Pin::new(&mut a)
+        .poll(&mut Context::from_waker(&waker_a))
+        .is_pending());
+    assert!(Pin::new(&mut b)
+        .poll(&mut Context::from_waker(&waker_b))
+        .is_pending());
+    let noop = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&noop);
+    let mut first = pin!(mem.read_val::<u64>(0x100));
+    assert!(first.as_mut().poll(&mut cx).is_pending());
+    assert_eq!((wa.wakes(), wb.wakes()), (1, 1));
+    // A dropped driver is forgotten; the other one still runs.
+    drop(b);
+    let mut second = pin!(mem.read_val::<u64>(0x208));
+    assert!(second.as_mut().poll(&mut cx).is_pending());
+    assert_eq!((wa.wakes(), wb.wakes()), (2, 1));
+    let mut cx_a = Context::from_waker(&waker_a);
+    // It yields once, then flushes both requests in one call.
+    assert!(Pin::new(&mut a).poll(&mut cx_a).is_pending());
+    assert_eq!(backend.read_calls(), 0);
+    assert!(Pin::new(&mut a).poll(&mut cx_a).is_pending());
+    assert_eq!(backend.read_calls(), 1);
+    assert_eq!(first.poll(&mut cx), Poll::Ready(Ok(0x100)));
+    assert_eq!(second.poll(&mut cx), Poll::Ready(Ok(0x208)));
+}
+
+#[test]
+fn a_driver_also_flushes_the_other_engines_its_future_reads() {
+    let (a, backend_a) = engine(MemBackend::with_address_pattern(MIB));
+    let (b, backend_b) = engine(MemBackend::with_address_pattern(MIB));
+    let (x, y) = b.block_on(async { join!(follow(&a, 0x1000, 3), b.read_val::<u64>(0x2000)) });
+    assert_eq!((x, y), (Ok(0x1000), Ok(0x2000)));
+    assert_eq!((backend_a.read_calls(), backend_b.read_calls()), (3, 1));
+    // A scope's reads, under the other engine's `block_on` and `drive`.
+    let (mut one, mut two) = ([0u8; 8], [0u8; 8]);
+    a.scope(|s| {
+        b.block_on(s.read(0x3000, &mut one)).unwrap();
+        futures::executor::block_on(b.drive(s.read(0x4000, &mut two))).unwrap();
+    });
+    assert_eq!(
+        (u64::from_le_bytes(one), u64::from_le_bytes(two)),
+        (0x3000, 0x4000)
+    );
+    assert_eq!((backend_a.read_calls(), backend_b.read_calls()), (5, 1));
 }
 
 #[test]

@@ -26,7 +26,8 @@ use crate::engine::{join_all, Failure, PartialError};
 use crate::{Memory, PageError};
 use cache::{TablePage, TimedCache};
 use paging::{
-    entry_span, is_canonical, sign_extend, step, table_index, Step, ADDR_MASK, ENTRIES, TABLE_SIZE,
+    entry_span, is_canonical, sign_extend, step, table_index, Step, ADDR_MASK, ENTRIES,
+    LOWER_HALF_END, TABLE_SIZE, UPPER_HALF,
 };
 
 /// Settings of an address space's caches.
@@ -345,6 +346,19 @@ impl AddressSpace {
                 });
                 break;
             };
+            if !is_canonical(at) {
+                // The whole non-canonical hole fails at once, not page by
+                // page (a mistaken length could span exabytes of it).
+                let to_upper_half = usize::try_from(UPPER_HALF - at).unwrap_or(usize::MAX);
+                let n = (len - offset).min(to_upper_half);
+                failures.push(Failure {
+                    offset,
+                    len: n,
+                    reason: PageError::NonCanonical,
+                });
+                offset += n;
+                continue;
+            }
             let n = (len - offset).min((0x1000 - (at & 0xfff)) as usize);
             pieces.push((offset, n, at));
             offset += n;
@@ -430,8 +444,22 @@ impl AddressSpace {
                 let page = match page {
                     Ok(page) => page,
                     Err(reason) => {
-                        let end = table.va.saturating_add(span * ENTRIES as u64 - 1);
-                        out.unreadable.push((table.va..end, reason));
+                        // What the table maps (first and last byte), clipped
+                        // to the range; the top table maps both halves.
+                        let covered = if level == 0 {
+                            vec![(0, LOWER_HALF_END - 1), (UPPER_HALF, u64::MAX)]
+                        } else {
+                            vec![(table.va, table.va + (span * ENTRIES as u64 - 1))]
+                        };
+                        for (first, last) in covered {
+                            let (start, end) = (
+                                first.max(range.start),
+                                last.saturating_add(1).min(range.end),
+                            );
+                            if start < end {
+                                out.unreadable.push((start..end, reason));
+                            }
+                        }
                         continue;
                     }
                 };

@@ -99,6 +99,12 @@ impl WalkError {
     }
 }
 
+/// The first address of the upper canonical half (4-level paging); the
+/// lower half ends at `LOWER_HALF_END`.
+pub(crate) const UPPER_HALF: u64 = 0xffff_8000_0000_0000;
+/// The end (exclusive) of the lower canonical half.
+pub(crate) const LOWER_HALF_END: u64 = 0x0000_8000_0000_0000;
+
 /// Whether bits 63..47 of `va` are all equal (4-level paging).
 pub(crate) fn is_canonical(va: u64) -> bool {
     let top = (va as i64) >> 47;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::join_all;
 
-use super::paging::{ADDR_MASK, ENTRIES, PRESENT};
+use super::paging::{ADDR_MASK, ENTRIES, LOWER_HALF_END, PRESENT, UPPER_HALF};
 use super::{AddressSpace, VmConfig};
 use crate::Memory;
 
@@ -17,10 +17,6 @@ const PAGE_SIZE_BIT: u64 = 1 << 7;
 /// Bits 52..62: available to software or reserved; kept zero by the OSes
 /// this looks for in top and middle tables.
 const HIGH_BITS: u64 = 0x7ff0_0000_0000_0000;
-/// First virtual address of the kernel half.
-const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
-/// One past the last virtual address of the user half.
-const USER_END: u64 = 0x0000_8000_0000_0000;
 
 /// A page that looks like the top table of an address space.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,8 +158,8 @@ pub fn find_address_spaces(
         .map(|c| AddressSpace::with_config(mem.clone(), c.dtb, VmConfig::UNCACHED))
         .collect();
     let sizes = mem.block_on(join_all(spaces.iter().map(|s| async move {
-        let user = s.mappings(0..USER_END).await;
-        let kernel = s.mappings(KERNEL_HALF..u64::MAX).await;
+        let user = s.mappings(0..LOWER_HALF_END).await;
+        let kernel = s.mappings(UPPER_HALF..u64::MAX).await;
         let total = |m: &super::Mappings| m.mappings.iter().map(|m| m.size).sum::<u64>();
         (total(&user), total(&kernel))
     })));

@@ -365,6 +365,43 @@ fn mappings_lists_every_mapped_range_merged_and_clipped() {
 }
 
 #[test]
+fn mappings_name_the_ranges_of_unreadable_tables_exactly() {
+    let (mem, _backend, t) = setup();
+    // A top table outside memory: both canonical halves, clipped.
+    let lost = AddressSpace::new(mem.clone(), 100 * MIB);
+    let all = mem.block_on(lost.mappings(0..u64::MAX));
+    assert!(all.mappings.is_empty());
+    assert_eq!(
+        all.unreadable,
+        vec![
+            (0..0x0000_8000_0000_0000, PageError::OutOfRange),
+            (0xffff_8000_0000_0000..u64::MAX, PageError::OutOfRange),
+        ]
+    );
+    let part = mem.block_on(lost.mappings(KERNEL..KERNEL + 0x1000));
+    assert_eq!(
+        part.unreadable,
+        vec![(KERNEL..KERNEL + 0x1000, PageError::OutOfRange)]
+    );
+    // A top-table entry pointing outside memory: its 512 GiB, clipped.
+    t.backend.poke(
+        t.dtb + table_index(USER, 0) * 8,
+        &((100 * MIB) | PRESENT_RW).to_le_bytes(),
+    );
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let all = mem.block_on(space.mappings(0..u64::MAX));
+    assert_eq!(
+        all.unreadable,
+        vec![(0x7f00_0000_0000..0x7f80_0000_0000, PageError::OutOfRange)]
+    );
+    let part = mem.block_on(space.mappings(USER + 0x1000..USER + 0x3000));
+    assert_eq!(
+        part.unreadable,
+        vec![(USER + 0x1000..USER + 0x3000, PageError::OutOfRange)]
+    );
+}
+
+#[test]
 fn virtual_writes_change_exactly_the_requested_bytes() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x50_0000, PageSize::Size4K);
