@@ -123,18 +123,10 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
         config.verbosity = Verbosity::from_level(level);
     }
     if let Some(v) = get("max_address") {
-        config.max_address =
-            Some(parse_hex(v).ok_or_else(|| {
-                format!("max_address `{v}`: give a hex address like 0x1_0000_0000")
-            })?);
+        config.max_address = Some(parse_hex(v).map_err(|e| format!("max_address `{v}`: {e}"))?);
     }
     let max_entries = match get("max_entries") {
-        Some(v) => Some(
-            v.parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| format!("max_entries `{v}`: give a count of at least 1"))?,
-        ),
+        Some(v) => Some(parse_count(v).map_err(|e| format!("max_entries `{v}`: {e}"))?),
         None => None,
     };
     Ok(Settings {
@@ -181,12 +173,30 @@ fn unquote(value: &str) -> String {
         .to_string()
 }
 
-fn parse_hex(text: &str) -> Option<u64> {
+/// A hex number, with or without `0x`, `_` between digits allowed.
+fn parse_hex(text: &str) -> Result<u64, &'static str> {
     let digits = text
-        .trim_start_matches("0x")
-        .trim_start_matches("0X")
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .unwrap_or(text)
         .replace('_', "");
-    u64::from_str_radix(&digits, 16).ok()
+    // (`from_str_radix` alone would take a sign.)
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("give a hex address like 0x1_0000_0000");
+    }
+    u64::from_str_radix(&digits, 16).map_err(|_| "it does not fit in 64 bits")
+}
+
+/// A count of at least 1.
+fn parse_count(text: &str) -> Result<usize, &'static str> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("give a count of at least 1");
+    }
+    match text.parse() {
+        Ok(0) => Err("give a count of at least 1"),
+        Ok(n) => Ok(n),
+        Err(_) => Err("it is too large"),
+    }
 }
 
 #[cfg(test)]
@@ -249,6 +259,27 @@ mod tests {
         assert!(settings("fpga:max_entries=0")
             .unwrap_err()
             .contains("at least 1"));
+        // Numbers are taken as written, or refused.
+        for bad in ["0x0x1000", "+1000", "0x-10", "0x"] {
+            let err = settings(&format!("fpga:max_address={bad}")).unwrap_err();
+            assert!(err.contains("hex address"), "{bad}: {err}");
+        }
+        assert_eq!(
+            settings("fpga:max_address=1_0000")
+                .unwrap()
+                .device
+                .max_address,
+            Some(0x1_0000)
+        );
+        assert!(settings("fpga:max_address=0x1_0000_0000_0000_0000")
+            .unwrap_err()
+            .contains("does not fit in 64 bits"));
+        assert!(settings("fpga:max_entries=+5")
+            .unwrap_err()
+            .contains("at least 1"));
+        assert!(settings("fpga:max_entries=99999999999999999999999")
+            .unwrap_err()
+            .contains("too large"));
     }
 
     #[test]

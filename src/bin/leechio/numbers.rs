@@ -4,11 +4,15 @@
 /// A hex (`0x…`) or decimal number.
 pub fn parse_number(text: &str) -> Result<u64, String> {
     let t = text.trim().replace('_', "");
-    let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => t.parse(),
+    let (digits, radix) = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => (hex, 16),
+        None => (t.as_str(), 10),
     };
-    parsed.map_err(|_| format!("`{text}` is not a number (write 0x1000 or 4096)"))
+    // (`from_str_radix` alone would take a sign.)
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(format!("`{text}` is not a number (write 0x1000 or 4096)"));
+    }
+    u64::from_str_radix(digits, radix).map_err(|_| format!("`{text}` does not fit in 64 bits"))
 }
 
 /// A length: a number with an optional unit, `k`, `m` or `g` (binary),
@@ -85,6 +89,13 @@ mod tests {
             Ok(0xffff_ffff_8100_0000)
         );
         assert!(parse_number("12zz").is_err());
+        for signed in ["+4096", "0x+10", "-1"] {
+            assert!(parse_number(signed).is_err(), "{signed}");
+        }
+        assert_eq!(
+            parse_number("0x1_0000_0000_0000_0000"),
+            Err("`0x1_0000_0000_0000_0000` does not fit in 64 bits".into())
+        );
         assert_eq!(parse_size("4k"), Ok(4096));
         assert_eq!(parse_size("16M"), Ok(16 << 20));
         assert_eq!(parse_size("1g"), Ok(1 << 30));
