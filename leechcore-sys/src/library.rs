@@ -165,7 +165,7 @@ impl Library {
     }
 
     /// The file this library was loaded from (canonical), or the bare name
-    /// the dynamic linker resolved.
+    /// the dynamic linker resolved if it cannot tell where it found it.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -180,7 +180,7 @@ impl Library {
                 reason,
             }],
         };
-        let key = if candidate.as_encoded_bytes().contains(&b'/') {
+        let mut key = if candidate.as_encoded_bytes().contains(&b'/') {
             std::fs::canonicalize(candidate).map_err(|e| not_found(e.to_string()))?
         } else {
             PathBuf::from(candidate)
@@ -197,6 +197,17 @@ impl Library {
         // set up its own globals. The caller chose this file as LeechCore.
         let lib =
             unsafe { libloading::Library::new(&key) }.map_err(|e| not_found(error_text(&e)))?;
+        if key.is_relative() {
+            // The linker found a bare name somewhere, or had the library
+            // loaded already (a device plugin needs it): key it by its file,
+            // so it is the instance loaded from there, under its real path.
+            if let Some(file) = loaded_file(&lib) {
+                key = file;
+                if let Some(cached) = cache.get(&key) {
+                    return Ok(cached.clone());
+                }
+            }
+        }
         let lib = Arc::new(Self::resolve(lib, key.clone())?);
         cache.insert(key, lib.clone());
         Ok(lib)
@@ -252,18 +263,7 @@ fn error_text(e: &libloading::Error) -> String {
 /// The folder of the executable or shared library this code is part of.
 fn own_module_dir() -> Option<PathBuf> {
     static ANCHOR: u8 = 0;
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr only reads the address and fills `info`.
-    let found = unsafe { libc::dladdr(&ANCHOR as *const u8 as *const _, info.as_mut_ptr()) } != 0;
-    // SAFETY: zero-initialised, and filled by dladdr when `found`.
-    let info = unsafe { info.assume_init() };
-    let module = if found && !info.dli_fname.is_null() {
-        // SAFETY: dladdr returns a NUL-terminated name owned by the linker.
-        let name = unsafe { CStr::from_ptr(info.dli_fname) };
-        PathBuf::from(OsStr::from_bytes(name.to_bytes()))
-    } else {
-        PathBuf::new()
-    };
+    let module = module_file((&ANCHOR as *const u8).cast()).unwrap_or_default();
     // The main program's name may come back bare, as it was started.
     let module = if module.is_absolute() {
         module
@@ -271,6 +271,30 @@ fn own_module_dir() -> Option<PathBuf> {
         std::env::current_exe().ok()?
     };
     module.parent().map(Path::to_path_buf)
+}
+
+/// The file of the module (executable or shared library) that holds `addr`,
+/// as the dynamic linker names it.
+fn module_file(addr: *const libc::c_void) -> Option<PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the address and fills `info`.
+    let found = unsafe { libc::dladdr(addr, info.as_mut_ptr()) } != 0;
+    // SAFETY: zero-initialised, and filled by dladdr when `found`.
+    let info = unsafe { info.assume_init() };
+    if !found || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr returns a NUL-terminated name owned by the linker.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(PathBuf::from(OsStr::from_bytes(name.to_bytes())))
+}
+
+/// The canonical file of a loaded library, found through one of its
+/// functions.
+fn loaded_file(lib: &libloading::Library) -> Option<PathBuf> {
+    // SAFETY: only the symbol's address is used, never called.
+    let create = unsafe { lib.get::<*const libc::c_void>(b"LcCreate\0") }.ok()?;
+    std::fs::canonicalize(module_file(*create)?).ok()
 }
 
 #[cfg(test)]
@@ -281,6 +305,23 @@ mod tests {
     fn module_dir_is_the_test_binary_folder() {
         let exe = std::env::current_exe().unwrap();
         assert_eq!(own_module_dir().unwrap(), exe.parent().unwrap());
+    }
+
+    #[test]
+    fn a_bare_name_the_linker_resolves_is_keyed_by_its_file() {
+        let file = std::fs::canonicalize(Path::new(SETUP_DIR).join("leechcore.so"))
+            .expect("LeechCore in target/leechcore (make setup)");
+        let lib = Library::load(Some(&file)).unwrap();
+        // A device plugin pulls in LeechCore as `leechcore.so`: from then
+        // on the linker resolves that bare name to the loaded library.
+        // SAFETY: the plugin's initialisers only set up its own globals.
+        let _plugin = unsafe {
+            libloading::Library::new(Path::new(SETUP_DIR).join("leechcore_device_qemu.so"))
+        }
+        .unwrap();
+        let bare = Library::load(Some(Path::new("leechcore.so"))).unwrap();
+        assert!(Arc::ptr_eq(&lib, &bare), "a second instance for one file");
+        assert_eq!(bare.path(), file);
     }
 
     #[test]
