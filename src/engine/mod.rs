@@ -350,6 +350,7 @@ impl Memory {
     /// Under a driver of another engine, remembers this engine for that
     /// driver to flush as well: a future that joins reads of two devices
     /// then needs no second driver.
+    #[inline(never)] // off the path of a driver's own requests
     fn note_other_engine(&self) {
         let (shared, staging) = STAGING.get();
         if shared.is_null() {
@@ -466,12 +467,11 @@ impl StagingLease<'_> {
     fn flush(&mut self) -> bool {
         self.staging.end_batch();
         let mut sent = self.mem.flush_staged(&mut self.staging).is_some();
-        let mut others = std::mem::take(&mut self.staging.others);
-        for other in others.drain(..) {
-            sent |= other.flush().is_some();
+        if !self.staging.others.is_empty() {
+            for other in std::mem::take(&mut self.staging.others) {
+                sent |= other.flush().is_some();
+            }
         }
-        // (Its capacity is kept for the next batch.)
-        self.staging.others = others;
         sent
     }
 }
