@@ -18,14 +18,15 @@ def median_ns(group, bench, batch):
 
 groups = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith("read "))
 baseline = "direct read_scatter"
-print("| reads of | batch | direct call, ns/read | engine, ns/read | ratio | engine (scoped buffer), ns/read | ratio | engine (owned buffer), ns/read | ratio |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+benches = ["floor of futures", "engine read", "engine scoped read", "engine read_into_owned"]
+print("| reads of | batch | direct call, ns/read | floor of futures, ns/read | ratio | engine, ns/read | ratio | engine (scoped buffer), ns/read | ratio | engine (owned buffer), ns/read | ratio |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for group in sorted(groups, key=lambda g: int(g.split()[1])):
     batches = sorted(int(p.name) for p in (root / group / baseline).iterdir() if p.name.isdigit())
     for batch in batches:
         base = median_ns(group, baseline, batch) / batch
         cells = []
-        for bench in ["engine read", "engine scoped read", "engine read_into_owned"]:
+        for bench in benches:
             t = median_ns(group, bench, batch)
             cells += ["–", "–"] if t is None else [f"{t / batch:.0f}", f"{t / batch / base:.2f}x"]
         print(f"| {group.split()[1]} B | {batch} | {base:.0f} | " + " | ".join(cells) + " |")
