@@ -263,6 +263,7 @@ impl Memory {
 
     /// Runs `future` to completion on this thread, flushing whenever it
     /// waits.
+    ///
     /// Requests the future queues on other engines (other devices) are
     /// flushed as well, each engine in a call of its own, so one future
     /// may join reads of several devices.
