@@ -124,6 +124,10 @@ pub(crate) struct Flusher {
     fragments: Vec<(u32, Fragment)>,
     read_entries: Vec<ScatterEntry<'static>>,
     write_entries: Vec<WriteEntry<'static>>,
+    /// Some taken request records fragments.
+    records: bool,
+    /// Some piece of this flush failed: results must be collected.
+    any_failed: bool,
 }
 
 // SAFETY: the raw pointers in `reqs` and the `'static` entries point into
@@ -167,6 +171,7 @@ impl Flusher {
                 record: body.record,
                 round: 0,
             });
+            self.records |= body.record;
         }
         // Give the (now empty) list back so its capacity is reused.
         let mut pending = pending;
@@ -178,6 +183,7 @@ impl Flusher {
     /// Starts a synchronous batch: requests lent by the caller, not queued.
     pub fn begin_batch(&mut self) {
         self.reqs.clear();
+        self.records = false;
         self.failed.clear();
         self.fragments.clear();
     }
@@ -218,12 +224,20 @@ impl Flusher {
             requests: self.reqs.len(),
             ..Default::default()
         };
+        self.any_failed = false;
         let Some(shape) = Shape::new(&limits) else {
             self.fail_all(PageError::InvalidEntry(EntryRule::BadDeviceShape));
             return stats;
         };
-        self.cut_pieces(&shape, backend.max_address());
+        let max_address = backend.max_address();
+        if let Some(calls) = self.read_direct(backend, &shape, max_address, max_entries) {
+            stats.read_calls = calls;
+            return stats;
+        }
+        self.cut_pieces(&shape, max_address);
         let writes = self.reqs.iter().any(|r| r.kind == Kind::Write);
+        // (Writes fail in several ways; their results are always collected.)
+        self.any_failed |= writes;
         let rounds = if writes {
             self.assign_rounds(&shape)
         } else {
@@ -238,8 +252,79 @@ impl Flusher {
             }
             stats.read_calls += self.run_reads(backend, &shape, max_entries, round, writes);
         }
-        self.collect_results();
+        // Without failures or streams there is nothing to collect.
+        if self.any_failed || self.records {
+            self.collect_results();
+        }
         stats
+    }
+
+    /// The usual flush, planned in one pass: reads only, each a legal entry
+    /// of its own (one page, below the device's end, aligned) on a page no
+    /// other request reads, so each goes to the device as it is, straight
+    /// into its buffer. Returns the calls made, or `None`, having sent
+    /// nothing, when some request needs pieces, windows or shared entries.
+    fn read_direct(
+        &mut self,
+        backend: &dyn Backend,
+        shape: &Shape,
+        max_address: u64,
+        max_entries: usize,
+    ) -> Option<usize> {
+        if self.records {
+            return None;
+        }
+        // Few requests: a scan beats clearing a large hash map.
+        let small = self.reqs.len() <= SMALL_FLUSH;
+        if !small {
+            self.page_groups.clear();
+        }
+        let mut entries = std::mem::take(&mut self.read_entries);
+        for (ri, req) in self.reqs.iter().enumerate() {
+            let len = req.len as u64;
+            let page = shape.page(req.addr);
+            let legal = req.kind == Kind::Read
+                && req.len >= shape.min_len.max(1)
+                && req.len <= shape.max_len
+                && (req.addr | len) & shape.align_mask == 0
+                && len <= shape.to_page_end(req.addr)
+                && req
+                    .addr
+                    .checked_add(len)
+                    .is_some_and(|end| end <= max_address);
+            let alone = legal
+                && if small {
+                    !self.reqs[..ri].iter().any(|r| shape.page(r.addr) == page)
+                } else {
+                    self.page_groups.insert(page, 0).is_none()
+                };
+            if !alone {
+                entries.clear();
+                self.read_entries = entries;
+                return None;
+            }
+            // SAFETY: as in `read_groups`; the entry is exactly the
+            // request's buffer, which no other entry overlaps.
+            let buf = unsafe { std::slice::from_raw_parts_mut(req.ptr, req.len) };
+            entries.push(ScatterEntry::new(req.addr, buf));
+        }
+        let calls = read_in_calls(backend, &mut entries, max_entries);
+        for (ri, e) in entries.iter().enumerate() {
+            if let Err(reason) = e.result {
+                let (offset, len) = (0, e.buf.len());
+                self.failed.push((
+                    ri as u32,
+                    Failure {
+                        offset,
+                        len,
+                        reason,
+                    },
+                ));
+            }
+        }
+        entries.clear();
+        self.read_entries = entries;
+        Some(calls)
     }
 
     /// Marks every taken request as wholly failed with `reason` (the flush
@@ -316,6 +401,7 @@ impl Flusher {
     /// entry.
     fn cut_pieces(&mut self, shape: &Shape, max_address: u64) {
         self.pieces.clear();
+        let mut failed = false;
         for (ri, req) in self.reqs.iter().enumerate() {
             let mut offset = 0usize;
             while offset < req.len {
@@ -328,6 +414,7 @@ impl Flusher {
                     result,
                 };
                 let Some(addr) = req.addr.checked_add(offset as u64) else {
+                    failed = true;
                     let rest = req.len - offset;
                     self.pieces
                         .push(piece(0, rest, Err(PageError::AddressOverflow)));
@@ -340,6 +427,7 @@ impl Flusher {
                     // per page: a (mistaken) length of exabytes must not
                     // cost a piece per page before anything is read.
                     let to_wrap = to_usize((u64::MAX - addr).saturating_add(1));
+                    failed = true;
                     (rest.min(to_wrap), Err(PageError::OutOfRange))
                 } else {
                     let len = rest
@@ -351,6 +439,7 @@ impl Flusher {
                 offset += len;
             }
         }
+        self.any_failed |= failed;
     }
 
     /// Puts each request in the first round after every earlier request it
@@ -457,6 +546,7 @@ impl Flusher {
             self.page_groups.clear();
         }
         let mut scratch_len = 0usize;
+        let mut any_scratch = false;
         for (pi, p) in self.pieces.iter_mut().enumerate() {
             if !in_round(p, &self.reqs) {
                 continue;
@@ -487,6 +577,7 @@ impl Flusher {
                 if (hi - lo) as usize <= shape.max_len {
                     // Several pieces share this entry: through scratch.
                     g.scratch.get_or_insert(0);
+                    any_scratch = true;
                     g.addr = lo;
                     g.len = (hi - lo) as usize;
                     p.group = gi;
@@ -495,6 +586,7 @@ impl Flusher {
             }
             let gi = self.groups.len() as u32;
             let direct = start == p.addr && len == p.len;
+            any_scratch |= !direct;
             self.groups.push(Group {
                 addr: start,
                 len,
@@ -508,19 +600,27 @@ impl Flusher {
             }
             p.group = gi;
         }
-        for g in &mut self.groups {
-            if let Some(at) = &mut g.scratch {
-                *at = scratch_len;
-                scratch_len += g.len;
-            }
-        }
         if self.groups.is_empty() {
             return 0;
         }
-        if self.scratch.len() < scratch_len {
-            self.scratch.resize(scratch_len, 0);
+        if any_scratch {
+            for g in &mut self.groups {
+                if let Some(at) = &mut g.scratch {
+                    *at = scratch_len;
+                    scratch_len += g.len;
+                }
+            }
+            if self.scratch.len() < scratch_len {
+                self.scratch.resize(scratch_len, 0);
+            }
         }
-        let calls = self.read_groups(backend, max_entries);
+        let (calls, failed) = self.read_groups(backend, max_entries);
+        self.any_failed |= failed;
+        if !(any_scratch || self.any_failed || self.records) {
+            // Every piece was read in place, whole, and no result will be
+            // collected (see `run`): nothing to hand back.
+            return calls;
+        }
         // Hand each piece of the round its bytes and result.
         for p in &mut self.pieces {
             if !in_round(p, &self.reqs) {
@@ -540,8 +640,8 @@ impl Flusher {
     }
 
     /// Reads every group, at most `max_entries` per call; returns the
-    /// number of calls.
-    fn read_groups(&mut self, backend: &dyn Backend, max_entries: usize) -> usize {
+    /// number of calls and whether any group failed.
+    fn read_groups(&mut self, backend: &dyn Backend, max_entries: usize) -> (usize, bool) {
         let mut entries = std::mem::take(&mut self.read_entries);
         for g in &self.groups {
             let buf: *mut u8 = match g.scratch {
@@ -561,17 +661,15 @@ impl Flusher {
             let buf = unsafe { std::slice::from_raw_parts_mut(buf, g.len) };
             entries.push(ScatterEntry::new(g.addr, buf));
         }
-        let mut calls = 0;
-        for chunk in entries.chunks_mut(max_entries) {
-            backend.read_scatter(chunk);
-            calls += 1;
-        }
+        let calls = read_in_calls(backend, &mut entries, max_entries);
+        let mut failed = false;
         for (g, e) in self.groups.iter_mut().zip(&entries) {
             g.result = e.result;
+            failed |= e.result.is_err();
         }
         entries.clear();
         self.read_entries = entries;
-        calls
+        (calls, failed)
     }
 
     /// Runs the writes of `round`. Pieces the device cannot take as they
@@ -627,7 +725,7 @@ impl Flusher {
             self.scratch.resize(scratch_len, 0);
         }
         if !self.groups.is_empty() {
-            stats.read_calls += self.read_groups(backend, max_entries);
+            stats.read_calls += self.read_groups(backend, max_entries).0;
         }
         for g in &self.groups {
             let p = &self.pieces[g.piece as usize];
@@ -719,6 +817,16 @@ impl Flusher {
     }
 }
 
+/// Reads `entries` in calls of at most `max_entries`; returns the calls.
+fn read_in_calls(backend: &dyn Backend, entries: &mut [ScatterEntry], max_entries: usize) -> usize {
+    let mut calls = 0;
+    for chunk in entries.chunks_mut(max_entries) {
+        backend.read_scatter(chunk);
+        calls += 1;
+    }
+    calls
+}
+
 /// The smallest legal entry that covers `len` bytes at `addr` (which lie
 /// inside one page).
 fn window(shape: &Shape, addr: u64, len: usize) -> (u64, usize) {
@@ -770,6 +878,66 @@ impl Shape {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::memory::MemBackend;
+
+    /// Lends `bufs` at `addrs` to `flusher` as a synchronous batch of reads.
+    fn lend_reads(flusher: &mut Flusher, addrs: &[u64], bufs: &mut [Vec<u8>]) {
+        flusher.begin_batch();
+        for (&addr, buf) in addrs.iter().zip(bufs.iter_mut()) {
+            // SAFETY: the buffers outlive the flush and are not touched
+            // until it returns.
+            unsafe { flusher.lend(Kind::Read, addr, buf.as_mut_ptr(), buf.len()) };
+        }
+    }
+
+    #[test]
+    fn whole_entries_on_pages_of_their_own_go_to_the_device_as_they_are() {
+        let backend = MemBackend::with_address_pattern(1 << 20);
+        backend.add_hole(0x3000..0x4000, PageError::Unspecified);
+        let addrs = [0x1000, 0x2ff8, 0x3010, 0xf_f000];
+        let mut bufs = vec![vec![0u8; 8], vec![0; 8], vec![0; 8], vec![0; 0x1000]];
+        let mut flusher = Flusher::default();
+        lend_reads(&mut flusher, &addrs, &mut bufs);
+        let stats = flusher.run(&backend, 3);
+        // Planned in one pass, without cutting pieces; split by the limit.
+        assert!(flusher.pieces.is_empty());
+        assert_eq!((stats.requests, stats.read_calls), (4, 2));
+        assert_eq!(backend.read_call_sizes(), [3, 1]);
+        let failed = Failure {
+            offset: 0,
+            len: 8,
+            reason: PageError::Unspecified,
+        };
+        assert_eq!(flusher.take_failed(), [(2, failed)]);
+        for (i, (&addr, buf)) in addrs.iter().zip(&bufs).enumerate() {
+            let expected = if i == 2 {
+                vec![0; 8] // failed: untouched
+            } else {
+                backend.bytes(addr, buf.len())
+            };
+            assert_eq!(buf, &expected, "read {i} at {addr:#x}");
+        }
+    }
+
+    #[test]
+    fn a_page_read_twice_sends_the_flush_down_the_general_path() {
+        let backend = MemBackend::with_address_pattern(1 << 20);
+        // The third read shares the first one's page, after two whole
+        // entries were already planned in one pass.
+        let addrs = [0x1000, 0x2ff8, 0x1008];
+        let mut bufs = vec![vec![0u8; 8]; 3];
+        let mut flusher = Flusher::default();
+        lend_reads(&mut flusher, &addrs, &mut bufs);
+        let stats = flusher.run(&backend, usize::MAX);
+        assert_eq!(flusher.pieces.len(), 3);
+        // One call; the shared page is one entry.
+        assert_eq!(stats.read_calls, 1);
+        assert_eq!(backend.read_call_sizes(), [2]);
+        assert!(flusher.take_failed().is_empty());
+        for (&addr, buf) in addrs.iter().zip(&bufs) {
+            assert_eq!(buf, &backend.bytes(addr, 8), "read at {addr:#x}");
+        }
+    }
 
     #[test]
     fn windows_are_legal_and_cover_the_piece() {

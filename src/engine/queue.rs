@@ -292,34 +292,44 @@ impl Staging {
 
     /// Queues a request in a reserved slot (reserving more under the
     /// queue lock, rarely).
+    #[inline]
     pub fn submit(
         &mut self,
         queue: &Mutex<Queue>,
         req: NewRequest<'_>,
         fill: impl FnOnce(&mut [u8]),
     ) -> SlotRef {
+        if self.reserved.is_empty() || req.needs_large_buffer(&self.spare) {
+            self.stock(queue, &req);
+        }
+        let slot = self.reserved.pop().expect("reserved slots");
+        // SAFETY: reserved slots are free and this staging's alone.
+        unsafe { slot.prepare(req, &mut self.spare, fill) };
+        self.staged.push(slot);
+        self.batch += 1;
+        slot
+    }
+
+    /// Takes from the queue what `req` needs and the staging lacks: free
+    /// slots, a large buffer.
+    #[inline(never)] // once per batch at most, usually
+    fn stock(&mut self, queue: &Mutex<Queue>, req: &NewRequest<'_>) {
+        let mut queue = lock(queue);
         if self.reserved.is_empty() {
             // The rest of a batch like the last one, or as many again as
             // this batch has so far.
             let n = RESERVE
                 .max(self.last_batch.saturating_sub(self.batch))
                 .max(self.batch);
-            lock(queue).refill(self, n);
+            queue.refill(self, n);
         }
-        let slot = self.reserved.pop().expect("reserved slots");
         if req.needs_large_buffer(&self.spare) {
             // Large buffers are kept by the queue (see `Queue::reclaim`).
-            let mut queue = lock(queue);
             queue.reclaim();
             if let Some(buf) = queue.spare.take_fit(req.sub.len) {
                 self.spare.put(buf);
             }
         }
-        // SAFETY: reserved slots are free and this staging's alone.
-        unsafe { slot.prepare(req, &mut self.spare, fill) };
-        self.staged.push(slot);
-        self.batch += 1;
-        slot
     }
 
     /// Its driver flushes: a new batch begins.

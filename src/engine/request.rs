@@ -62,8 +62,16 @@ impl<'m> Request<'m> {
 
     /// Whether the request is done; if not, remembers the waker. A done
     /// request is seen without the queue lock.
+    #[inline]
     fn is_done(&self, slot: SlotRef, cx: &Context<'_>) -> bool {
-        slot.is_done() || self.mem.queue().poll_done(slot, cx.waker())
+        slot.is_done() || self.is_done_locked(slot, cx)
+    }
+
+    /// `is_done` under the queue lock, so a flush cannot complete the
+    /// request between the check and the waker's update.
+    #[inline(never)] // polls of done requests, the usual case, skip it
+    fn is_done_locked(&self, slot: SlotRef, cx: &Context<'_>) -> bool {
+        self.mem.queue().poll_done(slot, cx.waker())
     }
 
     /// `Pending` until the request is done; then `finish` collects the
