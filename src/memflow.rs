@@ -183,9 +183,13 @@ pub fn read_memory_map_file(
         |why: String| crate::Error::InvalidConfig(format!("memory map {}: {why}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     if !text.contains("[[range]]") {
-        return text
+        let map: MemoryMap = text
             .parse()
-            .map_err(|e: crate::MemoryMapError| bad(e.to_string()));
+            .map_err(|e: crate::MemoryMapError| bad(e.to_string()))?;
+        if map.is_empty() {
+            return Err(bad("no ranges in it".into()));
+        }
+        return Ok(map);
     }
     // memflow's parser panics on overlapping ranges; keep that inside.
     let parsed = std::panic::catch_unwind(|| {

@@ -186,6 +186,15 @@ fn memory_map_round_trips_remaps_and_limits_reads() {
         },
     ])
     .unwrap();
+    // LeechCore takes a map with no ranges, then crashes on the next
+    // read of its map: refused before it gets there, the map unchanged.
+    let refused = device.set_memory_map(&MemoryMap::default()).unwrap_err();
+    assert!(
+        refused.to_string().contains("at least one range"),
+        "{refused}"
+    );
+    assert_eq!(device.memory_map().unwrap(), initial);
+
     device.set_memory_map(&map).unwrap();
     assert_eq!(device.memory_map().unwrap(), map);
     assert_eq!(device.max_address(), 0x1_8000_0000);

@@ -485,6 +485,19 @@ fn bad_arguments_and_a_missing_leechcore_give_errors_and_log_why() {
     ));
     assert_eq!(err.1, ErrorKind::Configuration);
     assert!(logged("ranges overlap"));
+
+    // A map with no ranges once crashed the process inside LeechCore.
+    for (name, text) in [("empty.txt", ""), ("comments.txt", "# no memory\n\n")] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let err = refused(&format!(
+            "leechcore:\"{}\":memmap={}",
+            image.device(),
+            path.display()
+        ));
+        assert_eq!(err.1, ErrorKind::Configuration, "{name}");
+        assert!(logged(&format!("memory map {}: no ranges", path.display())));
+    }
 }
 
 #[test]

@@ -537,6 +537,13 @@ impl LeechCore {
     /// Replaces the device's memory map: reads outside it then fail, and
     /// `max_address` follows it.
     pub fn set_memory_map(&self, map: &MemoryMap) -> Result<(), Error> {
+        // LeechCore accepts a map with no ranges, then crashes the process
+        // when next asked for its map.
+        if map.is_empty() {
+            return Err(Error::InvalidConfig(
+                "a memory map needs at least one range".into(),
+            ));
+        }
         // LeechCore's parser crashes on text it does not expect, so only a
         // validated map, printed by us, ever reaches it.
         let mut text = map.to_string().into_bytes();
