@@ -10,7 +10,7 @@ use memflow::plugins::ConnectorArgs;
 /// Every key the plugin takes, with what it means, for help and errors.
 pub const KEYS: [(&str, &str); 7] = [
     ("device", "LeechCore device string (or give it as the target): fpga, file:///mem.raw, qemu://shm=NAME,qmp=SOCKET, rawtcp://HOST:PORT, …"),
-    ("remote", "LeechCore remote string, for a device behind a LeechAgent: rpc://SPN:HOST, smb://…"),
+    ("remote", "LeechCore remote string, for a device behind a LeechAgent: remote=\"rpc://SPN:HOST\" (quoted), smb://…"),
     ("lib", "path of leechcore.so (default: LEECHCORE_LIB if set, else leechcore.so beside this plugin, then the system's, then target/leechcore/ of the leechio repository it was built from)"),
     ("memmap", "memory map file: memflow's TOML ([[range]] base/length/real_base) or LeechCore's text (start end [remap], hex); replaces the device's map and any OS layer's"),
     ("verbosity", "LeechCore's messages: 0 quiet (default), 1 normal, 2 -v, 3 -vv, 4 -vvv"),
@@ -113,6 +113,14 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
 
     let mut config = DeviceConfig::new(device);
     config.remote = get("remote").map(str::to_string);
+    if let Some(remote) = config.remote.as_deref().filter(|r| !r.contains("://")) {
+        // Every LeechCore remote string has a scheme (`rpc://`, `smb://`),
+        // so this is one memflow cut at its first unquoted `:`.
+        return Err(format!(
+            "remote `{remote}` is not a LeechCore remote string (rpc://SPN:HOST, smb://…); \
+             memflow splits unquoted values at `:` and `,`, so quote it: remote=\"rpc://SPN:HOST\""
+        ));
+    }
     config.library = get("lib").map(PathBuf::from);
     if let Some(v) = get("verbosity") {
         let level: u8 = v
@@ -298,6 +306,16 @@ mod tests {
         let err = settings("qemu://shm=g,qmp=/tmp/q").unwrap_err();
         assert!(
             err.contains("`qemu://shm=g,…` was split") && !err.contains("unknown argument"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unquoted_remote_string_is_reported_as_split() {
+        let err = settings("fpga:remote=rpc://x:host").unwrap_err();
+        assert!(
+            err.contains("remote `rpc` is not a LeechCore remote string")
+                && err.contains("remote=\"rpc://SPN:HOST\""),
             "{err}"
         );
     }
