@@ -296,7 +296,13 @@ impl Flusher {
                 && if small {
                     !self.reqs[..ri].iter().any(|r| shape.page(r.addr) == page)
                 } else {
-                    self.page_groups.insert(page, 0).is_none()
+                    match self.page_groups.entry(page) {
+                        Entry::Occupied(_) => false,
+                        Entry::Vacant(e) => {
+                            e.insert(0);
+                            true
+                        }
+                    }
                 };
             if !alone {
                 entries.clear();
