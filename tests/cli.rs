@@ -740,34 +740,20 @@ fn dump_checks_the_size_of_its_file_before_dumping() {
 
     // A file system (here: a file size limit) that cannot hold the file
     // says so before anything is read, naming the file.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leechio"));
-    cmd.args([
-        "-d",
-        &image.device(),
-        "dump",
-        "--format",
-        "raw",
-        "--range",
-        "0-0x200000",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: MIB,
-                rlim_max: MIB,
-            };
-            // Past the limit, writes fail with EFBIG instead of a signal.
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let o = cmd.output().unwrap();
+    let o = leechio_with_file_limit(
+        &[
+            "-d",
+            &image.device(),
+            "dump",
+            "--format",
+            "raw",
+            "--range",
+            "0-0x200000",
+            "-o",
+            path.to_str().unwrap(),
+        ],
+        MIB,
+    );
     assert_refused(
         &o,
         &format!(
@@ -777,6 +763,77 @@ fn dump_checks_the_size_of_its_file_before_dumping() {
     );
     assert!(stderr(&o).contains("File too large"), "{}", stderr(&o));
     assert!(!path.exists() && !failed.exists(), "nothing is left behind");
+}
+
+/// Runs `leechio` with a file size limit of `limit` bytes (writes past it
+/// fail with EFBIG, as on a file system that cannot hold the file).
+fn leechio_with_file_limit(args: &[&str], limit: u64) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leechio"));
+    cmd.args(args);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // Past the limit, writes fail with EFBIG instead of a signal.
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_refused_dump_leaves_existing_files_as_they_were() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("precious.raw");
+    let failed = dir.path().join("precious.raw.failed");
+    std::fs::write(&path, "precious\n").unwrap();
+    std::fs::write(&failed, "old list\n").unwrap();
+    let o = leechio_with_file_limit(
+        &[
+            "-d",
+            &image.device(),
+            "dump",
+            "--format",
+            "raw",
+            "--range",
+            "0-0x200000",
+            "-o",
+            path.to_str().unwrap(),
+        ],
+        MIB,
+    );
+    assert_refused(&o, "File too large");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious\n");
+    assert_eq!(std::fs::read_to_string(&failed).unwrap(), "old list\n");
+
+    // A dump that goes ahead replaces the file: no old byte is left, and
+    // the holes (here past the end of memory) read as zeros.
+    std::fs::write(&path, vec![0xff; 0x10000]).unwrap();
+    let start = image.size - 0x1000;
+    let o = leechio(&[
+        "-d",
+        &image.device(),
+        "dump",
+        "--format",
+        "raw",
+        "--range",
+        &format!("{start:#x}-{:#x}", start + 0x3000),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let raw = std::fs::read(&path).unwrap();
+    assert_eq!(raw.len(), 0x3000);
+    assert_eq!(raw[..0x1000], image.bytes(start, 0x1000)[..]);
+    assert!(raw[0x1000..].iter().all(|&b| b == 0), "stale bytes");
 }
 
 /// Runs `leechio read` of 1 MiB (megabytes of text, more than a pipe

@@ -208,6 +208,64 @@ fn refuse_non_file(output: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A file a dump writes, opened without truncating it, so a dump refused
+/// after opening it leaves what was there untouched.
+struct OutputFile {
+    file: File,
+    path: PathBuf,
+    /// Whether this dump created it (and so removes it when refused).
+    created: bool,
+}
+
+impl OutputFile {
+    /// Opens `path` for writing, creating it if need be, keeping its content.
+    fn open(path: &Path) -> Result<OutputFile, Failure> {
+        let cannot = |e: std::io::Error| Failure(format!("cannot write {}: {e}", path.display()));
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true);
+        // `create_new` first, to know whether the file is this dump's own.
+        match options.clone().create_new(true).open(path) {
+            Ok(file) => Ok(OutputFile {
+                file,
+                path: path.to_path_buf(),
+                created: true,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(OutputFile {
+                file: options.open(path).map_err(cannot)?,
+                path: path.to_path_buf(),
+                created: false,
+            }),
+            Err(e) => Err(cannot(e)),
+        }
+    }
+
+    /// Whether the file system lets the file be `size` bytes long: grows it
+    /// (sparsely) when it is shorter. A failed `ftruncate` changes nothing,
+    /// so a refused size leaves an existing file as it was.
+    fn check_size(&self, size: u64) -> std::io::Result<()> {
+        if size > self.file.metadata()?.len() {
+            self.file.set_len(size)?;
+        }
+        Ok(())
+    }
+
+    /// Gives the file up when the dump is refused: removes it if this dump
+    /// created it, leaves it untouched otherwise.
+    fn abandon(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Empties the file for the dump: past here its old content is gone.
+    fn truncate(self) -> Result<File, Failure> {
+        self.file
+            .set_len(0)
+            .map_err(|e| Failure(format!("cannot write {}: {e}", self.path.display())))?;
+        Ok(self.file)
+    }
+}
+
 /// `n` bytes as people read them: `16.0 EiB`, `2.0 MiB`, `4096 bytes`.
 fn human_size(n: u64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
@@ -277,18 +335,12 @@ pub fn run(
         return Err(too_large(&args.output, Some(size)));
     }
 
-    // A file that was there is left (emptied) if sizing fails; only one
-    // this dump created is removed.
-    let existed = std::fs::symlink_metadata(&args.output).is_ok();
-    let mut file = File::create(&args.output)
-        .map_err(|e| Failure(format!("cannot write {}: {e}", args.output.display())))?;
-    // Sized (sparsely) and back, so a file system that cannot hold it says
-    // so now, not after the whole dump was read. Left empty, the file grows
-    // as it is written: its size shows how far the dump got.
-    if let Err(e) = file.set_len(size).and_then(|()| file.set_len(0)) {
-        if !existed {
-            let _ = std::fs::remove_file(&args.output);
-        }
+    let out = OutputFile::open(&args.output)?;
+    // Sized (sparsely), so a file system that cannot hold it says so now,
+    // not after the whole dump was read; a refusal leaves a file that was
+    // there as it was.
+    if let Err(e) = out.check_size(size) {
+        out.abandon();
         return Err(Failure(format!(
             "cannot make {} {size:#x} bytes ({}) long: {e}; narrow --range{}",
             args.output.display(),
@@ -300,6 +352,10 @@ pub fn run(
             }
         )));
     }
+    // Only now is the old content dropped. Left empty, the file grows as it
+    // is written: its size shows how far the dump got, and the holes of a
+    // raw dump read as zeros, not as what the file held before.
+    let mut file = out.truncate()?;
     let sidecar = failed_list_path(&args.output);
 
     let stop = Arc::new(AtomicBool::new(false));
