@@ -836,6 +836,24 @@ fn a_refused_dump_leaves_existing_files_as_they_were() {
     assert!(raw[0x1000..].iter().all(|&b| b == 0), "stale bytes");
 }
 
+#[test]
+fn an_unwritable_failed_list_is_found_before_the_dump() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.elf");
+    let failed = dir.path().join("out.elf.failed");
+    // A place that cannot be created even by root: inside no folder.
+    std::os::unix::fs::symlink(dir.path().join("no/such/folder"), &failed).unwrap();
+    let dump = || leechio(&["-d", &image.device(), "dump", "-o", path.to_str().unwrap()]);
+    let o = dump();
+    assert_refused(&o, &format!("cannot write {}", failed.display()));
+    assert!(!path.exists(), "refused before the dump was written");
+    // An output that was there stays as it was.
+    std::fs::write(&path, "precious\n").unwrap();
+    assert_refused(&dump(), &format!("cannot write {}", failed.display()));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious\n");
+}
+
 /// Runs `leechio read` of 1 MiB (megabytes of text, more than a pipe
 /// holds) with stdout, and stderr too when `close_stderr`, a pipe closed
 /// by its reader before the first byte: a reader like `head` that is done.

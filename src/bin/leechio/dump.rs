@@ -336,11 +336,22 @@ pub fn run(
     }
 
     let out = OutputFile::open(&args.output)?;
+    // The `.failed` list is opened now too: a place it cannot be written
+    // is found before a byte is read, not after the whole dump.
+    let sidecar_path = failed_list_path(&args.output);
+    let sidecar = match OutputFile::open(&sidecar_path) {
+        Ok(sidecar) => sidecar,
+        Err(e) => {
+            out.abandon();
+            return Err(e);
+        }
+    };
     // Sized (sparsely), so a file system that cannot hold it says so now,
     // not after the whole dump was read; a refusal leaves a file that was
     // there as it was.
     if let Err(e) = out.check_size(size) {
         out.abandon();
+        sidecar.abandon();
         return Err(Failure(format!(
             "cannot make {} {size:#x} bytes ({}) long: {e}; narrow --range{}",
             args.output.display(),
@@ -356,8 +367,7 @@ pub fn run(
     // is written: its size shows how far the dump got, and the holes of a
     // raw dump read as zeros, not as what the file held before.
     let mut file = out.truncate()?;
-    let sidecar = failed_list_path(&args.output);
-
+    let sidecar = sidecar.truncate()?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -419,7 +429,7 @@ pub fn run(
             .map_err(|e| Failure(format!("writing {}: {e}", args.output.display())))?;
     }
     write_failed_list(&sidecar, &failed)
-        .map_err(|e| Failure(format!("writing {}: {e}", sidecar.display())))?;
+        .map_err(|e| Failure(format!("writing {}: {e}", sidecar_path.display())))?;
 
     let read: u64 = written.iter().sum();
     let failed_bytes: u64 = failed.iter().map(|(a, b, _)| b - a).sum();
@@ -428,7 +438,7 @@ pub fn run(
             "{}",
             json!({"output": args.output.display().to_string(), "ranges": pieces.len(), "bytes": read,
                 "failed_bytes": failed_bytes, "failed_ranges": failed.len(), "interrupted": interrupted,
-                "failed_list": sidecar.display().to_string()})
+                "failed_list": sidecar_path.display().to_string()})
         );
     } else {
         outln!(
@@ -441,7 +451,7 @@ pub fn run(
             if failed.is_empty() {
                 String::new()
             } else {
-                format!(" (listed in {})", sidecar.display())
+                format!(" (listed in {})", sidecar_path.display())
             }
         );
         if interrupted {
@@ -456,7 +466,7 @@ pub fn run(
     if read > 0 && read == failed_bytes {
         errln!(
             "leechio: nothing could be read: all {read} bytes failed (listed in {})",
-            sidecar.display()
+            sidecar_path.display()
         );
         return Ok(ExitCode::FAILURE);
     }
@@ -585,8 +595,10 @@ fn failed_list_path(output: &std::path::Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn write_failed_list(path: &std::path::Path, failed: &[(u64, u64, String)]) -> std::io::Result<()> {
-    let mut out = std::io::BufWriter::new(File::create(path)?);
+/// Writes the list of failed ranges into `file` (opened and emptied when
+/// the dump started).
+fn write_failed_list(file: &File, failed: &[(u64, u64, String)]) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(file);
     writeln!(
         out,
         "# ranges that could not be read (zero-filled in the dump): start end reason"
