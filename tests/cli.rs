@@ -854,6 +854,93 @@ fn an_unwritable_failed_list_is_found_before_the_dump() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious\n");
 }
 
+/// A tmpfs of a given size mounted on a temporary folder, unmounted on
+/// drop: a disk that fills up.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// Mounts it, or says why it cannot (mounting needs root).
+    fn mount(size: u64) -> Result<SmallDisk, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        let (source, target, fs, options) = (
+            c("tmpfs"),
+            c(dir.path().to_str().unwrap()),
+            c("tmpfs"),
+            c(&format!("size={size}")),
+        );
+        // SAFETY: valid C strings; mounts on a folder of this test's own.
+        let rc = unsafe {
+            libc::mount(
+                source.as_ptr(),
+                target.as_ptr(),
+                fs.as_ptr(),
+                0,
+                options.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error().to_string());
+        }
+        Ok(SmallDisk { dir })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let target = std::ffi::CString::new(self.dir.path().to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string; the folder this test mounted on.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+#[test]
+fn a_disk_filling_up_ends_the_dump_with_a_valid_file() {
+    let disk = match SmallDisk::mount(8 * MIB) {
+        Ok(disk) => disk,
+        Err(e) => {
+            eprintln!("skipped: cannot mount a small tmpfs ({e}); run as root to test a full disk");
+            return;
+        }
+    };
+    let image = Image::new(16 * MIB);
+    let path = disk.dir.path().join("ram.elf");
+    let o = leechio(&["-d", &image.device(), "dump", "-o", path.to_str().unwrap()]);
+    assert_refused(&o, "No space left on device");
+    assert_refused(&o, "the dump stopped there");
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    // readelf takes the file, and its one segment holds what was written.
+    let readelf = Command::new("readelf")
+        .args(["-h", "-l", "-W"])
+        .arg(&path)
+        .output()
+        .expect("run readelf");
+    assert!(
+        readelf.status.success() && readelf.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&readelf.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&readelf.stdout).contains("CORE (Core file)"),
+        "{}",
+        String::from_utf8_lossy(&readelf.stdout)
+    );
+    let elf = std::fs::read(&path).unwrap();
+    let loads = program_headers(&elf);
+    assert_eq!(loads.len(), 1, "{loads:x?}");
+    let (_, offset, vaddr, _, size) = loads[0];
+    assert!(size > 0 && size < image.size, "{size:#x}");
+    assert_eq!(
+        elf.len() as u64,
+        offset + size,
+        "the file ends with the segment"
+    );
+    assert!(elf[offset as usize..] == image.bytes(vaddr, size as usize)[..]);
+    assert!(disk.dir.path().join("ram.elf.failed").exists());
+}
+
 /// Runs `leechio read` of 1 MiB (megabytes of text, more than a pipe
 /// holds) with stdout, and stderr too when `close_stderr`, a pipe closed
 /// by its reader before the first byte: a reader like `head` that is done.

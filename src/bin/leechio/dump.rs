@@ -309,8 +309,7 @@ pub fn run(
     // no file can have is refused before anything is created.
     let base = args.range.as_ref().map_or(0, |r| r.start);
     let mut offsets = Vec::with_capacity(pieces.len());
-    let mut at = (std::mem::size_of::<ElfHeader>()
-        + pieces.len() * std::mem::size_of::<ProgramHeader>()) as u64;
+    let mut at = headers_len(pieces.len());
     for p in &pieces {
         let offset = match args.format {
             Format::Elf => at.checked_next_multiple_of(0x1000),
@@ -368,6 +367,13 @@ pub fn run(
     // raw dump read as zeros, not as what the file held before.
     let mut file = out.truncate()?;
     let sidecar = sidecar.truncate()?;
+    if args.format == Format::Elf {
+        // The headers' place is written (as zeros) now, so that a disk that
+        // fills up midway still has room for the headers at the end: they
+        // overwrite blocks the file already holds.
+        file.write_all_at(&vec![0; headers_len(pieces.len()) as usize], 0)
+            .map_err(|e| Failure(format!("writing {}: {e}", args.output.display())))?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -380,6 +386,9 @@ pub fn run(
 
     let mut written = vec![0u64; pieces.len()];
     let mut failed: Vec<(u64, u64, String)> = Vec::new();
+    // A write that fails (a full disk) ends the dump as Ctrl-C does: the
+    // file keeps what was written, with headers for it.
+    let mut write_error = None;
     let mut buf = vec![0u8; CHUNK as usize];
     'pieces: for (i, p) in pieces.iter().enumerate() {
         let mut done = 0;
@@ -390,13 +399,18 @@ pub fn run(
             let n = (p.len - done).min(CHUNK) as usize;
             let chunk = &mut buf[..n];
             let outcome = mem.read_now([(p.pa + done, &mut *chunk)]);
+            let mut chunk_failed = Vec::new();
             for f in outcome.failures(0) {
                 chunk[f.offset..f.offset + f.len].fill(0);
                 let start = p.addr + done + f.offset as u64;
-                failed.push((start, start + f.len as u64, f.reason.to_string()));
+                chunk_failed.push((start, start + f.len as u64, f.reason.to_string()));
             }
-            file.write_all_at(chunk, offsets[i] + done)
-                .map_err(|e| Failure(format!("writing {}: {e}", args.output.display())))?;
+            if let Err(e) = file.write_all_at(chunk, offsets[i] + done) {
+                write_error = Some(e);
+                break 'pieces;
+            }
+            // Listed only once in the file: the list names ranges it holds.
+            failed.append(&mut chunk_failed);
             done += n as u64;
             written[i] = done;
             bar.inc(n as u64);
@@ -404,10 +418,18 @@ pub fn run(
     }
     bar.finish_and_clear();
     let interrupted = stop.load(Ordering::SeqCst);
+    // What went wrong finishing the file, each said in the one error line.
+    let mut problems = Vec::new();
+    if let Some(e) = &write_error {
+        problems.push(format!(
+            "writing {}: {e}; the dump stopped there, and the file holds what was written until then",
+            args.output.display()
+        ));
+    }
 
-    // Holes at the end of a raw dump of a range are zeros too; an
-    // interrupted dump ends where what was read ends.
-    let end = if interrupted {
+    // Holes at the end of a raw dump of a range are zeros too; a dump
+    // that stopped early ends where what was written ends.
+    let end = if interrupted || write_error.is_some() {
         offsets
             .iter()
             .zip(&written)
@@ -418,18 +440,25 @@ pub fn run(
     } else {
         size
     };
-    file.set_len(end).map_err(|e| {
-        Failure(format!(
+    if let Err(e) = file.set_len(end) {
+        problems.push(format!(
             "setting the length of {} to {end:#x}: {e}",
             args.output.display()
-        ))
-    })?;
-    if args.format == Format::Elf {
-        write_elf_headers(&mut file, &pieces, &offsets, &written, args.dtb.is_some())
-            .map_err(|e| Failure(format!("writing {}: {e}", args.output.display())))?;
+        ));
     }
-    write_failed_list(&sidecar, &failed)
-        .map_err(|e| Failure(format!("writing {}: {e}", sidecar_path.display())))?;
+    if args.format == Format::Elf {
+        if let Err(e) =
+            write_elf_headers(&mut file, &pieces, &offsets, &written, args.dtb.is_some())
+        {
+            problems.push(format!(
+                "writing the ELF headers of {}: {e}; it is not a valid ELF file",
+                args.output.display()
+            ));
+        }
+    }
+    if let Err(e) = write_failed_list(&sidecar, &failed) {
+        problems.push(format!("writing {}: {e}", sidecar_path.display()));
+    }
 
     let read: u64 = written.iter().sum();
     let failed_bytes: u64 = failed.iter().map(|(a, b, _)| b - a).sum();
@@ -438,7 +467,8 @@ pub fn run(
             "{}",
             json!({"output": args.output.display().to_string(), "ranges": pieces.len(), "bytes": read,
                 "failed_bytes": failed_bytes, "failed_ranges": failed.len(), "interrupted": interrupted,
-                "failed_list": sidecar_path.display().to_string()})
+                "failed_list": sidecar_path.display().to_string(),
+                "error": (!problems.is_empty()).then(|| problems.join("; "))})
         );
     } else {
         outln!(
@@ -454,9 +484,13 @@ pub fn run(
                 format!(" (listed in {})", sidecar_path.display())
             }
         );
-        if interrupted {
+        if interrupted && problems.is_empty() {
             outln!("interrupted: the file holds what was read until then");
         }
+    }
+    if !problems.is_empty() {
+        errln!("leechio: {}", problems.join("; "));
+        return Ok(ExitCode::FAILURE);
     }
     if interrupted {
         return Ok(ExitCode::from(130));
@@ -541,6 +575,14 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
     }
 }
 
+/// Bytes of the ELF headers of a dump of `ranges` ranges: the file
+/// header and a program header per range.
+fn headers_len(ranges: usize) -> u64 {
+    (std::mem::size_of::<ElfHeader>() + ranges * std::mem::size_of::<ProgramHeader>()) as u64
+}
+
+/// Writes the ELF file header and a `PT_LOAD` per range (as far as it was
+/// written) at the start of `file`.
 fn write_elf_headers(
     file: &mut File,
     pieces: &[Piece],
