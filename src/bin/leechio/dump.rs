@@ -91,6 +91,25 @@ struct ProgramHeader {
     align: u64,
 }
 
+/// ELF64 section header: a dump has one only for extended numbering.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct SectionHeader {
+    name: u32,
+    kind: u32,
+    flags: u64,
+    addr: u64,
+    offset: u64,
+    size: u64,
+    link: u32,
+    info: u32,
+    addralign: u64,
+    entsize: u64,
+}
+
+/// `e_phnum` saying "as many program headers as section header 0's
+/// `sh_info` says" (ELF extended numbering), for counts that do not fit.
+const PN_XNUM: u16 = 0xffff;
 const ET_CORE: u16 = 4;
 const EM_X86_64: u16 = 62;
 const PT_LOAD: u32 = 1;
@@ -299,36 +318,18 @@ pub fn run(
             "--format raw of an address space needs --range (the space spans 2^64 bytes)".into(),
         ));
     }
-    if args.format == Format::Elf && pieces.len() >= 0xffff {
+    // Past PN_XNUM program headers the count goes in a section header's
+    // 32-bit sh_info.
+    if args.format == Format::Elf && u32::try_from(pieces.len()).is_err() {
         return Err(Failure(format!(
-            "{} ranges are more than an ELF file holds; narrow it with --range",
+            "{} ranges are more than an ELF file can count (2^32 - 1); narrow it with --range",
             pieces.len()
         )));
     }
     // Where each piece goes in the file, and how long the file is; a size
     // no file can have is refused before anything is created.
-    let base = args.range.as_ref().map_or(0, |r| r.start);
-    let mut offsets = Vec::with_capacity(pieces.len());
-    let mut at = headers_len(pieces.len());
-    for p in &pieces {
-        let offset = match args.format {
-            Format::Elf => at.checked_next_multiple_of(0x1000),
-            Format::Raw => Some(p.addr - base),
-        };
-        let end = offset.and_then(|o| o.checked_add(p.len));
-        match (offset, end) {
-            (Some(offset), Some(end)) => {
-                offsets.push(offset);
-                at = end;
-            }
-            _ => return Err(too_large(&args.output, None)),
-        }
-    }
-    let size = match (args.format, &args.range) {
-        // Holes at the end of a raw dump of a range are zeros too.
-        (Format::Raw, Some(r)) => r.end - r.start,
-        _ => at,
-    };
+    let (offsets, size) = layout(&pieces, args.format, args.range.as_ref())
+        .ok_or_else(|| too_large(&args.output, None))?;
     // The kernel's limit for any file (`off_t`).
     if size > i64::MAX as u64 {
         return Err(too_large(&args.output, Some(size)));
@@ -507,6 +508,28 @@ pub fn run(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where each piece goes in the file, and the file's length; `None` when
+/// that is more than 2^64 bytes.
+fn layout(pieces: &[Piece], format: Format, range: Option<&Range<u64>>) -> Option<(Vec<u64>, u64)> {
+    let base = range.map_or(0, |r| r.start);
+    let mut offsets = Vec::with_capacity(pieces.len());
+    let mut at = headers_len(pieces.len());
+    for p in pieces {
+        let offset = match format {
+            Format::Elf => at.checked_next_multiple_of(0x1000)?,
+            Format::Raw => p.addr - base,
+        };
+        offsets.push(offset);
+        at = offset.checked_add(p.len)?;
+    }
+    let size = match (format, range) {
+        // Holes at the end of a raw dump of a range are zeros too.
+        (Format::Raw, Some(r)) => r.end - r.start,
+        _ => at,
+    };
+    Some((offsets, size))
+}
+
 /// The error for a dump too large to be a file.
 fn too_large(output: &Path, size: Option<u64>) -> Failure {
     let size = size.map_or("more than 16 EiB".into(), |n| {
@@ -576,9 +599,16 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
 }
 
 /// Bytes of the ELF headers of a dump of `ranges` ranges: the file
-/// header and a program header per range.
+/// header, a program header per range, and, from [`PN_XNUM`] ranges on,
+/// the section header that holds their count.
 fn headers_len(ranges: usize) -> u64 {
-    (std::mem::size_of::<ElfHeader>() + ranges * std::mem::size_of::<ProgramHeader>()) as u64
+    let extended = if ranges >= PN_XNUM as usize {
+        std::mem::size_of::<SectionHeader>()
+    } else {
+        0
+    };
+    (std::mem::size_of::<ElfHeader>() + ranges * std::mem::size_of::<ProgramHeader>() + extended)
+        as u64
 }
 
 /// Writes the ELF file header and a `PT_LOAD` per range (as far as it was
@@ -607,6 +637,13 @@ fn write_elf_headers(
             align: 0x1000,
         })
         .collect();
+    // Too many for e_phnum: it says PN_XNUM, and the count is in sh_info of
+    // section header 0 (a null section), after the program headers.
+    let phoff = std::mem::size_of::<ElfHeader>() as u64;
+    let extended = (loads.len() >= PN_XNUM as usize).then(|| SectionHeader {
+        info: loads.len() as u32,
+        ..Zeroable::zeroed()
+    });
     let mut ident = [0u8; 16];
     ident[..7].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1]); // 64-bit, little endian, version 1
     let header = ElfHeader {
@@ -615,19 +652,29 @@ fn write_elf_headers(
         machine: EM_X86_64,
         version: 1,
         entry: 0,
-        phoff: std::mem::size_of::<ElfHeader>() as u64,
-        shoff: 0,
+        phoff,
+        shoff: match extended {
+            Some(_) => phoff + (loads.len() * std::mem::size_of::<ProgramHeader>()) as u64,
+            None => 0,
+        },
         flags: 0,
         ehsize: std::mem::size_of::<ElfHeader>() as u16,
         phentsize: std::mem::size_of::<ProgramHeader>() as u16,
-        phnum: loads.len() as u16,
-        shentsize: 64,
-        shnum: 0,
+        phnum: match extended {
+            Some(_) => PN_XNUM,
+            None => loads.len() as u16,
+        },
+        shentsize: std::mem::size_of::<SectionHeader>() as u16,
+        shnum: u16::from(extended.is_some()),
+        // SHN_UNDEF: no section names.
         shstrndx: 0,
     };
     file.seek(SeekFrom::Start(0))?;
     file.write_all(bytemuck::bytes_of(&header))?;
     file.write_all(bytemuck::cast_slice(&loads))?;
+    if let Some(section) = &extended {
+        file.write_all(bytemuck::bytes_of(section))?;
+    }
     file.flush()
 }
 
@@ -654,4 +701,78 @@ fn write_failed_list(file: &File, failed: &[(u64, u64, String)]) -> std::io::Res
 const _: () = {
     assert!(std::mem::size_of::<ElfHeader>() == 64);
     assert!(std::mem::size_of::<ProgramHeader>() == 56);
+    assert!(std::mem::size_of::<SectionHeader>() == 64);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `readelf -h -l -W` of `path`: its output, and that it had nothing
+    /// to complain about.
+    fn readelf(path: &Path) -> String {
+        let o = std::process::Command::new("readelf")
+            .args(["-h", "-l", "-W"])
+            .arg(path)
+            .output()
+            .expect("run readelf");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success() && err.is_empty(), "{err}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Writes the ELF dump layout and headers of `pieces` (all fully
+    /// written) to a sparse file and returns readelf's view of it.
+    fn headers_of(pieces: &[Piece]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dump.elf");
+        let mut file = File::create(&path).unwrap();
+        let (offsets, size) = layout(pieces, Format::Elf, None).unwrap();
+        file.set_len(size).unwrap();
+        let written: Vec<u64> = pieces.iter().map(|p| p.len).collect();
+        write_elf_headers(&mut file, pieces, &offsets, &written, false).unwrap();
+        readelf(&path)
+    }
+
+    #[test]
+    fn more_ranges_than_e_phnum_holds_use_extended_numbering() {
+        let n = PN_XNUM as u64 + 2;
+        let pieces: Vec<Piece> = (0..n)
+            .map(|i| Piece {
+                addr: i * 0x2000,
+                pa: i * 0x2000,
+                len: 0x1000,
+            })
+            .collect();
+        let out = headers_of(&pieces);
+        // readelf reads the count from the section header.
+        assert!(
+            out.contains(&format!("Number of program headers:         65535 ({n})")),
+            "{}",
+            &out[..2000]
+        );
+        let loads: Vec<&str> = out
+            .lines()
+            .filter(|l| l.trim_start().starts_with("LOAD"))
+            .collect();
+        assert_eq!(loads.len() as u64, n);
+        let last = loads.last().unwrap();
+        assert!(
+            last.contains(&format!("0x{:016x}", (n - 1) * 0x2000)),
+            "{last}"
+        );
+
+        // One fewer than PN_XNUM still fits in e_phnum: no section header.
+        let out = headers_of(&pieces[..PN_XNUM as usize - 1]);
+        assert!(
+            out.contains("Number of program headers:         65534\n"),
+            "{}",
+            &out[..2000]
+        );
+        assert!(
+            out.contains("Number of section headers:         0"),
+            "{}",
+            &out[..2000]
+        );
+    }
+}
