@@ -941,6 +941,54 @@ fn a_disk_filling_up_ends_the_dump_with_a_valid_file() {
     assert!(disk.dir.path().join("ram.elf.failed").exists());
 }
 
+/// (offset, vaddr, filesz, align) of each `LOAD` in `readelf -l -W` of
+/// `path`, which must have nothing to complain about.
+fn readelf_loads(path: &Path) -> Vec<(u64, u64, u64, u64)> {
+    let o = Command::new("readelf")
+        .args(["-l", "-W"])
+        .arg(path)
+        .output()
+        .expect("run readelf");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.is_empty(), "{err}");
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("LOAD"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // Offset VirtAddr PhysAddr FileSiz MemSiz Flg Align
+            (hex(f[0]), hex(f[1]), hex(f[3]), hex(f[6]))
+        })
+        .collect()
+}
+
+#[test]
+fn an_unaligned_range_sits_at_an_offset_congruent_to_its_address() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("odd.elf");
+    let o = leechio(&[
+        "-d",
+        &image.device(),
+        "dump",
+        "--range",
+        "0x9c001-0x9e003",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let loads = readelf_loads(&path);
+    assert_eq!(loads.len(), 1, "{loads:x?}");
+    let (offset, vaddr, size, align) = loads[0];
+    assert_eq!((vaddr, size), (0x9c001, 0x2002));
+    assert_eq!(offset % align, vaddr % align, "{loads:x?}");
+    let elf = std::fs::read(&path).unwrap();
+    assert!(
+        elf[offset as usize..(offset + size) as usize] == image.bytes(vaddr, size as usize)[..]
+    );
+}
+
 /// Runs `leechio read` of 1 MiB (megabytes of text, more than a pipe
 /// holds) with stdout, and stderr too when `close_stderr`, a pipe closed
 /// by its reader before the first byte: a reader like `head` that is done.

@@ -21,6 +21,9 @@ use super::numbers::{parse_number, parse_range};
 use super::Failure;
 use leechio::{AddressSpace, Memory};
 
+/// The alignment of an ELF dump's segments (p_align).
+const PAGE: u64 = 0x1000;
+
 /// Bytes per device call while dumping.
 const CHUNK: u64 = 4 << 20;
 
@@ -516,7 +519,19 @@ fn layout(pieces: &[Piece], format: Format, range: Option<&Range<u64>>) -> Optio
     let mut at = headers_len(pieces.len());
     for p in pieces {
         let offset = match format {
-            Format::Elf => at.checked_next_multiple_of(0x1000)?,
+            // The first place from `at` with p_offset ≡ p_vaddr (mod
+            // p_align), which the ELF spec requires of a PT_LOAD. Kept at
+            // p_align 0x1000 (not 1, which any offset satisfies) so that
+            // readers that map segments page by page (gdb via bfd, mmap-based
+            // forensic tools) can; it costs under a page of padding per range.
+            Format::Elf => {
+                let o = (at - at % PAGE).checked_add(p.addr % PAGE)?;
+                if o < at {
+                    o.checked_add(PAGE)?
+                } else {
+                    o
+                }
+            }
             Format::Raw => p.addr - base,
         };
         offsets.push(offset);
@@ -634,7 +649,7 @@ fn write_elf_headers(
             paddr: if virtual_space { p.pa } else { p.addr },
             filesz: w,
             memsz: w,
-            align: 0x1000,
+            align: PAGE,
         })
         .collect();
     // Too many for e_phnum: it says PN_XNUM, and the count is in sh_info of
@@ -774,5 +789,32 @@ mod tests {
             "{}",
             &out[..2000]
         );
+    }
+
+    #[test]
+    fn segments_sit_at_offsets_congruent_to_their_addresses() {
+        let out = headers_of(&[
+            Piece {
+                addr: 0x9c001,
+                pa: 0x9c001,
+                len: 0x2002,
+            },
+            Piece {
+                addr: 0xa0ff8,
+                pa: 0xa0ff8,
+                len: 0x10,
+            },
+            Piece {
+                addr: 0xb1000,
+                pa: 0xb1000,
+                len: 0x1000,
+            },
+        ]);
+        let offsets: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("LOAD"))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(offsets, ["0x001001", "0x003ff8", "0x005000"], "{out}");
     }
 }
