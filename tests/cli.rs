@@ -101,6 +101,49 @@ fn read_prints_the_bytes_and_question_marks_for_unreadable_ones() {
     assert!(stderr(&o).contains("unreadable"), "{}", stderr(&o));
 }
 
+#[test]
+fn a_read_past_the_top_of_the_address_space_names_the_addresses_it_asked_for() {
+    let image = Image::new(16 * MIB);
+    let o = leechio(&["-d", &image.device(), "read", "0xfffffffffffffff8", "24"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("0xfffffffffffffff8..0x10000000000000000 unreadable: address past the end")
+            && err.contains(
+                "0x10000000000000000..0x10000000000000010 unreadable: range wraps past the end of the address space"
+            ),
+        "{err}"
+    );
+    assert!(!err.contains(": 0x0.") && !err.contains(" 0x0."), "{err}");
+    let lines: Vec<String> = stdout(&o).lines().map(|l| l[..18].to_string()).collect();
+    assert_eq!(lines, ["fffffffffffffff8  ", "10000000000000008 "]);
+
+    let o = leechio(&[
+        "-d",
+        &image.device(),
+        "read",
+        "0xfffffffffffffff8",
+        "16",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let failed: Vec<(&str, u64)> = v["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["address"].as_str().unwrap(),
+                f["length"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        [("0xfffffffffffffff8", 8), ("0x10000000000000000", 8)]
+    );
+}
+
 /// A page-aligned physical memory image the `x86_64` crate's mapper writes
 /// page tables into.
 #[repr(C, align(4096))]

@@ -235,7 +235,7 @@ fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Fa
             .collect();
         let failures: Vec<_> = failed
             .iter()
-            .map(|f| json!({"address": hex(addr.wrapping_add(f.offset as u64)), "length": f.len, "reason": f.reason.to_string()}))
+            .map(|f| json!({"address": hex(past(addr, f.offset)), "length": f.len, "reason": f.reason.to_string()}))
             .collect();
         output::checked_stdout(writeln!(
             out,
@@ -264,7 +264,7 @@ fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Fa
             output::checked_stdout(writeln!(
                 out,
                 "{:016x}  {:<47}  |{text}|",
-                addr.wrapping_add(base as u64),
+                past(addr, base),
                 hexes.join(" ")
             ));
         }
@@ -279,8 +279,8 @@ fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Fa
             for (f, why) in e.failed.iter().zip(why) {
                 errln!(
                     "leechio: {:#x}..{:#x} unreadable: {why}",
-                    addr.wrapping_add(f.offset as u64),
-                    addr.wrapping_add((f.offset + f.len) as u64),
+                    past(addr, f.offset),
+                    past(addr, f.offset + f.len),
                 );
             }
             Ok(ExitCode::FAILURE)
@@ -415,7 +415,14 @@ fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn hex(v: u64) -> String {
+/// The address `offset` bytes past `addr`, as the number it is: a read
+/// that runs off the end of the address space shows addresses from 2^64
+/// (`0x10000000000000000`) on, not from 0 again, which was not asked for.
+fn past(addr: u64, offset: usize) -> u128 {
+    u128::from(addr) + offset as u128
+}
+
+fn hex(v: impl std::fmt::LowerHex) -> String {
     format!("{v:#x}")
 }
 
