@@ -759,6 +759,29 @@ fn dump_exits_nonzero_only_when_nothing_could_be_read() {
 }
 
 #[test]
+fn a_dump_of_a_root_outside_memory_says_so() {
+    let SpacesImage { _dir, device, .. } = spaces_image();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("space.elf");
+    // The image is 32 MiB: the root lies past its end.
+    let o = leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "--dtb",
+        "0x5000000",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert_refused(
+        &o,
+        "the page-table root 0x5000000 (--dtb) is unreadable: address past the end of the device's memory (memory ends at 0x2000000)",
+    );
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(!path.exists());
+}
+
+#[test]
 fn dump_checks_the_size_of_its_file_before_dumping() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();

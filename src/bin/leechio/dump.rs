@@ -591,6 +591,23 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
         }
         Some(dtb) => {
             let space = AddressSpace::new(mem.clone(), dtb);
+            // A root that cannot be read makes every range unreadable; that
+            // is the one thing to say, not "no memory in that range".
+            let mut entry = [0u8; 8];
+            if let Err(e) = mem.block_on(mem.read(space.dtb(), &mut entry)) {
+                let why = e.failed.first().map(|f| f.reason.to_string());
+                let end = mem.backend().memory_map().end();
+                return Err(Failure(format!(
+                    "the page-table root {:#x} (--dtb) is unreadable: {}{}; nothing to dump",
+                    space.dtb(),
+                    why.as_deref().unwrap_or("read failed"),
+                    if space.dtb() >= end {
+                        format!(" (memory ends at {end:#x})")
+                    } else {
+                        String::new()
+                    }
+                )));
+            }
             let range = args.range.clone().unwrap_or(0..u64::MAX);
             let found = mem.block_on(space.mappings(range));
             for (r, why) in &found.unreadable {
