@@ -488,6 +488,25 @@ fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
         (Some(0x1000), Some(1))
     );
     let elf = std::fs::read(&path).unwrap();
+    // "bytes" are those read: the segments' bytes less the failed page,
+    // as the text output says too.
+    let in_segments: u64 = program_headers(&elf).iter().map(|h| h.4).sum();
+    let read = in_segments - 0x1000;
+    assert_eq!(summary["bytes"].as_u64(), Some(read), "{summary}");
+    let o = leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "--dtb",
+        &format!("{:#x}", dtbs[2]),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        stdout(&o).contains(&format!(": {read} bytes in ")),
+        "{}",
+        stdout(&o)
+    );
     let (_, offset, ..) = program_headers(&elf)
         .into_iter()
         .find(|h| h.2 == BEYOND)

@@ -464,8 +464,11 @@ pub fn run(
         problems.push(format!("writing {}: {e}", sidecar_path.display()));
     }
 
-    let read: u64 = written.iter().sum();
+    // Bytes in the file's ranges: those read, and those that failed
+    // (zeros in the file); "bytes" in text and JSON alike is those read.
+    let dumped: u64 = written.iter().sum();
     let failed_bytes: u64 = failed.iter().map(|(a, b, _)| b - a).sum();
+    let read = dumped.saturating_sub(failed_bytes);
     if json_output {
         outln!(
             "{}",
@@ -478,7 +481,7 @@ pub fn run(
         outln!(
             "{}: {} bytes in {} ranges, {} bytes failed in {} ranges{}",
             args.output.display(),
-            read - failed_bytes,
+            read,
             pieces.len(),
             failed_bytes,
             failed.len(),
@@ -501,9 +504,9 @@ pub fn run(
     }
     // Holes are normal, but a dump with no byte of memory in it is a
     // failure (a dead device, a wrong --dtb), not a result.
-    if read > 0 && read == failed_bytes {
+    if dumped > 0 && read == 0 {
         errln!(
-            "leechio: nothing could be read: all {read} bytes failed (listed in {})",
+            "leechio: nothing could be read: all {dumped} bytes failed (listed in {})",
             sidecar_path.display()
         );
         return Ok(ExitCode::FAILURE);
