@@ -1,6 +1,8 @@
 //! CPU cost per read: the engine against a direct `Backend::read_scatter`
 //! call on the in-memory backend, and against the least a design with a
-//! future per read can cost (`Floor`), for batches of 1 to 4096 reads.
+//! future per read can cost (`Floor`), for batches of 1 to 4096 reads; and
+//! the engine's synchronous batch (`read_now`), which plans the same way
+//! without futures.
 //!
 //! `cargo bench --bench engine` (criterion; add `-- --quick` for a short run).
 
@@ -205,6 +207,19 @@ fn per_read(c: &mut Criterion) {
                                 futures: &mut futures,
                             },
                         );
+                    })
+                },
+            );
+            // The synchronous batch, the path of the memflow plugin and the
+            // C API: the engine's planning and failure ranges, no futures.
+            group.bench_with_input(
+                BenchmarkId::new("engine read_now", batch),
+                &batch,
+                |b, _| {
+                    b.iter(|| {
+                        let ops = addrs.iter().zip(bufs.iter_mut());
+                        let outcome = mem.read_now(ops.map(|(&a, buf)| (a, &mut buf[..])));
+                        assert!(outcome.is_ok());
                     })
                 },
             );

@@ -18,9 +18,9 @@ def median_ns(group, bench, batch):
 
 groups = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith("read "))
 baseline = "direct read_scatter"
-benches = ["floor of futures", "engine read", "engine scoped read", "engine read_into_owned"]
-print("| reads of | batch | direct call, ns/read | floor of futures, ns/read | ratio | engine, ns/read | ratio | engine (scoped buffer), ns/read | ratio | engine (owned buffer), ns/read | ratio |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+benches = ["engine read_now", "floor of futures", "engine read", "engine scoped read", "engine read_into_owned"]
+print("| reads of | batch | direct call, ns/read | engine's synchronous batch, ns/read | ratio | floor of futures, ns/read | ratio | engine, ns/read | ratio | engine (scoped buffer), ns/read | ratio | engine (owned buffer), ns/read | ratio |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for group in sorted(groups, key=lambda g: int(g.split()[1])):
     batches = sorted(int(p.name) for p in (root / group / baseline).iterdir() if p.name.isdigit())
     for batch in batches:

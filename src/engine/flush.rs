@@ -192,6 +192,7 @@ impl Flusher {
     ///
     /// SAFETY: `ptr` must be valid for `len` bytes (for writes when `kind`
     /// is a read) until `run` returns, and not otherwise accessed meanwhile.
+    #[inline]
     pub unsafe fn lend(&mut self, kind: Kind, addr: u64, ptr: *mut u8, len: usize) {
         self.reqs.push(Req {
             slot: None,
