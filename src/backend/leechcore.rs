@@ -241,11 +241,15 @@ impl LeechCore {
         };
         // Behind a remote the device string names things on the agent's
         // system: nothing local can be checked or watched.
-        let guest = if config.remote.is_none() {
+        let (guest, qemu_map) = if config.remote.is_none() {
             check_image_file(&config.device, lib.path()).map_err(refuse)?;
-            qemu_watch(&config.device).map_err(refuse)?
+            let guest = qemu_watch(&config.device).map_err(refuse)?;
+            // Asked before LeechCore connects: QMP serves one client at a
+            // time, and after LeechCore's hurried read QEMU may still be
+            // answering it (see `check_qemu_memory_map`).
+            (guest, qemu_ram_map_of(&config.device, QMP_TIMEOUT))
         } else {
-            None
+            (None, None)
         };
 
         let pristine = lc;
@@ -304,7 +308,9 @@ impl LeechCore {
         }
         // Also with a user's max address: it only cuts the map, which must
         // still be QEMU's below it (LeechCore's guess is wrong above 2 GiB).
-        device.check_qemu_memory_map(&config.device);
+        if let Some(qemu_map) = qemu_map {
+            device.check_qemu_memory_map(&config.device, qemu_map);
+        }
         log::debug!("opened LeechCore device {:?}", device.info);
         Ok(device)
     }
@@ -607,25 +613,27 @@ impl LeechCore {
         Ok(output)
     }
 
-    /// LeechCore reads a QEMU guest's memory map with a race (a 1 s wait
-    /// for QEMU's answer) and drops a RAM range when QEMU lists its views
-    /// in another order; QEMU's own map, asked again now, replaces it when
-    /// they differ.
-    fn check_qemu_memory_map(&self, device: &str) {
-        let Some((_, Some(qmp))) = qemu_params(device) else {
-            return;
-        };
-        let theirs =
-            match crate::targets::qemu_ram_map(&qmp, "qemu-ram", std::time::Duration::from_secs(5))
-            {
-                Ok(map) => map,
-                Err(e) => {
+    /// LeechCore reads a QEMU guest's memory map with a race (one read of
+    /// QEMU's answer after a 1 s wait, which a busy QEMU has not finished
+    /// by then: the map then ends early, silently) and drops a RAM range
+    /// when QEMU lists its views in another order. QEMU's own map, asked
+    /// before LeechCore connected (or now, if that failed), replaces it
+    /// when they differ.
+    fn check_qemu_memory_map(&self, device: &str, before: Result<MemoryMap, String>) {
+        let theirs = match before {
+            Ok(map) => map,
+            Err(first) => match qemu_ram_map_of(device, 2 * QMP_TIMEOUT) {
+                Some(Ok(map)) => map,
+                Some(Err(e)) => {
                     log::warn!(
-                        "could not check LeechCore's memory map of the guest with QEMU: {e}"
+                        "could not check LeechCore's memory map of the guest with QEMU \
+                         (before opening: {first}; after: {e}); it may miss RAM ranges"
                     );
                     return;
                 }
-            };
+                None => return,
+            },
+        };
         match self.leechcore_memory_map() {
             Ok(ours) if ours == theirs => {}
             ours => {
@@ -893,6 +901,22 @@ fn qemu_params(device: &str) -> Option<(&str, Option<PathBuf>)> {
             }
         });
     Some((shm, qmp))
+}
+
+/// How long QEMU gets to answer a QMP command when the memory map is
+/// checked.
+const QMP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// QEMU's own map of the guest's RAM, for a `qemu://` device with a QMP
+/// socket.
+fn qemu_ram_map_of(
+    device: &str,
+    timeout: std::time::Duration,
+) -> Option<Result<MemoryMap, String>> {
+    let (_, Some(qmp)) = qemu_params(device)? else {
+        return None;
+    };
+    Some(crate::targets::qemu_ram_map(&qmp, "qemu-ram", timeout))
 }
 
 /// A watch on the QEMU process serving a `qemu://shm=NAME,…` device.

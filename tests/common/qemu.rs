@@ -417,8 +417,30 @@ impl Guest {
 
 /// Opens LeechCore on a device string, with the reason on failure.
 pub fn open_device(device: &str) -> LeechCore {
+    print_warnings();
     LeechCore::open(&DeviceConfig::new(device))
         .unwrap_or_else(|e| panic!("LeechCore cannot open {device}: {e}"))
+}
+
+/// Prints the library's warnings (a memory map it had to fix or could not
+/// check, say) where libtest shows them: in the output of a failed test.
+fn print_warnings() {
+    struct Print;
+    impl log::Log for Print {
+        fn enabled(&self, metadata: &log::Metadata) -> bool {
+            metadata.level() <= log::Level::Warn
+        }
+        fn log(&self, record: &log::Record) {
+            if self.enabled(record.metadata()) {
+                eprintln!("{}: {}", record.level(), record.args());
+            }
+        }
+        fn flush(&self) {}
+    }
+    // Another logger already set is as good.
+    if log::set_logger(&Print).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
 }
 
 /// The guest resumes when this drops (QMP `cont`), panic or not.
