@@ -33,6 +33,12 @@ install: setup plugin
 ## test: set-up, then formatting, lints and every test
 test: setup check unit
 
+## fresh: `make test` then `make demo` on a fresh Debian 12 in a chroot
+## (as root; about 10 minutes): catches an install step the set-up forgot
+.PHONY: fresh
+fresh:
+	@scripts/fresh-debian.sh
+
 # The C and C++ API (ffi/): libleechio.so, libleechio.a, ffi/include/.
 .PHONY: ffi header install-c
 # `make install-c PREFIX=…` to change.

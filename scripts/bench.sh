@@ -155,8 +155,9 @@ memory = int(env["BENCH_MEMORY"])
 if lc_map == qemu_map:
     map_note = ("The live guest's memory map as leechio used it is QEMU's: %s (%.1f MiB of the guest's "
                 "%d MiB; QEMU leaves out the BIOS ROM areas below 1 MiB). LeechCore 2.23.3 can misread "
-                "it (it sends `info mtree -f`, sleeps 1 s and reads once); leechio checks it against "
-                "QEMU's after opening a `qemu://` device and sets QEMU's when they differ."
+                "it (it sends `info mtree -f`, sleeps 1 s and reads once); leechio asks QEMU for "
+                "it just before LeechCore does (again after opening, if that fails) and sets QEMU's "
+                "when they differ."
                 % (show_map(lc_map), mib(sum(e - s for s, e in lc_map)), memory >> 20))
 else:
     map_note = ("The live guest's memory map as leechio used it is WRONG: %s, where QEMU has %s "

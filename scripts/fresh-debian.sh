@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs the README's two commands, `make test` then `make demo`, on a fresh
+# Debian 12 in a chroot: the minimal base system plus make, git and
+# ca-certificates, no Rust, no Python, nothing the project installs. It
+# catches what a green run on a machine that already has it all hides: an
+# install step the set-up forgot.
+#
+# usage (as root): scripts/fresh-debian.sh [DIR]   (default: /var/tmp/leechio-fresh)
+#
+# DIR is created anew (an existing one is removed first); the committed
+# HEAD is cloned into it. The host's /proc, /sys and /dev are bind-mounted
+# (QEMU needs them) and unmounted on exit. Extra CA certificates of the
+# host (/usr/local/share/ca-certificates) are trusted inside too, for
+# machines that reach the package registries through a proxy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+root=${1:-/var/tmp/leechio-fresh}
+say() { printf '[fresh] %s\n' "$*"; }
+
+[ "$(id -u)" -eq 0 ] || { say "run as root (debootstrap and chroot need it)"; exit 1; }
+command -v debootstrap >/dev/null || {
+    say "installing debootstrap"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+}
+
+mounts=(proc sys dev dev/pts dev/shm)
+unmount() {
+    for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+        mountpoint -q "$root/${mounts[i]}" && umount "$root/${mounts[i]}"
+    done
+    return 0
+}
+trap unmount EXIT
+if [ -e "$root" ]; then
+    unmount
+    rm -rf --one-file-system "$root"
+fi
+
+say "debootstrap bookworm (minbase) into $root"
+debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+for m in "${mounts[@]}"; do mount --bind "/$m" "$root/$m"; done
+
+in_root() {
+    chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+}
+say "installing make, git and ca-certificates"
+in_root bash -c 'DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq make git ca-certificates >/dev/null'
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    in_root update-ca-certificates >/dev/null
+fi
+git clone -q "$PWD" "$root/root/leechio"
+
+say "make test"
+in_root bash -c 'cd /root/leechio && make test'
+say "make demo"
+in_root bash -c 'cd /root/leechio && make demo'
+say "both commands ran through on a fresh Debian 12"
