@@ -34,7 +34,7 @@ install: setup plugin
 test: setup check unit
 
 ## fresh: `make test` then `make demo` on a fresh Debian 12 in a chroot
-## (as root; about 10 minutes): catches an install step the set-up forgot
+## (as root; about 7 minutes): catches an install step the set-up forgot
 .PHONY: fresh
 fresh:
 	@scripts/fresh-debian.sh
