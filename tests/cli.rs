@@ -778,6 +778,59 @@ fn dump_exits_nonzero_only_when_nothing_could_be_read() {
 }
 
 #[test]
+fn a_wrong_dtb_gives_a_few_lines_not_one_per_unreadable_table() {
+    // Random words as a top-level table: about half are present, each
+    // pointing to a table past the end of the 16 MiB image.
+    let image = Image::new(16 * MIB);
+    let dtb = 0x1000u64;
+    let tables: Vec<u64> = (0..512)
+        .map(|i| common::pattern_word(dtb + 8 * i))
+        .filter(|e| e & 1 != 0)
+        .map(|e| e & 0x000f_ffff_ffff_f000)
+        .collect();
+    assert!(
+        tables.iter().all(|&pa| pa >= image.size),
+        "a table inside the image"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("space.elf");
+    let o = leechio(&[
+        "-d",
+        &image.device(),
+        "dump",
+        "--dtb",
+        &format!("{dtb:#x}"),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 5, "{err}");
+    assert!(
+        lines[..3]
+            .iter()
+            .all(|l| l.starts_with("leechio: page tables for 0x")
+                && l.ends_with("unreadable: address past the end of the device's memory")),
+        "{err}"
+    );
+    // Each table covers 512 GiB.
+    let more = tables.len() - 3;
+    assert_eq!(
+        lines[3],
+        format!(
+            "leechio: page tables for {more} more ranges ({:.1} TiB of address space) unreadable too",
+            (more * 512) as f64 / 1024.0
+        )
+    );
+    assert_eq!(
+        lines[4],
+        format!("leechio: nothing to dump: the address space of --dtb {dtb:#x} maps no memory")
+    );
+    assert!(!path.exists());
+}
+
+#[test]
 fn a_dump_of_a_root_outside_memory_says_so() {
     let SpacesImage { _dir, device, .. } = spaces_image();
     let dir = tempfile::tempdir().unwrap();
@@ -825,20 +878,7 @@ fn dump_checks_the_size_of_its_file_before_dumping() {
 
     // A file system (here: a file size limit) that cannot hold the file
     // says so before anything is read, naming the file.
-    let o = leechio_with_file_limit(
-        &[
-            "-d",
-            &image.device(),
-            "dump",
-            "--format",
-            "raw",
-            "--range",
-            "0-0x200000",
-            "-o",
-            path.to_str().unwrap(),
-        ],
-        MIB,
-    );
+    let o = raw_dump_of_2_mib_under_a_1_mib_limit(&image, &path);
     assert_refused(
         &o,
         &format!(
@@ -862,8 +902,6 @@ fn leechio_with_file_limit(args: &[&str], limit: u64) -> Output {
                 rlim_cur: limit,
                 rlim_max: limit,
             };
-            // Past the limit, writes fail with EFBIG instead of a signal.
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
             if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -873,15 +911,10 @@ fn leechio_with_file_limit(args: &[&str], limit: u64) -> Output {
     cmd.output().unwrap()
 }
 
-#[test]
-fn a_refused_dump_leaves_existing_files_as_they_were() {
-    let image = Image::new(16 * MIB);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("precious.raw");
-    let failed = dir.path().join("precious.raw.failed");
-    std::fs::write(&path, "precious\n").unwrap();
-    std::fs::write(&failed, "old list\n").unwrap();
-    let o = leechio_with_file_limit(
+/// A raw dump of the first 2 MiB of `image` into `path`, which a 1 MiB
+/// file-size limit refuses.
+fn raw_dump_of_2_mib_under_a_1_mib_limit(image: &Image, path: &Path) -> Output {
+    leechio_with_file_limit(
         &[
             "-d",
             &image.device(),
@@ -894,10 +927,26 @@ fn a_refused_dump_leaves_existing_files_as_they_were() {
             path.to_str().unwrap(),
         ],
         MIB,
-    );
-    assert_refused(&o, "File too large");
+    )
+}
+
+#[test]
+fn a_refused_dump_leaves_existing_files_as_they_were() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("precious.raw");
+    let failed = dir.path().join("precious.raw.failed");
+    std::fs::write(&path, "precious\n").unwrap();
+    std::fs::write(&failed, "old list\n").unwrap();
+    let too_large = || raw_dump_of_2_mib_under_a_1_mib_limit(&image, &path);
+    assert_refused(&too_large(), "File too large");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious\n");
     assert_eq!(std::fs::read_to_string(&failed).unwrap(), "old list\n");
+    // Nor does it leave a new failed list behind.
+    std::fs::remove_file(&failed).unwrap();
+    assert_refused(&too_large(), "File too large");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious\n");
+    assert!(!failed.exists(), "a new failed list was left");
 
     // A dump that goes ahead replaces the file: no old byte is left, and
     // the holes (here past the end of memory) read as zeros.

@@ -18,6 +18,21 @@ pub const KEYS: [(&str, &str); 7] = [
     ("max_entries", "most scatter entries per device call (default: no limit)"),
 ];
 
+/// memflow's middleware arguments (its page cache, delay and metrics),
+/// which go after the connector's own, behind a second `:`.
+const MIDDLEWARE_KEYS: [&str; 6] = [
+    "cache",
+    "cache_size",
+    "cache_time",
+    "cache_page_size",
+    "delay",
+    "metrics",
+];
+
+/// LeechCore device types that are only ever written with `://` and
+/// parameters, so a device string of the bare word is one memflow cut.
+const URL_SCHEMES: [&str; 5] = ["file", "qemu", "rawtcp", "smb", "rpc"];
+
 /// What the arguments ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -62,6 +77,12 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
             continue;
         }
         let Some((_, about)) = KEYS.iter().find(|(k, _)| k == key) else {
+            if MIDDLEWARE_KEYS.contains(&key.as_str()) {
+                return Err(format!(
+                    "`{key}` is one of memflow's own arguments, not the plugin's: memflow takes \
+                     them after a second `:`, e.g. leechcore:\"file:///mem.raw\"::{key}=…"
+                ));
+            }
             return Err(format!(
                 "unknown argument `{key}`; valid arguments: {}",
                 valid_keys()
@@ -111,6 +132,14 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
         )),
     };
 
+    if URL_SCHEMES.contains(&device.as_str()) {
+        // `leechcore::device=file:///mem.raw` reaches the plugin as
+        // `device=file`: memflow cut it at its first unquoted `:`.
+        return Err(format!(
+            "device `{device}` is only the start of a device string (memflow reads unquoted \
+             `:` and `,` as separators): quote it, e.g. leechcore::device=\"{device}://…\""
+        ));
+    }
     let mut config = DeviceConfig::new(device);
     config.remote = get("remote").map(str::to_string);
     if let Some(remote) = config.remote.as_deref().filter(|r| !r.contains("://")) {
@@ -308,6 +337,27 @@ mod tests {
             err.contains("`qemu://shm=g,…` was split") && !err.contains("unknown argument"),
             "{err}"
         );
+        // `leechcore::device=file:///tmp/a.raw`: the plugin sees `device=file`.
+        let err = settings(":device=file:///tmp/a.raw").unwrap_err();
+        assert!(
+            err.contains("device `file` is only the start of a device string")
+                && err.contains("leechcore::device=\"file://…\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn memflows_own_arguments_are_pointed_to_their_place() {
+        let err = settings("\"file:///tmp/a.raw\":cache=false").unwrap_err();
+        assert!(
+            err.contains("`cache` is one of memflow's own arguments") && err.contains("::cache=…"),
+            "{err}"
+        );
+        // Behind the second `:` memflow takes it, and the plugin never sees it.
+        let s = settings("\"file:///tmp/a.raw\"::cache=false").unwrap();
+        assert_eq!(s.device.device, "file:///tmp/a.raw");
+        let s = settings("\"file:///tmp/a.raw\":max_entries=512:cache=false").unwrap();
+        assert_eq!(s.max_entries, Some(512));
     }
 
     #[test]

@@ -314,7 +314,13 @@ pub fn run(
     refuse_non_file(&args.output)?;
     let pieces = plan(mem, args)?;
     if pieces.is_empty() {
-        return Err(Failure("nothing to dump: no memory in that range".into()));
+        return Err(Failure(match (args.dtb, &args.range) {
+            (_, Some(_)) => "nothing to dump: no memory in that range".into(),
+            (Some(dtb), None) => {
+                format!("nothing to dump: the address space of --dtb {dtb:#x} maps no memory")
+            }
+            (None, None) => "nothing to dump: the device has no memory".into(),
+        }));
     }
     if args.format == Format::Raw && args.dtb.is_some() && args.range.is_none() {
         return Err(Failure(
@@ -613,13 +619,7 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
             }
             let range = args.range.clone().unwrap_or(0..u64::MAX);
             let found = mem.block_on(space.mappings(range));
-            for (r, why) in &found.unreadable {
-                errln!(
-                    "leechio: page tables for {:#x}..{:#x} unreadable: {why}",
-                    r.start,
-                    r.end
-                );
-            }
+            report_unreadable(&found.unreadable);
             Ok(found
                 .mappings
                 .iter()
@@ -630,6 +630,30 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
                 })
                 .collect())
         }
+    }
+}
+
+/// Says which parts of the address space could not be walked: the first
+/// few ranges, then how many more and how much they cover (a wrong `--dtb`
+/// makes hundreds, which would bury the message that matters).
+fn report_unreadable(unreadable: &[(Range<u64>, leechio::PageError)]) {
+    const SHOWN: usize = 3;
+    for (r, why) in unreadable.iter().take(SHOWN) {
+        errln!(
+            "leechio: page tables for {:#x}..{:#x} unreadable: {why}",
+            r.start,
+            r.end
+        );
+    }
+    if let Some(rest) = unreadable.get(SHOWN..).filter(|rest| !rest.is_empty()) {
+        let bytes = rest
+            .iter()
+            .fold(0u64, |sum, (r, _)| sum.saturating_add(r.end - r.start));
+        errln!(
+            "leechio: page tables for {} more ranges ({} of address space) unreadable too",
+            rest.len(),
+            human_size(bytes)
+        );
     }
 }
 

@@ -99,6 +99,11 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         let _ = writeln!(std::io::stderr(), "leechio: internal error: {info}");
     }));
+    // Past a file-size limit (`ulimit -f`) a write then fails with EFBIG,
+    // which a dump reports and cleans up after, instead of the signal
+    // killing the process halfway through a file.
+    // SAFETY: setting a signal to be ignored, before any thread starts.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let cli = Cli::parse();
     match run(&cli) {
         Ok(code) => code,
