@@ -24,6 +24,12 @@ fn leechio(args: &[&str]) -> Output {
         .expect("run leechio")
 }
 
+/// `leechio -d DEVICE dump -o PATH ARGS…`.
+fn dump(device: &str, path: impl AsRef<Path>, args: &[&str]) -> Output {
+    let path = path.as_ref().to_str().expect("a UTF-8 path");
+    leechio(&[&["-d", device, "dump", "-o", path], args].concat())
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -387,15 +393,7 @@ fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
     let elf_path = dir.path().join("ram.elf");
-    let o = leechio(&[
-        "-d",
-        &image.device(),
-        "dump",
-        "-o",
-        elf_path.to_str().unwrap(),
-        "--range",
-        "0x3000-0x25000",
-    ]);
+    let o = dump(&image.device(), &elf_path, &["--range", "0x3000-0x25000"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let elf = std::fs::read(&elf_path).unwrap();
     let loads = program_headers(&elf);
@@ -407,17 +405,16 @@ fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
     // Raw, running past the end of memory: the hole is zeros.
     let raw_path = dir.path().join("tail.raw");
     let start = image.size - 0x2000;
-    let o = leechio(&[
-        "-d",
+    let o = dump(
         &image.device(),
-        "dump",
-        "--format",
-        "raw",
-        "-o",
-        raw_path.to_str().unwrap(),
-        "--range",
-        &format!("{start:#x}-{:#x}", image.size + 0x3000),
-    ]);
+        &raw_path,
+        &[
+            "--format",
+            "raw",
+            "--range",
+            &format!("{start:#x}-{:#x}", image.size + 0x3000),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let raw = std::fs::read(&raw_path).unwrap();
     assert_eq!(raw.len(), 0x5000, "the whole range, holes included");
@@ -558,31 +555,15 @@ fn bad_input_gives_a_message_and_a_nonzero_exit() {
     );
     assert_refused(&leechio(&["-d", &dev, "read", "zz", "8"]), "not a number");
     assert_refused(
-        &leechio(&[
-            "-d",
-            &dev,
-            "dump",
-            "-o",
-            "/tmp/x.elf",
-            "--range",
-            "0x5000-0x1000",
-        ]),
+        &dump(&dev, "/tmp/x.elf", &["--range", "0x5000-0x1000"]),
         "backwards",
     );
     assert_refused(
-        &leechio(&[
-            "-d",
-            &dev,
-            "dump",
-            "-o",
-            "/tmp/x.elf",
-            "--range",
-            "0x100000000-0x100001000",
-        ]),
+        &dump(&dev, "/tmp/x.elf", &["--range", "0x100000000-0x100001000"]),
         "past the end",
     );
     assert_refused(
-        &leechio(&["-d", &dev, "dump", "-o", "/nonexistent/dir/x.elf"]),
+        &dump(&dev, "/nonexistent/dir/x.elf", &[]),
         "cannot write /nonexistent/dir/x.elf",
     );
     assert_refused(
@@ -682,7 +663,7 @@ fn dump_refuses_to_write_over_its_own_image() {
     ];
     for (device, output) in &cases {
         for format in ["raw", "elf"] {
-            let o = leechio(&["-d", device, "dump", "-o", output, "--format", format]);
+            let o = dump(device, output, &["--format", format]);
             assert_refused(&o, "refusing to write");
             assert_eq!(o.status.code(), Some(1), "{device} -o {output}");
             assert!(
@@ -726,13 +707,7 @@ fn dump_refuses_outputs_that_are_not_regular_files_and_leaves_them_be() {
         ),
     ];
     for (output, named, kind) in cases {
-        let o = leechio(&[
-            "-d",
-            &image.device(),
-            "dump",
-            "-o",
-            output.to_str().unwrap(),
-        ]);
+        let o = dump(&image.device(), output, &[]);
         assert_refused(
             &o,
             &format!("refusing to write {}: it is {kind}", named.display()),
@@ -754,26 +729,17 @@ fn dump_exits_nonzero_only_when_nothing_could_be_read() {
     } = spaces_image();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("beyond.elf");
-    let dump = |start: u64, end: u64| {
-        leechio(&[
-            "-d",
-            &device,
-            "dump",
-            "--dtb",
-            &format!("{:#x}", dtbs[2]),
-            "--range",
-            &format!("{start:#x}-{end:#x}"),
-            "-o",
-            path.to_str().unwrap(),
-        ])
+    let dump_range = |start: u64, end: u64| {
+        let (dtb, range) = (format!("{:#x}", dtbs[2]), format!("{start:#x}-{end:#x}"));
+        dump(&device, &path, &["--dtb", &dtb, "--range", &range])
     };
     // Only the page mapped past the end of the image: every byte fails.
-    let o = dump(BEYOND, BEYOND + 0x1000);
+    let o = dump_range(BEYOND, BEYOND + 0x1000);
     assert_refused(&o, "nothing could be read");
     assert_eq!(o.status.code(), Some(1));
     // The same page with readable ones: holes are normal, exit 0 (the
     // whole space's dump in the test above also asserts it).
-    let o = dump(USER_BASE, BEYOND + 0x1000);
+    let o = dump_range(USER_BASE, BEYOND + 0x1000);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
@@ -794,15 +760,7 @@ fn a_wrong_dtb_gives_a_few_lines_not_one_per_unreadable_table() {
     );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("space.elf");
-    let o = leechio(&[
-        "-d",
-        &image.device(),
-        "dump",
-        "--dtb",
-        &format!("{dtb:#x}"),
-        "-o",
-        path.to_str().unwrap(),
-    ]);
+    let o = dump(&image.device(), &path, &["--dtb", &format!("{dtb:#x}")]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     let lines: Vec<&str> = err.lines().collect();
@@ -836,15 +794,7 @@ fn a_dump_of_a_root_outside_memory_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("space.elf");
     // The image is 32 MiB: the root lies past its end.
-    let o = leechio(&[
-        "-d",
-        &device,
-        "dump",
-        "--dtb",
-        "0x5000000",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
+    let o = dump(&device, &path, &["--dtb", "0x5000000"]);
     assert_refused(
         &o,
         "the page-table root 0x5000000 (--dtb) is unreadable: address past the end of the device's memory (memory ends at 0x2000000)",
@@ -859,17 +809,11 @@ fn dump_checks_the_size_of_its_file_before_dumping() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("huge.raw");
     let failed = dir.path().join("huge.raw.failed");
-    let o = leechio(&[
-        "-d",
+    let o = dump(
         &image.device(),
-        "dump",
-        "--format",
-        "raw",
-        "--range",
-        "0-0xffffffffffffffff",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
+        &path,
+        &["--format", "raw", "--range", "0-0xffffffffffffffff"],
+    );
     assert_refused(
         &o,
         &format!("{} would be 0xffffffffffffffff bytes", path.display()),
@@ -952,17 +896,16 @@ fn a_refused_dump_leaves_existing_files_as_they_were() {
     // the holes (here past the end of memory) read as zeros.
     std::fs::write(&path, vec![0xff; 0x10000]).unwrap();
     let start = image.size - 0x1000;
-    let o = leechio(&[
-        "-d",
+    let o = dump(
         &image.device(),
-        "dump",
-        "--format",
-        "raw",
-        "--range",
-        &format!("{start:#x}-{:#x}", start + 0x3000),
-        "-o",
-        path.to_str().unwrap(),
-    ]);
+        &path,
+        &[
+            "--format",
+            "raw",
+            "--range",
+            &format!("{start:#x}-{:#x}", start + 0x3000),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let raw = std::fs::read(&path).unwrap();
     assert_eq!(raw.len(), 0x3000);
@@ -978,13 +921,13 @@ fn an_unwritable_failed_list_is_found_before_the_dump() {
     let failed = dir.path().join("out.elf.failed");
     // A place that cannot be created even by root: inside no folder.
     std::os::unix::fs::symlink(dir.path().join("no/such/folder"), &failed).unwrap();
-    let dump = || leechio(&["-d", &image.device(), "dump", "-o", path.to_str().unwrap()]);
-    let o = dump();
+    let dump_once = || dump(&image.device(), &path, &[]);
+    let o = dump_once();
     assert_refused(&o, &format!("cannot write {}", failed.display()));
     assert!(!path.exists(), "refused before the dump was written");
     // An output that was there stays as it was.
     std::fs::write(&path, "precious\n").unwrap();
-    assert_refused(&dump(), &format!("cannot write {}", failed.display()));
+    assert_refused(&dump_once(), &format!("cannot write {}", failed.display()));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious\n");
 }
 
@@ -1041,7 +984,7 @@ fn a_disk_filling_up_ends_the_dump_with_a_valid_file() {
     };
     let image = Image::new(16 * MIB);
     let path = disk.dir.path().join("ram.elf");
-    let o = leechio(&["-d", &image.device(), "dump", "-o", path.to_str().unwrap()]);
+    let o = dump(&image.device(), &path, &[]);
     assert_refused(&o, "No space left on device");
     assert_refused(&o, "the dump stopped there");
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
@@ -1102,15 +1045,7 @@ fn an_unaligned_range_sits_at_an_offset_congruent_to_its_address() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("odd.elf");
-    let o = leechio(&[
-        "-d",
-        &image.device(),
-        "dump",
-        "--range",
-        "0x9c001-0x9e003",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
+    let o = dump(&image.device(), &path, &["--range", "0x9c001-0x9e003"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let loads = readelf_loads(&path);
     assert_eq!(loads.len(), 1, "{loads:x?}");
@@ -1201,7 +1136,7 @@ fn bad_numbers_and_a_missing_device_are_named() {
     let image = Image::new(16 * MIB);
     let dev = image.device();
     assert_refused(
-        &leechio(&["-d", &dev, "dump", "-o", "/tmp/x.elf", "--range=-0x1000"]),
+        &dump(&dev, "/tmp/x.elf", &["--range=-0x1000"]),
         "range `-0x1000` has no start",
     );
     assert_refused(

@@ -318,15 +318,7 @@ impl Flusher {
         let calls = read_in_calls(backend, &mut entries, max_entries);
         for (ri, e) in entries.iter().enumerate() {
             if let Err(reason) = e.result {
-                let (offset, len) = (0, e.buf.len());
-                self.failed.push((
-                    ri as u32,
-                    Failure {
-                        offset,
-                        len,
-                        reason,
-                    },
-                ));
+                self.fail_whole(ri, reason);
             }
         }
         entries.clear();
@@ -339,27 +331,33 @@ impl Flusher {
     pub fn fail_all(&mut self, reason: PageError) {
         self.failed.clear();
         self.fragments.clear();
-        for (ri, req) in self.reqs.iter().enumerate() {
-            let (offset, len) = (0, req.len);
-            self.failed.push((
+        for ri in 0..self.reqs.len() {
+            self.fail_whole(ri, reason);
+        }
+    }
+
+    /// Records that request `ri` failed as a whole (and so its one
+    /// fragment, if it records them).
+    fn fail_whole(&mut self, ri: usize, reason: PageError) {
+        let (offset, len) = (0, self.reqs[ri].len);
+        self.failed.push((
+            ri as u32,
+            Failure {
+                offset,
+                len,
+                reason,
+            },
+        ));
+        if self.reqs[ri].record {
+            let result = Err(reason);
+            self.fragments.push((
                 ri as u32,
-                Failure {
+                Fragment {
                     offset,
                     len,
-                    reason,
+                    result,
                 },
             ));
-            if req.record {
-                let result = Err(reason);
-                self.fragments.push((
-                    ri as u32,
-                    Fragment {
-                        offset,
-                        len,
-                        result,
-                    },
-                ));
-            }
         }
     }
 
