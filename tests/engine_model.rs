@@ -1,12 +1,12 @@
 //! The engine against a byte-level model: random batches of reads and
-//! writes of any size and alignment, across pages, holes and the end of
-//! memory, in every form (borrowed, owned, fragment streams, scoped,
-//! synchronous batches), must leave and see exactly what running them one by one would.
-//! Then the same from several threads sharing one engine, with some reads
-//! abandoned midway.
+//! writes of any size and alignment, across pages, holes, the end of
+//! memory and the end of the address space, in every form (borrowed,
+//! owned, values, fragment streams, scoped, synchronous batches), on
+//! devices with other entry rules than LeechCore's, must leave and see
+//! exactly what running them one by one would. Then the same from several
+//! threads sharing one engine, with some reads abandoned midway.
 
 use std::future::Future;
-use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -14,45 +14,130 @@ use std::task::Poll;
 use fastrand::Rng;
 use futures::StreamExt;
 use leechio::engine::Fragments;
-use leechio::{EngineConfig, Failure, MemBackend, Memory, PageError, PartialError, Scope};
+use leechio::{EngineConfig, Failure, Limits, MemBackend, Memory, PageError, PartialError, Scope};
 
 const PAGE: u64 = 0x1000;
-/// The model's memory: eight pages, the sixth one a hole.
+/// The threads' memory: eight pages each.
 const MEMORY: u64 = 8 * PAGE;
-const HOLE: Range<u64> = 5 * PAGE..6 * PAGE;
-const HOLE_REASON: PageError = PageError::UnsupportedRequest;
 /// What a read buffer holds before the read: failed bytes must keep it.
 const UNTOUCHED: u8 = 0x5a;
+
+/// What a batch runs on.
+#[derive(Debug, Clone)]
+struct Device {
+    limits: Limits,
+    size: u64,
+    /// Pages (of `limits.page_size`) that fail, and why.
+    holes: Vec<(u64, PageError)>,
+    read_only: bool,
+}
+
+impl Device {
+    /// LeechCore's rules, `size` bytes, nothing unreadable.
+    fn plain(size: u64) -> Device {
+        Device {
+            limits: Limits::LEECHCORE,
+            size,
+            holes: Vec::new(),
+            read_only: false,
+        }
+    }
+
+    /// LeechCore's rules or others (entries shorter than a page, coarser
+    /// alignment, small pages, few entries per call), a size that may end
+    /// inside a page, up to three holes.
+    fn random(rng: &mut Rng) -> Device {
+        let rules = |max_len, min_len, align, page_size, max_entries| Limits {
+            max_len,
+            min_len,
+            align,
+            page_size,
+            max_entries,
+        };
+        let limits = match rng.u8(0..8) {
+            0 => rules(PAGE as usize, 1, 1, PAGE, usize::MAX),
+            1 => rules(0x400, 16, 8, PAGE, 5),
+            2 => rules(0x300, 8, 4, PAGE, 2),
+            3 => rules(0x200, 8, 4, 0x200, usize::MAX),
+            _ => Limits::LEECHCORE,
+        };
+        let pages = rng.u64(2..=8);
+        // (Whole multiples of every alignment above.)
+        let tail = [0, 0, 0, 8, 16, 24, 96][rng.usize(0..7)];
+        let reasons = [
+            PageError::UnsupportedRequest,
+            PageError::CompleterAbort,
+            PageError::Unspecified,
+        ];
+        let holes = (0..rng.usize(0..=3))
+            .map(|_| (rng.u64(0..pages), reasons[rng.usize(0..3)]))
+            .collect();
+        Device {
+            limits,
+            size: pages * limits.page_size + tail,
+            holes,
+            read_only: rng.u8(0..10) == 0,
+        }
+    }
+
+    fn backend(&self) -> Arc<MemBackend> {
+        let mut backend =
+            MemBackend::with_address_pattern(self.size as usize).with_limits(self.limits);
+        if self.read_only {
+            backend = backend.read_only();
+        }
+        let page = self.limits.page_size;
+        for &(p, reason) in &self.holes {
+            backend.add_hole(p * page..(p + 1) * page, reason);
+        }
+        Arc::new(backend)
+    }
+
+    /// Why byte `offset` of a request at `addr` fails, if it does.
+    fn failure(&self, addr: u64, offset: usize, write: bool) -> Option<PageError> {
+        let page = self.limits.page_size;
+        let Some(a) = addr.checked_add(offset as u64) else {
+            return Some(PageError::AddressOverflow);
+        };
+        // No legal entry reaches bytes of a last page shorter than the
+        // shortest entry, without running past the device's end: the
+        // device fails them.
+        let align = self.limits.align as usize;
+        let shortest = self.limits.min_len.div_ceil(align) * align;
+        let short_tail = self.size % page != 0 && ((self.size % page) as usize) < shortest;
+        if a >= self.size {
+            Some(PageError::OutOfRange)
+        } else if write && self.read_only {
+            Some(PageError::ReadOnly)
+        } else if short_tail && a / page == self.size / page {
+            Some(PageError::Unspecified)
+        } else {
+            let hole = self.holes.iter().find(|(p, _)| *p == a / page);
+            hole.map(|&(_, reason)| reason)
+        }
+    }
+}
 
 /// What running requests one by one does, byte by byte.
 struct Model {
     bytes: Vec<u8>,
-    hole: Option<Range<u64>>,
+    device: Device,
 }
 
 impl Model {
-    fn new(bytes: Vec<u8>, hole: Option<Range<u64>>) -> Self {
-        Model { bytes, hole }
+    fn new(bytes: Vec<u8>, device: Device) -> Self {
+        Model { bytes, device }
     }
 
-    /// Why the byte at `addr` cannot be read or written, if it cannot.
-    fn failure_at(&self, addr: u64) -> Option<PageError> {
-        if addr >= self.bytes.len() as u64 {
-            Some(PageError::OutOfRange)
-        } else if self.hole.as_ref().is_some_and(|h| h.contains(&addr)) {
-            Some(HOLE_REASON)
-        } else {
-            None
-        }
+    /// Per byte of `len` at `addr`, why it fails, if it does.
+    fn failures(&self, addr: u64, len: usize, write: bool) -> Vec<Option<PageError>> {
+        (0..len)
+            .map(|i| self.device.failure(addr, i, write))
+            .collect()
     }
 
-    /// The failed runs of `len` bytes at `addr`.
-    fn failures(&self, addr: u64, len: usize) -> Vec<Failure> {
-        runs((addr..addr + len as u64).map(|a| self.failure_at(a)))
-    }
-
-    fn result(&self, addr: u64, len: usize) -> Result<(), PartialError> {
-        let failed = self.failures(addr, len);
+    fn result(&self, addr: u64, len: usize, write: bool) -> Result<(), PartialError> {
+        let failed = runs(self.failures(addr, len, write));
         if failed.is_empty() {
             Ok(())
         } else {
@@ -60,20 +145,25 @@ impl Model {
         }
     }
 
-    /// What a read of `len` bytes at `addr` leaves in a fresh buffer.
-    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
-        (addr..addr + len as u64)
-            .map(|a| match self.failure_at(a) {
+    /// What a read of `len` bytes at `addr` leaves in a fresh buffer (or
+    /// zeroed, where bytes failed, if `zero_failed`).
+    fn read(&self, addr: u64, len: usize, zero_failed: bool) -> Vec<u8> {
+        let failures = self.failures(addr, len, false);
+        (0..len)
+            .zip(failures)
+            .map(|(i, failure)| match failure {
+                Some(_) if zero_failed => 0,
                 Some(_) => UNTOUCHED,
-                None => self.bytes[a as usize],
+                None => self.bytes[(addr + i as u64) as usize],
             })
             .collect()
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) {
-        for (a, &b) in (addr..).zip(data) {
-            if self.failure_at(a).is_none() {
-                self.bytes[a as usize] = b;
+        let failures = self.failures(addr, data.len(), true);
+        for (i, (&b, failure)) in data.iter().zip(failures).enumerate() {
+            if failure.is_none() {
+                self.bytes[(addr + i as u64) as usize] = b;
             }
         }
     }
@@ -102,8 +192,18 @@ fn runs(reasons: impl IntoIterator<Item = Option<PageError>>) -> Vec<Failure> {
 /// One request of a batch.
 #[derive(Clone)]
 enum Op {
-    Read { addr: u64, len: usize, via: Via },
-    Write { addr: u64, data: Vec<u8>, via: Via },
+    Read {
+        addr: u64,
+        len: usize,
+        via: Via,
+        /// Asks for failed bytes to be zeroed (borrowed and scoped reads).
+        zero_failed: bool,
+    },
+    Write {
+        addr: u64,
+        data: Vec<u8>,
+        via: Via,
+    },
 }
 
 /// Which form of the request the engine gets.
@@ -117,6 +217,8 @@ enum Via {
     Fragments,
     /// A scope's `read` / `write`, straight on the caller's buffer.
     Scoped,
+    /// `read_val::<u64>` (reads only).
+    Value,
 }
 
 /// Short enough to list a whole batch in a failure message.
@@ -124,6 +226,11 @@ impl std::fmt::Debug for Op {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (addr, len) = self.span();
         let (kind, via) = match self {
+            Op::Read {
+                via,
+                zero_failed: true,
+                ..
+            } => ("read, zero-filled,", via),
             Op::Read { via, .. } => ("read", via),
             Op::Write { via, .. } => ("write", via),
         };
@@ -148,6 +255,19 @@ impl Op {
         }
         op
     }
+
+    /// The same request as a synchronous batch takes it: into a buffer,
+    /// with failed bytes left as they were.
+    fn plain(&self) -> Op {
+        let mut op = self.clone();
+        match &mut op {
+            Op::Read {
+                via, zero_failed, ..
+            } => (*via, *zero_failed) = (Via::Borrowed, false),
+            Op::Write { via, .. } => *via = Via::Borrowed,
+        }
+        op
+    }
 }
 
 /// What a request gave back.
@@ -157,31 +277,48 @@ enum Outcome {
     Write(Result<(), PartialError>),
 }
 
-/// An address near a page edge or anywhere, up to a page past the end.
-fn address(rng: &mut Rng) -> u64 {
-    let page = rng.u64(0..=MEMORY / PAGE) * PAGE;
+/// An address near a page edge or anywhere, up to a page past the end of
+/// `device`, or (rarely) at the end of the address space.
+fn address(rng: &mut Rng, device: &Device) -> u64 {
+    let size = device.limits.page_size;
+    if rng.u8(0..32) == 0 {
+        return u64::MAX - rng.u64(0..size);
+    }
+    let page = rng.u64(0..=device.size / size) * size;
     match rng.u8(0..3) {
         0 => page + rng.u64(0..16),
-        1 => (page + PAGE).saturating_sub(rng.u64(1..=16)),
-        _ => page + rng.u64(0..PAGE),
+        1 => (page + size).saturating_sub(rng.u64(1..=16)),
+        _ => page + rng.u64(0..size),
     }
 }
 
 /// Mostly small requests, some spanning pages.
-fn length(rng: &mut Rng) -> usize {
+fn length(rng: &mut Rng, device: &Device) -> usize {
+    let page = device.limits.page_size as usize;
     match rng.u8(0..4) {
         0..=1 => rng.usize(1..=16),
-        2 => rng.usize(1..=PAGE as usize),
-        _ => rng.usize(1..=2 * PAGE as usize + 0x100),
+        2 => rng.usize(1..=page),
+        _ => rng.usize(1..=2 * page + 0x100),
     }
 }
 
-fn random_op(rng: &mut Rng) -> Op {
-    let (addr, len) = (address(rng), length(rng));
-    let via = [Via::Borrowed, Via::Owned, Via::Fragments, Via::Scoped][rng.usize(0..4)];
+fn random_op(rng: &mut Rng, device: &Device) -> Op {
+    let (addr, len) = (address(rng, device), length(rng, device));
+    let vias = [Via::Borrowed, Via::Owned, Via::Fragments, Via::Scoped];
     if rng.bool() {
-        Op::Read { addr, len, via }
+        let (via, len) = match rng.usize(0..5) {
+            4 => (Via::Value, 8),
+            i => (vias[i], len),
+        };
+        let zero_failed = matches!(via, Via::Borrowed | Via::Scoped) && rng.bool();
+        Op::Read {
+            addr,
+            len,
+            via,
+            zero_failed,
+        }
     } else {
+        let via = vias[rng.usize(0..4)];
         let data = std::iter::repeat_with(|| rng.u8(..)).take(len).collect();
         Op::Write { addr, data, via }
     }
@@ -213,23 +350,35 @@ async fn in_order(mut futures: Vec<Boxed<'_>>) -> Vec<Outcome> {
 
 /// The future of one op; borrowed reads fill their buffer in `bufs`.
 /// A scoped read's buffer stays borrowed until its scope ends: it gives
-/// back an empty one, for `with_scoped_buffers` to fill in.
+/// back an empty one, for `run_futures` to fill in. `page` is the device's.
 fn start<'a>(
     mem: &'a Memory,
     scope: &'a Scope<'a, '_>,
     op: &'a Op,
     buf: &'a mut Vec<u8>,
+    page: u64,
 ) -> Boxed<'a> {
     match *op {
         Op::Read {
             addr,
             via: Via::Scoped,
+            zero_failed,
             ..
         } => {
             let read = scope.read(addr, buf);
+            let read = if zero_failed {
+                read.zero_failed()
+            } else {
+                read
+            };
             Box::pin(async move { Outcome::Read(Vec::new(), read.await) })
         }
-        Op::Read { addr, len, via } => Box::pin(async move {
+        Op::Read {
+            addr,
+            len,
+            via,
+            zero_failed,
+        } => Box::pin(async move {
             let result = match via {
                 Via::Owned => {
                     let owned = mem.read_into_owned(addr, vec![UNTOUCHED; len]);
@@ -237,8 +386,16 @@ fn start<'a>(
                     *buf = filled;
                     result
                 }
+                Via::Borrowed if zero_failed => mem.read(addr, buf).zero_failed().await,
                 Via::Borrowed => mem.read(addr, buf).await,
-                Via::Fragments => joined(addr, mem.read_fragments(addr, buf)).await,
+                Via::Fragments => joined(addr, page, mem.read_fragments(addr, buf)).await,
+                Via::Value => match mem.read_val::<u64>(addr).await {
+                    Ok(value) => {
+                        *buf = value.to_le_bytes().to_vec();
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                },
                 Via::Scoped => unreachable!("started above"),
             };
             Outcome::Read(std::mem::take(buf), result)
@@ -255,8 +412,9 @@ fn start<'a>(
                     result
                 }
                 Via::Borrowed => mem.write(addr, data).await,
-                Via::Fragments => joined(addr, mem.write_fragments(addr, data)).await,
+                Via::Fragments => joined(addr, page, mem.write_fragments(addr, data)).await,
                 Via::Scoped => scope.write(addr, data).await,
+                Via::Value => unreachable!("values are read"),
             })
         }),
     }
@@ -268,6 +426,7 @@ fn run_futures(
     mem: &Memory,
     ops: &[Op],
     mut bufs: Vec<Vec<u8>>,
+    page: u64,
     abandon: impl Fn(usize) -> bool,
 ) -> Vec<Outcome> {
     let mut got = mem.scope(|s| {
@@ -277,7 +436,7 @@ fn run_futures(
             .enumerate()
             .map(|(i, (op, buf))| match op {
                 &Op::Read { addr, via, .. } if abandon(i) => abandoned(mem, s, addr, via, buf),
-                op => start(mem, s, op, buf),
+                op => start(mem, s, op, buf, page),
             })
             .collect();
         mem.block_on(in_order(futures))
@@ -297,22 +456,37 @@ fn run_futures(
 }
 
 /// The result of a request of `fragments` at `addr`, put together from
-/// its fragments, which must come in order, each inside one page (or, past
-/// the end of memory, all in one).
-async fn joined(addr: u64, mut fragments: Fragments<'_, '_>) -> Result<(), PartialError> {
+/// its fragments, which must come in order, each inside one page of
+/// `page` bytes (or, past the end of memory or of the address space, all
+/// in one).
+async fn joined(
+    addr: u64,
+    page: u64,
+    mut fragments: Fragments<'_, '_>,
+) -> Result<(), PartialError> {
     let mut reasons = Vec::new();
     while let Some(f) = fragments.next().await {
         assert_eq!(f.offset, reasons.len(), "a fragment out of order: {f:?}");
-        let (first, last) = (addr + f.offset as u64, addr + (f.offset + f.len) as u64 - 1);
-        let past_end = first >= MEMORY && f.result == Err(PageError::OutOfRange);
+        let first = addr.wrapping_add(f.offset as u64);
+        let last = first.wrapping_add(f.len as u64 - 1);
+        let past_end = matches!(
+            f.result,
+            Err(PageError::OutOfRange | PageError::AddressOverflow)
+        );
         assert!(
-            f.len > 0 && (first / PAGE == last / PAGE || past_end),
+            f.len > 0 && (first / page == last / page || past_end),
             "a fragment across pages: {f:?}"
         );
-        if past_end {
-            assert!(fragments.next().await.is_none(), "a fragment after the end");
-            reasons.resize(reasons.len() + f.len, f.result.err());
-            break;
+        // Past the end of memory, one piece up to the end of the address
+        // space, and one beyond it.
+        match reasons.last().copied().flatten() {
+            Some(PageError::AddressOverflow) => panic!("a fragment after the end: {f:?}"),
+            Some(PageError::OutOfRange) => assert_eq!(
+                f.result,
+                Err(PageError::AddressOverflow),
+                "a fragment after the end: {f:?}"
+            ),
+            _ => {}
         }
         reasons.resize(reasons.len() + f.len, f.result.err());
     }
@@ -378,11 +552,22 @@ fn run_now(mem: &Memory, ops: &[Op]) -> Vec<Outcome> {
 fn expected(model: &mut Model, ops: &[Op]) -> Vec<Outcome> {
     ops.iter()
         .map(|op| match op {
-            &Op::Read { addr, len, .. } => {
-                Outcome::Read(model.read(addr, len), model.result(addr, len))
+            &Op::Read {
+                addr,
+                len,
+                via,
+                zero_failed,
+            } => {
+                let result = model.result(addr, len, false);
+                let bytes = match via {
+                    // A value is read whole or not at all.
+                    Via::Value if result.is_err() => vec![UNTOUCHED; len],
+                    _ => model.read(addr, len, zero_failed),
+                };
+                Outcome::Read(bytes, result)
             }
             Op::Write { addr, data, .. } => {
-                let result = model.result(*addr, data.len());
+                let result = model.result(*addr, data.len(), true);
                 model.write(*addr, data);
                 Outcome::Write(result)
             }
@@ -399,23 +584,19 @@ fn read_buffers(ops: &[Op]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn backend() -> Arc<MemBackend> {
-    let backend = MemBackend::with_address_pattern(MEMORY as usize);
-    backend.add_hole(HOLE, HOLE_REASON);
-    Arc::new(backend)
-}
-
 #[test]
 fn random_batches_see_and_leave_what_running_them_in_order_would() {
-    for seed in 0..400 {
+    for seed in 0..600 {
         let mut rng = Rng::with_seed(seed);
-        let backend = backend();
+        let device = Device::random(&mut rng);
+        let backend = device.backend();
         let max_entries = [1, 3, 64, usize::MAX][rng.usize(0..4)];
         let config = EngineConfig {
             max_entries_per_call: max_entries,
         };
         let mem = Memory::with_config(backend.clone(), config);
-        let mut model = Model::new(backend.bytes(0, MEMORY as usize), Some(HOLE));
+        let size = device.size as usize;
+        let mut model = Model::new(backend.bytes(0, size), device.clone());
         // Batches of futures (each one flush, of one or more rounds), then
         // a synchronous batch of writes and one of reads.
         for batch in 0..5 {
@@ -426,24 +607,30 @@ fn random_batches_see_and_leave_what_running_them_in_order_would() {
             };
             let ops: Vec<Op> = (0..rng.usize(1..=24))
                 .map(|_| {
-                    std::iter::repeat_with(|| random_op(&mut rng))
+                    let op = std::iter::repeat_with(|| random_op(&mut rng, &device))
                         .find(kind)
-                        .unwrap()
+                        .unwrap();
+                    if batch < 3 {
+                        op
+                    } else {
+                        op.plain()
+                    }
                 })
                 .collect();
+            let page = device.limits.page_size;
             let got = if batch < 3 {
-                run_futures(&mem, &ops, read_buffers(&ops), |_| false)
+                run_futures(&mem, &ops, read_buffers(&ops), page, |_| false)
             } else {
                 run_now(&mem, &ops)
             };
             let want = expected(&mut model, &ops);
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 check(g, w, || {
-                    format!("seed {seed}, batch {batch}, op {i} of {ops:?}")
+                    format!("seed {seed} on {device:?}, batch {batch}, op {i} of {ops:?}")
                 });
             }
             assert!(
-                backend.bytes(0, MEMORY as usize) == model.bytes,
+                backend.bytes(0, size) == model.bytes,
                 "seed {seed}, batch {batch}: memory differs from the model after {ops:?}"
             );
         }
@@ -496,15 +683,19 @@ fn threads_sharing_an_engine_each_keep_their_program_order() {
             s.spawn(move || {
                 let base = t * MEMORY;
                 let mut rng = Rng::with_seed(1000 + t);
-                let mut model = Model::new(backend.bytes(base, MEMORY as usize), None);
+                let device = Device::plain(MEMORY);
+                let mut model = Model::new(backend.bytes(base, MEMORY as usize), device.clone());
                 for batch in 0..150 {
                     // Inside memory and without holes: the other threads'
                     // regions follow this one.
                     let ops: Vec<Op> = (0..rng.usize(1..=40))
                         .map(|_| loop {
-                            let op = random_op(&mut rng);
+                            let op = random_op(&mut rng, &device);
                             let (addr, len) = op.span();
-                            if addr + len as u64 <= MEMORY {
+                            if addr
+                                .checked_add(len as u64)
+                                .is_some_and(|end| end <= MEMORY)
+                            {
                                 break op;
                             }
                         })
@@ -522,7 +713,7 @@ fn threads_sharing_an_engine_each_keep_their_program_order() {
                         })
                         .collect();
                     let shifted: Vec<Op> = ops.iter().map(|op| op.shifted(base)).collect();
-                    let got = run_futures(&mem, &shifted, read_buffers(&ops), |i| dropped[i]);
+                    let got = run_futures(&mem, &shifted, read_buffers(&ops), PAGE, |i| dropped[i]);
                     let kept: Vec<Op> = ops
                         .iter()
                         .zip(&dropped)

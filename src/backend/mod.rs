@@ -170,9 +170,10 @@ pub enum EntryRule {
     /// Runs past the end of its page.
     #[error("crosses a page boundary")]
     CrossesPage,
-    /// The device's own page size or alignment is not a power of two, so
-    /// no entry can be cut for it.
-    #[error("the device's page size or alignment is not a power of two")]
+    /// The device's own rules admit no entry: its page size or alignment
+    /// is not a power of two, or its longest entry is shorter than its
+    /// shortest or than its alignment.
+    #[error("the device's entry rules admit no entry (page size or alignment not a power of two, or longest entry too short)")]
     BadDeviceShape,
 }
 

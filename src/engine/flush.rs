@@ -226,11 +226,11 @@ impl Flusher {
             ..Default::default()
         };
         self.any_failed = false;
-        let Some(shape) = Shape::new(&limits) else {
+        let max_address = backend.max_address();
+        let Some(shape) = Shape::new(&limits, max_address) else {
             self.fail_all(PageError::InvalidEntry(EntryRule::BadDeviceShape));
             return stats;
         };
-        let max_address = backend.max_address();
         if let Some(calls) = self.read_direct(backend, &shape, max_address, max_entries) {
             stats.read_calls = calls;
             return stats;
@@ -833,17 +833,25 @@ fn read_in_calls(backend: &dyn Backend, entries: &mut [ScatterEntry], max_entrie
 }
 
 /// The smallest legal entry that covers `len` bytes at `addr` (which lie
-/// inside one page).
+/// inside one page), ending before the device's end where one can.
 fn window(shape: &Shape, addr: u64, len: usize) -> (u64, usize) {
     let mut start = addr & !shape.align_mask;
     let mut end = (addr + len as u64 + shape.align_mask) & !shape.align_mask;
-    if end - start < shape.min_len as u64 {
-        end = start + shape.min_len as u64;
-        let page_end = (addr & !shape.page_mask) + shape.page_mask + 1;
-        if end > page_end {
+    let min_len = shape.min_len as u64;
+    if end - start < min_len {
+        end = start + min_len;
+        let page_start = addr & !shape.page_mask;
+        let page_end = page_start + shape.page_mask + 1;
+        // Padding past the device's end would fail bytes that a window
+        // moved down reads: near the end of a memory whose size is not a
+        // whole page.
+        let limit = page_end.min(shape.end);
+        if end > limit && addr + len as u64 <= limit && limit - page_start >= min_len {
+            end = limit;
+        } else if end > page_end {
             end = page_end;
-            start = page_end - shape.min_len as u64;
         }
+        start = start.min(end - min_len);
     }
     (start, (end - start) as usize)
 }
@@ -856,16 +864,35 @@ struct Shape {
     align_mask: u64,
     min_len: usize,
     max_len: usize,
+    /// The device's max address, aligned down: no legal entry that stays
+    /// below the max address ends past it.
+    end: u64,
 }
 
 impl Shape {
-    fn new(limits: &Limits) -> Option<Shape> {
-        (limits.page_size.is_power_of_two() && limits.align.is_power_of_two()).then(|| Shape {
-            page_mask: limits.page_size - 1,
-            page_shift: limits.page_size.trailing_zeros(),
-            align_mask: limits.align - 1,
-            min_len: limits.min_len,
+    /// `None` when no legal entry can be cut: a page size or alignment
+    /// that is not a power of two, or a longest entry shorter than the
+    /// shortest or than the alignment.
+    fn new(limits: &Limits, max_address: u64) -> Option<Shape> {
+        if !(limits.page_size.is_power_of_two() && limits.align.is_power_of_two()) {
+            return None;
+        }
+        // Entries longer than `max_len` cannot be sent, so a device whose
+        // longest entry is shorter than its page is cut as if its pages
+        // were the largest power of two that fits in an entry: pieces,
+        // windows and shared entries then never exceed it.
+        let longest = u64::try_from(limits.max_len).ok()?.checked_ilog2()?;
+        let page = limits.page_size.min(1 << longest);
+        let align_mask = limits.align - 1;
+        // The shortest entry the alignment allows.
+        let min_len = (limits.min_len as u64).checked_add(align_mask)? & !align_mask;
+        (min_len <= page && limits.align <= page).then(|| Shape {
+            page_mask: page - 1,
+            page_shift: page.trailing_zeros(),
+            align_mask,
+            min_len: min_len as usize,
             max_len: limits.max_len,
+            end: max_address & !align_mask,
         })
     }
 
@@ -947,7 +974,7 @@ mod tests {
     #[test]
     fn windows_are_legal_and_cover_the_piece() {
         let l = Limits::LEECHCORE;
-        let shape = Shape::new(&l).unwrap();
+        let shape = Shape::new(&l, u64::MAX).unwrap();
         assert_eq!(window(&shape, 0x1000, 0x1000), (0x1000, 0x1000));
         assert_eq!(window(&shape, 0x1001, 2), (0x1000, 8));
         assert_eq!(window(&shape, 0x1ffe, 2), (0x1ff8, 8));
@@ -960,5 +987,56 @@ mod tests {
                 assert!(s <= addr && s + n as u64 >= addr + len as u64);
             }
         }
+    }
+
+    #[test]
+    fn windows_end_below_the_devices_end_where_one_fits() {
+        let l = Limits::LEECHCORE;
+        // Memory ends 8 bytes into the page at 0x2000.
+        let shape = Shape::new(&l, 0x2008).unwrap();
+        assert_eq!(window(&shape, 0x2004, 4), (0x2000, 8));
+        assert_eq!(window(&shape, 0x2001, 2), (0x2000, 8));
+        assert_eq!(window(&shape, 0x1ffc, 4), (0x1ff8, 8));
+        // Only 6 bytes: no legal entry ends below the end.
+        let shape = Shape::new(&l, 0x2006).unwrap();
+        assert_eq!(window(&shape, 0x2000, 2), (0x2000, 8));
+    }
+
+    #[test]
+    fn entries_shorter_than_a_page_cut_pages_of_their_length() {
+        let l = Limits::LEECHCORE;
+        let short = Limits {
+            max_len: 0x300,
+            ..l
+        };
+        let shape = Shape::new(&short, u64::MAX).unwrap();
+        assert_eq!(shape.to_page_end(0x1100), 0x100);
+        assert_eq!(window(&shape, 0x11fe, 2), (0x11f8, 8));
+        // Rules that admit no entry.
+        for rules in [
+            Limits { max_len: 4, ..l },
+            Limits { max_len: 0, ..l },
+            Limits {
+                min_len: 0x1001,
+                ..l
+            },
+            Limits {
+                page_size: 0x1800,
+                ..l
+            },
+            Limits { align: 0x2000, ..l },
+        ] {
+            assert!(Shape::new(&rules, u64::MAX).is_none(), "{rules:?}");
+        }
+        // The shortest entry is rounded up to the alignment.
+        let coarse = Limits {
+            min_len: 12,
+            align: 8,
+            ..l
+        };
+        assert_eq!(
+            window(&Shape::new(&coarse, u64::MAX).unwrap(), 0x1001, 1),
+            (0x1000, 16)
+        );
     }
 }
