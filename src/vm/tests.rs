@@ -430,3 +430,367 @@ fn virtual_writes_change_exactly_the_requested_bytes() {
     );
     assert_eq!(backend.bytes(0x10_0ffc, 4), vec![9; 4]);
 }
+
+/// The model test's physical memory, small enough to compare whole after
+/// every round: what mappings point to lies below `DATA_END` (writes go
+/// nowhere else), page tables follow, and the device ends at `MEMORY_END`.
+const DATA_END: u64 = 12 * MIB;
+const MEMORY_END: u64 = 16 * MIB;
+const GIB: u64 = 1 << 30;
+/// What a read buffer holds before the read: failed bytes must keep it.
+const UNTOUCHED: u8 = 0x5a;
+
+/// Virtual memory as the model test's tables map it, byte by byte, with
+/// its own idea of canonical addresses and of the device.
+#[derive(Default)]
+struct VirtualModel {
+    /// First virtual address of each page mapped: its size and physical
+    /// address.
+    pages: std::collections::BTreeMap<u64, (u64, u64)>,
+    /// Physical 4 KiB pages that fail, and why.
+    holes: Vec<(u64, PageError)>,
+    /// Physical memory.
+    bytes: Vec<u8>,
+}
+
+impl VirtualModel {
+    fn map(&mut self, t: &mut Tables, va: u64, pa: u64, size: PageSize) {
+        t.map(va, pa, size);
+        self.pages.insert(va, (size.bytes(), pa));
+    }
+
+    /// The physical address of the 4 KiB virtual page at `vpage`, or why
+    /// its bytes fail.
+    fn page(&self, vpage: u64) -> Result<u64, PageError> {
+        if (0x0000_8000_0000_0000..0xffff_8000_0000_0000).contains(&vpage) {
+            return Err(PageError::NonCanonical);
+        }
+        let (va, &(_, pa)) = self
+            .pages
+            .range(..=vpage)
+            .next_back()
+            .filter(|&(va, &(size, _))| vpage - va < size)
+            .ok_or(PageError::NotMapped)?;
+        let pa = pa + (vpage - va);
+        if pa >= MEMORY_END {
+            return Err(PageError::OutOfRange);
+        }
+        match self.holes.iter().find(|&&(hole, _)| hole == pa) {
+            Some(&(_, reason)) => Err(reason),
+            None => Ok(pa),
+        }
+    }
+
+    /// The physical address of each byte of `len` at `va`, or why it fails.
+    fn fates(&self, va: u64, len: usize) -> Vec<Result<u64, PageError>> {
+        let mut page = (1, Err(PageError::Unspecified)); // no page starts at 1
+        (0..len as u64)
+            .map(|i| {
+                let at = va.checked_add(i).ok_or(PageError::AddressOverflow)?;
+                if page.0 != at & !0xfff {
+                    page = (at & !0xfff, self.page(at & !0xfff));
+                }
+                page.1.map(|pa| pa + (at & 0xfff))
+            })
+            .collect()
+    }
+
+    /// What a request with these fates gives back: each failed run, a new
+    /// one where the reason changes.
+    fn result(fates: &[Result<u64, PageError>]) -> Result<(), PartialError> {
+        let mut failed = Vec::new();
+        let mut offset = 0;
+        for run in fates.chunk_by(|a, b| a.err() == b.err()) {
+            if let Err(reason) = run[0] {
+                failed.push(Failure {
+                    offset,
+                    len: run.len(),
+                    reason,
+                });
+            }
+            offset += run.len();
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(PartialError {
+                failed,
+                len: fates.len(),
+            })
+        }
+    }
+
+    /// What a read with these fates leaves in its buffer.
+    fn read(&self, fates: &[Result<u64, PageError>]) -> Vec<u8> {
+        fates
+            .iter()
+            .map(|fate| fate.map_or(UNTOUCHED, |pa| self.bytes[pa as usize]))
+            .collect()
+    }
+
+    fn write(&mut self, fates: &[Result<u64, PageError>], data: &[u8]) {
+        for (fate, &b) in fates.iter().zip(data) {
+            if let Ok(pa) = fate {
+                self.bytes[*pa as usize] = b;
+            }
+        }
+    }
+}
+
+/// A random 4 KiB physical page below `DATA_END`, with `spare` pages
+/// after it also below.
+fn data_page(rng: &mut fastrand::Rng, spare: u64) -> u64 {
+    rng.u64(0..DATA_END / 0x1000 - spare) * 0x1000
+}
+
+/// Maps 1 GiB regions of both halves (always the last below the
+/// non-canonical gap and the first above it, sometimes the neighbours of
+/// those and the top of the address space): each a 1 GiB page at 0, or
+/// up to three 2 MiB slots, each a 2 MiB page or runs of 4 KiB pages.
+fn map_random_regions(rng: &mut fastrand::Rng, t: &mut Tables, model: &mut VirtualModel) {
+    let mut regions = vec![LOWER_HALF_END - GIB, UPPER_HALF];
+    for _ in 0..rng.usize(2..=5) {
+        regions.push(match rng.u8(0..6) {
+            0 => LOWER_HALF_END - 2 * GIB,
+            1 => UPPER_HALF + GIB,
+            2 => 0u64.wrapping_sub(GIB),
+            3 => rng.u64(0..1 << 17) * GIB,
+            _ => UPPER_HALF + rng.u64(0..1 << 17) * GIB,
+        });
+    }
+    regions.sort_unstable();
+    regions.dedup();
+    for region in regions {
+        if rng.u8(0..4) == 0 {
+            model.map(t, region, 0, PageSize::Size1G);
+            continue;
+        }
+        let mut slots = Vec::new();
+        for _ in 0..rng.usize(1..=3) {
+            let slot = [0, 511, rng.u64(0..512), rng.u64(0..512)][rng.usize(0..4)];
+            slots.push(slot);
+            if slot < 511 && rng.u8(0..3) == 0 {
+                slots.push(slot + 1);
+            }
+        }
+        slots.sort_unstable();
+        slots.dedup();
+        for slot in slots {
+            let window = region + slot * (2 * MIB);
+            if rng.bool() {
+                let pa = rng.u64(0..DATA_END / (2 * MIB)) * (2 * MIB);
+                model.map(t, window, pa, PageSize::Size2M);
+                continue;
+            }
+            // Runs of pages, some gapped, mostly physically contiguous.
+            for _ in 0..rng.usize(1..=4) {
+                let n = rng.u64(1..=6);
+                let first = [0, 512 - n, rng.u64(0..=512 - n)][rng.usize(0..3)];
+                let mut pa = data_page(rng, n);
+                for page in first..first + n {
+                    let va = window + page * 0x1000;
+                    if rng.u8(0..6) != 0 && !model.pages.contains_key(&va) {
+                        model.map(t, va, pa, PageSize::Size4K);
+                    }
+                    pa = match rng.u8(0..4) {
+                        0 => data_page(rng, n),
+                        _ => pa + 0x1000,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Up to three holes, each a 4 KiB page below `DATA_END` that a mapping
+/// points to (never a page table: those are above).
+fn add_random_holes(rng: &mut fastrand::Rng, backend: &MemBackend, model: &mut VirtualModel) {
+    let pages: Vec<(u64, u64)> = model.pages.values().copied().collect();
+    for _ in 0..rng.usize(0..=3) {
+        let (size, pa) = pages[rng.usize(0..pages.len())];
+        let page = pa + rng.u64(0..size.min(DATA_END - pa) / 0x1000) * 0x1000;
+        let reason = [PageError::UnsupportedRequest, PageError::CompleterAbort][rng.usize(0..2)];
+        backend.add_hole(page..page + 0x1000, reason);
+        model.holes.push((page, reason));
+    }
+}
+
+/// An address near an edge of a mapped page, of what a 1 GiB page has of
+/// memory, of a hole as mapped, or of the canonical halves and the
+/// address space; inside a mapped page; or anywhere in a region.
+fn virtual_address(rng: &mut fastrand::Rng, model: &VirtualModel) -> u64 {
+    let i = rng.usize(0..model.pages.len());
+    let (&va, &(size, pa)) = model.pages.iter().nth(i).expect("a page");
+    // Up to 16 bytes either side of an edge `offset` bytes into the page
+    // (whose end may be the end of the address space).
+    let jitter = rng.u64(0..32).wrapping_sub(16);
+    let near = |offset: u64| va.wrapping_add(offset).wrapping_add(jitter);
+    match rng.u8(0..10) {
+        0..=2 => near([0, size][rng.usize(0..2)]),
+        3 if size == GIB => near(MEMORY_END),
+        3 | 4 => match model.holes.get(rng.usize(0..3)) {
+            Some(&(hole, _)) if (pa..pa + size).contains(&hole) => {
+                near(hole - pa + [0, 0x1000][rng.usize(0..2)])
+            }
+            _ => va + rng.u64(0..size),
+        },
+        5 => [LOWER_HALF_END, UPPER_HALF, 0][rng.usize(0..3)].wrapping_add(jitter),
+        6 | 7 => va + rng.u64(0..size),
+        _ => (va & !(GIB - 1)) + rng.u64(0..GIB),
+    }
+}
+
+/// Mostly 1 to 16 bytes, some up to three pages.
+fn request_length(rng: &mut fastrand::Rng) -> usize {
+    match rng.u8(0..8) {
+        0..=4 => rng.usize(1..=16),
+        5 | 6 => rng.usize(1..=0x1000),
+        _ => rng.usize(1..=0x3000),
+    }
+}
+
+/// Asserts that a read gave back what the model says, naming the first
+/// wrong byte rather than printing whole buffers.
+fn check_read(
+    got: &(Vec<u8>, Result<(), PartialError>),
+    want: &(Vec<u8>, Result<(), PartialError>),
+    fates: &[Result<u64, PageError>],
+    context: impl Fn() -> String,
+) {
+    assert_eq!(got.1, want.1, "{}: result", context());
+    assert_eq!(got.0.len(), want.0.len(), "{}: length", context());
+    if got.0 != want.0 {
+        let at = got.0.iter().zip(&want.0).position(|(g, w)| g != w);
+        let at = at.expect("a byte differs");
+        let model = match fates[at] {
+            Ok(pa) => format!("physical {pa:#x}"),
+            Err(reason) => format!("failed, {reason:?}"),
+        };
+        panic!(
+            "{}: byte {at:#x} is {:#x}, not {:#x} (the model: {model})",
+            context(),
+            got.0[at],
+            want.0[at],
+        );
+    }
+}
+
+/// The first physical address where the device differs from `model`,
+/// compared a piece at a time (a copy of all of it at once costs more
+/// than the rest of a round).
+fn first_difference(backend: &MemBackend, model: &[u8]) -> Option<u64> {
+    const PIECE: usize = 64 << 10;
+    model.chunks(PIECE).enumerate().find_map(|(i, want)| {
+        let got = backend.bytes((i * PIECE) as u64, want.len());
+        if got == want {
+            return None;
+        }
+        let at = got.iter().zip(want).position(|(g, w)| g != w)?;
+        Some((i * PIECE + at) as u64)
+    })
+}
+
+/// Random 4 KiB, 2 MiB and 1 GiB pages in both canonical halves, holes
+/// in some of the memory they map, and rounds of batched reads and single
+/// writes near every edge (of pages, holes, memory, the canonical halves,
+/// the address space), with and without caches: every byte, failed range
+/// and write as `VirtualModel` says.
+#[test]
+fn random_virtual_reads_and_writes_match_a_model_of_the_tables() {
+    let pattern = MemBackend::with_address_pattern(MEMORY_END as usize);
+    let pattern = pattern.bytes(0, MEMORY_END as usize);
+    for seed in 0..150 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let backend = Arc::new(MemBackend::new(pattern.clone()));
+        let mem = Memory::with_config(backend.clone(), EngineConfig::default());
+        let mut t = Tables::new(backend.clone(), DATA_END);
+        let mut model = VirtualModel::default();
+        map_random_regions(&mut rng, &mut t, &mut model);
+        add_random_holes(&mut rng, &backend, &mut model);
+        model.bytes = backend.bytes(0, MEMORY_END as usize);
+        let cached = rng.bool();
+        let space = if cached {
+            AddressSpace::new(mem.clone(), t.dtb)
+        } else {
+            AddressSpace::with_config(mem.clone(), t.dtb, VmConfig::UNCACHED)
+        };
+        let caches = if cached { "cached" } else { "uncached" };
+        for round in 0..6 {
+            if rng.u8(0..3) == 0 {
+                space.invalidate();
+            }
+            // A batch of reads, some of values.
+            let reads: Vec<(u64, usize, bool)> = (0..rng.usize(1..=30))
+                .map(|_| {
+                    let va = virtual_address(&mut rng, &model);
+                    match rng.u8(0..4) {
+                        0 => (va, 8, true),
+                        _ => (va, request_length(&mut rng), false),
+                    }
+                })
+                .collect();
+            let got = mem.block_on(crate::join_all(reads.iter().map(|&(va, len, value)| {
+                let space = &space;
+                async move {
+                    if value {
+                        match space.read_val::<u64>(va).await {
+                            Ok(v) => (v.to_le_bytes().to_vec(), Ok(())),
+                            Err(e) => (vec![UNTOUCHED; 8], Err(e)),
+                        }
+                    } else {
+                        let mut buf = vec![UNTOUCHED; len];
+                        let result = space.read(va, &mut buf).await;
+                        (buf, result)
+                    }
+                }
+            })));
+            for (i, (&(va, len, value), got)) in reads.iter().zip(&got).enumerate() {
+                let fates = model.fates(va, len);
+                let result = VirtualModel::result(&fates);
+                let bytes = if value && result.is_err() {
+                    vec![UNTOUCHED; 8] // a value is read whole or not at all
+                } else {
+                    model.read(&fates)
+                };
+                let kind = if value { "read_val::<u64>" } else { "read" };
+                check_read(got, &(bytes, result), &fates, || {
+                    format!(
+                        "seed {seed} ({caches}), round {round}, op {i}: {kind} {len:#x} at {va:#x}"
+                    )
+                });
+            }
+            // Writes one at a time, where every byte written lands below
+            // `DATA_END`.
+            for i in 0..rng.usize(1..=4) {
+                let (va, fates) = loop {
+                    let va = virtual_address(&mut rng, &model);
+                    let fates = model.fates(va, request_length(&mut rng));
+                    if fates
+                        .iter()
+                        .all(|fate| fate.map_or(true, |pa| pa < DATA_END))
+                    {
+                        break (va, fates);
+                    }
+                };
+                let data: Vec<u8> = std::iter::repeat_with(|| rng.u8(..))
+                    .take(fates.len())
+                    .collect();
+                let got = mem.block_on(space.write(va, &data));
+                let len = data.len();
+                assert_eq!(
+                    got,
+                    VirtualModel::result(&fates),
+                    "seed {seed} ({caches}), round {round}, write {i}: {len:#x} at {va:#x}"
+                );
+                model.write(&fates, &data);
+            }
+            if let Some(at) = first_difference(&backend, &model.bytes) {
+                panic!(
+                    "seed {seed} ({caches}), round {round}: physical byte {at:#x} is {:#x}, not {:#x}",
+                    backend.bytes(at, 1)[0],
+                    model.bytes[at as usize]
+                );
+            }
+        }
+    }
+}
