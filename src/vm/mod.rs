@@ -513,8 +513,6 @@ fn split_runs<'a, 'r>(
     })
 }
 
-/// Merges translation failures and the failures of each physical run
-/// (shifted to the request's offsets) into one sorted result.
 /// Whether `va..va+len` is inside one 4 KiB page: the common access (a
 /// value, a pointer), which needs one translation and one engine request
 /// and none of `resolve`'s planning (whose vectors and joins cost a
@@ -535,6 +533,8 @@ fn wholly_failed(len: usize, reason: PageError) -> PartialError {
     }
 }
 
+/// Merges translation failures and the failures of each physical run
+/// (shifted to the request's offsets) into one sorted result.
 fn collect(
     len: usize,
     mut failures: Vec<Failure>,
