@@ -648,9 +648,17 @@ impl Flusher {
     /// number of calls and whether any group failed.
     fn read_groups(&mut self, backend: &dyn Backend, max_entries: usize) -> (usize, bool) {
         let mut entries = std::mem::take(&mut self.read_entries);
+        // One pointer into scratch for every window: indexing it per group
+        // would reborrow all of it mutably and invalidate the windows
+        // already handed to entries (Miri, Stacked Borrows).
+        let scratch = self.scratch.as_mut_ptr();
         for g in &self.groups {
             let buf: *mut u8 = match g.scratch {
-                Some(at) => self.scratch[at..].as_mut_ptr(),
+                Some(at) => {
+                    debug_assert!(at + g.len <= self.scratch.len());
+                    // SAFETY: scratch was sized to hold every window.
+                    unsafe { scratch.add(at) }
+                }
                 None => {
                     let p = &self.pieces[g.piece as usize];
                     // SAFETY: a direct group is exactly its piece, which

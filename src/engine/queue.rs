@@ -509,11 +509,15 @@ impl Queue {
             // rescanned rarely.
             let chunks = (self.chunks.len() / 4).max(1);
             for _ in 0..chunks {
-                let chunk: Box<[Slot]> = (0..CHUNK).map(|_| Slot::empty()).collect();
+                // Pointers to the slots are taken once the box is in
+                // place: moving a `Box` asserts that it is the only way to
+                // its contents, which ends pointers taken before (Miri).
+                self.chunks
+                    .push((0..CHUNK).map(|_| Slot::empty()).collect());
+                let chunk = self.chunks.last().expect("a chunk was just pushed");
                 self.free.extend(chunk.iter().rev().map(|slot| SlotRef {
                     slot: NonNull::from(slot),
                 }));
-                self.chunks.push(chunk);
             }
             // Room for every slot, so taking slots back never allocates.
             let total = self.chunks.len() * CHUNK;
@@ -637,9 +641,18 @@ impl Queue {
     /// staging can hold a request of the scope.
     pub fn cancel_scope(&mut self, scope: u64) {
         let of_scope = |slot: &Slot| {
-            // SAFETY: a queued slot belongs to the engine; we hold `&mut self`.
-            let lent = unsafe { &*slot.body.get() }.lent;
-            slot.state() == State::Queued && lent.is_some_and(|lent| lent.scope == scope)
+            // The state first: a slot that is not queued may be written
+            // at this moment without the queue lock (prepared by another
+            // thread's staging, or read by its future once done), so its
+            // body must not be read (Miri found that race).
+            slot.state() == State::Queued && {
+                // SAFETY: a queued slot belongs to the engine, which
+                // changes it only under the queue lock, held here
+                // (`&mut self`); the `Acquire` load of the state saw what
+                // `prepare` wrote.
+                let lent = unsafe { (*slot.body.get()).lent };
+                lent.is_some_and(|lent| lent.scope == scope)
+            }
         };
         for slot in &self.pending {
             if of_scope(slot.slot()) {
