@@ -21,7 +21,15 @@ pub struct MemBackend {
     read_calls: AtomicU64,
     write_calls: AtomicU64,
     read_entries: Mutex<Vec<usize>>,
+    /// Under Miri, per `PATTERN_LINE` bytes of an address-pattern backend: whether
+    /// the pattern is written yet. The interpreter takes minutes per MiB
+    /// to write it eagerly, so each line gets it on first access instead.
+    #[cfg(miri)]
+    pattern_filled: Option<Mutex<Vec<bool>>>,
 }
+
+#[cfg(miri)]
+const PATTERN_LINE: usize = 64;
 
 impl MemBackend {
     /// `data` as physical memory from address 0, with LeechCore's limits.
@@ -35,11 +43,14 @@ impl MemBackend {
             read_calls: AtomicU64::new(0),
             write_calls: AtomicU64::new(0),
             read_entries: Mutex::new(Vec::new()),
+            #[cfg(miri)]
+            pattern_filled: None,
         }
     }
 
     /// `len` bytes where the 8 bytes at each 8-aligned address `a` hold
     /// `a` itself (little endian): any byte shows where it came from.
+    #[cfg(not(miri))]
     pub fn with_address_pattern(len: usize) -> Self {
         let data = (0..len as u64)
             .step_by(8)
@@ -47,6 +58,14 @@ impl MemBackend {
             .take(len)
             .collect();
         Self::new(data)
+    }
+
+    /// (Under Miri: the same, each line's pattern written on first access.)
+    #[cfg(miri)]
+    pub fn with_address_pattern(len: usize) -> Self {
+        let mut backend = Self::new(vec![0; len]);
+        backend.pattern_filled = Some(Mutex::new(vec![false; len.div_ceil(PATTERN_LINE)]));
+        backend
     }
 
     /// Uses `limits` instead of LeechCore's.
@@ -81,13 +100,70 @@ impl MemBackend {
         self.read_entries.lock().unwrap().clone()
     }
 
+    /// Under Miri: writes the address pattern into the lines of `ranges`
+    /// that do not hold it yet (before any access to them).
+    #[cfg(miri)]
+    fn fill_pattern(&self, ranges: impl Iterator<Item = (u64, usize)>) {
+        let Some(filled) = &self.pattern_filled else {
+            return;
+        };
+        let mut filled = filled.lock().unwrap();
+        // (Indexed as a slice: indexing the vector would reborrow all of it
+        // for every line, which is slow under Miri.)
+        let filled: &mut [bool] = &mut filled;
+        let mut data = None;
+        for (addr, len) in ranges {
+            if len == 0 || filled.is_empty() {
+                continue;
+            }
+            let first = usize::try_from(addr).unwrap_or(usize::MAX) / PATTERN_LINE;
+            let end = usize::try_from(addr)
+                .unwrap_or(usize::MAX)
+                .saturating_add(len - 1);
+            let last = (end / PATTERN_LINE).min(filled.len() - 1);
+            for line in first..=last {
+                if filled[line] {
+                    continue;
+                }
+                let data = data.get_or_insert_with(|| self.data.write().unwrap());
+                let start = line * PATTERN_LINE;
+                let stop = (start + PATTERN_LINE).min(data.len());
+                // (Word by word through a raw pointer: iterators and
+                // indexing cost many interpreted steps per word.)
+                let base = data.as_mut_ptr();
+                let mut at = start;
+                while at + 8 <= stop {
+                    // SAFETY: `at..at + 8` lies in `data`, which the lock guards.
+                    unsafe {
+                        base.add(at)
+                            .cast::<[u8; 8]>()
+                            .write((at as u64).to_le_bytes())
+                    };
+                    at += 8;
+                }
+                // (A last partial word, when the length is not a multiple of 8.)
+                if at < stop {
+                    let tail = (at as u64).to_le_bytes();
+                    data[at..stop].copy_from_slice(&tail[..stop - at]);
+                }
+                filled[line] = true;
+            }
+        }
+    }
+
+    #[cfg(not(miri))]
+    #[inline(always)]
+    fn fill_pattern(&self, _ranges: impl Iterator<Item = (u64, usize)>) {}
+
     /// A copy of `len` bytes at `addr`.
     pub fn bytes(&self, addr: u64, len: usize) -> Vec<u8> {
+        self.fill_pattern(std::iter::once((addr, len)));
         self.data.read().unwrap()[addr as usize..addr as usize + len].to_vec()
     }
 
     /// Overwrites bytes directly, as the target itself would.
     pub fn poke(&self, addr: u64, bytes: &[u8]) {
+        self.fill_pattern(std::iter::once((addr, bytes.len())));
         self.data.write().unwrap()[addr as usize..addr as usize + bytes.len()]
             .copy_from_slice(bytes);
     }
@@ -117,6 +193,7 @@ impl MemBackend {
 impl Backend for MemBackend {
     fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]) {
         self.read_calls.fetch_add(1, Ordering::Relaxed);
+        self.fill_pattern(entries.iter().map(|e| (e.addr, e.buf.len())));
         self.read_entries.lock().unwrap().push(entries.len());
         let data = self.data.read().unwrap();
         let holes = self.holes.read().unwrap();
@@ -134,6 +211,7 @@ impl Backend for MemBackend {
 
     fn write_scatter(&self, entries: &mut [WriteEntry<'_>]) {
         self.write_calls.fetch_add(1, Ordering::Relaxed);
+        self.fill_pattern(entries.iter().map(|e| (e.addr, e.data.len())));
         let mut data = self.data.write().unwrap();
         let holes = self.holes.read().unwrap();
         for e in entries {
