@@ -286,7 +286,6 @@ impl Flusher {
             let page = shape.page(req.addr);
             let legal = req.kind == Kind::Read
                 && req.len >= shape.min_len.max(1)
-                && req.len <= shape.max_len
                 && (req.addr | len) & shape.align_mask == 0
                 && len <= shape.to_page_end(req.addr)
                 && req
@@ -579,15 +578,14 @@ impl Flusher {
                 let g = &mut self.groups[gi as usize];
                 let lo = g.addr.min(start);
                 let hi = (g.addr + g.len as u64).max(start + len as u64);
-                if (hi - lo) as usize <= shape.max_len {
-                    // Several pieces share this entry: through scratch.
-                    g.scratch.get_or_insert(0);
-                    any_scratch = true;
-                    g.addr = lo;
-                    g.len = (hi - lo) as usize;
-                    p.group = gi;
-                    continue;
-                }
+                // Several pieces share this entry (it stays inside a page,
+                // which no entry limit cuts): through scratch.
+                g.scratch.get_or_insert(0);
+                any_scratch = true;
+                g.addr = lo;
+                g.len = (hi - lo) as usize;
+                p.group = gi;
+                continue;
             }
             let gi = self.groups.len() as u32;
             let direct = start == p.addr && len == p.len;
@@ -599,10 +597,6 @@ impl Flusher {
                 piece: pi,
                 result: Err(PageError::NotIssued),
             });
-            if !small && shared.is_some() {
-                // The page's entry was full: later pieces join this one.
-                self.page_groups.insert(page, gi);
-            }
             p.group = gi;
         }
         if self.groups.is_empty() {
@@ -871,7 +865,6 @@ struct Shape {
     page_shift: u32,
     align_mask: u64,
     min_len: usize,
-    max_len: usize,
     /// The device's max address, aligned down: no legal entry that stays
     /// below the max address ends past it.
     end: u64,
@@ -899,7 +892,6 @@ impl Shape {
             page_shift: page.trailing_zeros(),
             align_mask,
             min_len: min_len as usize,
-            max_len: limits.max_len,
             end: max_address & !align_mask,
         })
     }
