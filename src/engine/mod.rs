@@ -281,7 +281,9 @@ impl Memory {
                 // Woken while being polled: it can still make progress (a
                 // join that yields midway, a shared future just completed),
                 // so more requests may come before anything is sent.
-                if notify.woken.swap(false, Ordering::Acquire) && repolls < MAX_REPOLLS {
+                // (A load, not a swap, which is a locked instruction: the
+                // flag is cleared before the next poll anyway.)
+                if notify.woken.load(Ordering::Acquire) && repolls < MAX_REPOLLS {
                     repolls += 1;
                     continue;
                 }
@@ -550,7 +552,8 @@ pin_project_lite::pin_project! {
     #[must_use = "futures do nothing unless polled"]
     pub struct Driven<'m, F> {
         mem: &'m Memory,
-        waker: Option<Arc<RecordingWaker>>,
+        // Made once: a waker per poll would cost two atomic counts.
+        waker: Option<(Arc<RecordingWaker>, Waker)>,
         staging: Option<StagingLease<'m>>,
         #[pin]
         future: F,
@@ -583,19 +586,19 @@ impl<F: Future> Future for Driven<'_, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let mut this = self.project();
-        let recorder = this.waker.get_or_insert_with(|| {
-            Arc::new(RecordingWaker {
+        let (recorder, waker) = this.waker.get_or_insert_with(|| {
+            let recorder = Arc::new(RecordingWaker {
                 woken: AtomicBool::new(false),
                 inner: Mutex::new(cx.waker().clone()),
-            })
+            });
+            (recorder.clone(), Waker::from(recorder))
         });
         recorder
             .inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone_from(cx.waker());
-        let waker = Waker::from(recorder.clone());
-        let mut inner_cx = Context::from_waker(&waker);
+        let mut inner_cx = Context::from_waker(waker);
         let lease = this.staging.get_or_insert_with(|| this.mem.lease_staging());
         let mut repolls = 0;
         loop {
@@ -607,7 +610,9 @@ impl<F: Future> Future for Driven<'_, F> {
                 return Poll::Ready(out);
             }
             // As in `block_on`: a future that woke itself goes on first.
-            if recorder.woken.swap(false, Ordering::Acquire) && repolls < MAX_REPOLLS {
+            // (A load, not a swap: the flag is cleared before the next
+            // poll anyway.)
+            if recorder.woken.load(Ordering::Acquire) && repolls < MAX_REPOLLS {
                 repolls += 1;
                 continue;
             }
