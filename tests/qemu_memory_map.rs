@@ -86,8 +86,11 @@ fn session(stream: UnixStream, served: &Served) -> std::io::Result<()> {
                 // Everything up to the range above 4 GiB, and no more
                 // within LeechCore's second: the line before it is whole.
                 let cut = whole.find("0000000100000000-").unwrap();
-                writer.write_all(&whole.as_bytes()[..cut])?;
+                // Counted before the answer goes out: the client may act on
+                // it, and the test check the count, before this thread runs
+                // again.
                 served.cut_short.fetch_add(1, Ordering::SeqCst);
+                writer.write_all(&whole.as_bytes()[..cut])?;
                 // LeechCore reads once and hangs up.
                 while reader.read_line(&mut String::new())? > 0 {}
                 return Ok(());
@@ -96,12 +99,12 @@ fn session(stream: UnixStream, served: &Served) -> std::io::Result<()> {
                 if served.errors.load(Ordering::SeqCst) < served.errors_first =>
             {
                 let error = json!({"error": {"class": "GenericError", "desc": "busy"}});
-                writeln!(writer, "{error}")?;
                 served.errors.fetch_add(1, Ordering::SeqCst);
+                writeln!(writer, "{error}")?;
             }
             Some("human-monitor-command") => {
-                writeln!(writer, "{whole}")?;
                 served.whole.fetch_add(1, Ordering::SeqCst);
+                writeln!(writer, "{whole}")?;
             }
             other => panic!("unexpected QMP command {other:?}"),
         }
