@@ -12,7 +12,6 @@
 //! the device's entry limit is exceeded).
 
 use rustc_hash::FxHashMap;
-use std::collections::hash_map::Entry;
 
 use super::outcome::{Failure, Fragment};
 use super::queue::{Kind, Queue, SlotRef, State};
@@ -90,6 +89,59 @@ const NO_SPAN: u32 = u32::MAX;
 /// Up to this many read pieces, pages are matched by a linear scan.
 const SMALL_FLUSH: usize = 16;
 
+/// Page numbers mapped to an index (of a group, say) for one pass, emptied
+/// in constant time: an open-addressed table whose slots count as empty
+/// unless stamped with the current pass. Flushes look up a page once per
+/// request or piece, and a general hash map's hashing, control bytes and
+/// clearing showed in their profiles.
+#[derive(Default)]
+struct PageIndex {
+    /// (page, pass that stored it, index); pass 0 is never current.
+    slots: Vec<(u64, u32, u32)>,
+    pass: u32,
+    /// The table used in this pass: its first `1 << bits` slots.
+    bits: u32,
+}
+
+impl PageIndex {
+    /// Starts an empty index for up to `n` pages (kept at most half full;
+    /// more than `n` would fill it, and `insert` would never return).
+    fn begin(&mut self, n: usize) {
+        let want = (2 * n).next_power_of_two().max(16);
+        if self.slots.len() < want {
+            self.slots = vec![(0, 0, 0); want];
+            self.pass = 0;
+        }
+        self.bits = want.trailing_zeros();
+        self.pass = self.pass.wrapping_add(1);
+        if self.pass == 0 {
+            // Every stamp could be current again: unstamp them all.
+            self.slots.fill((0, 0, 0));
+            self.pass = 1;
+        }
+    }
+
+    /// The index of `page` if it has one; else gives it `index`.
+    #[inline]
+    fn get_or_insert(&mut self, page: u64, index: u32) -> Option<u32> {
+        let mask = (1usize << self.bits) - 1;
+        // Fibonacci hashing: the product's top bits mix every bit of the
+        // page number.
+        let mut i = (page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - self.bits)) as usize;
+        loop {
+            let slot = &mut self.slots[i];
+            if slot.1 != self.pass {
+                *slot = (page, self.pass, index);
+                return None;
+            }
+            if slot.0 == page {
+                return Some(slot.2);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+}
+
 /// One scatter entry: a legal window, read or written directly in a
 /// request's buffer or through scratch.
 #[derive(Clone, Copy)]
@@ -116,8 +168,9 @@ pub(crate) struct Flusher {
     pages: FxHashMap<u64, PageRounds>,
     /// The windows written in this flush, linked per page.
     write_spans: Vec<WriteSpan>,
-    /// Per page: the read entry (group) that covers it in this round.
-    page_groups: FxHashMap<u64, u32>,
+    /// Per page: the read entry (group) that covers it in this round (or
+    /// 0 for every page, in the one-pass plan).
+    page_groups: PageIndex,
     /// Failed runs of every request, in request order.
     failed: Vec<(u32, Failure)>,
     /// Fragments of the requests that record them, in request order.
@@ -275,10 +328,10 @@ impl Flusher {
         if self.records {
             return None;
         }
-        // Few requests: a scan beats clearing a large hash map.
+        // Few requests: a scan beats even an empty set.
         let small = self.reqs.len() <= SMALL_FLUSH;
         if !small {
-            self.page_groups.clear();
+            self.page_groups.begin(self.reqs.len());
         }
         let mut entries = std::mem::take(&mut self.read_entries);
         for (ri, req) in self.reqs.iter().enumerate() {
@@ -296,13 +349,7 @@ impl Flusher {
                 && if small {
                     !self.reqs[..ri].iter().any(|r| shape.page(r.addr) == page)
                 } else {
-                    match self.page_groups.entry(page) {
-                        Entry::Occupied(_) => false,
-                        Entry::Vacant(e) => {
-                            e.insert(0);
-                            true
-                        }
-                    }
+                    self.page_groups.get_or_insert(page, 0).is_none()
                 };
             if !alone {
                 entries.clear();
@@ -544,10 +591,10 @@ impl Flusher {
                 })
         };
         self.groups.clear();
-        // Few pieces: a scan beats clearing a large hash map.
+        // Few pieces: a scan beats even an empty index.
         let small = self.pieces.len() <= SMALL_FLUSH;
         if !small {
-            self.page_groups.clear();
+            self.page_groups.begin(self.pieces.len());
         }
         let mut scratch_len = 0usize;
         let mut any_scratch = false;
@@ -558,21 +605,16 @@ impl Flusher {
             let pi = pi as u32;
             let (start, len) = window(shape, p.addr, p.len);
             let page = shape.page(start);
-            // (Large flushes: one hash lookup, which maps a new page to
-            // the group pushed below.)
+            // (Large flushes: one lookup, which maps a new page to the
+            // group pushed below.)
             let shared = if small {
                 self.groups
                     .iter()
                     .rposition(|g| shape.page(g.addr) == page)
                     .map(|i| i as u32)
             } else {
-                match self.page_groups.entry(page) {
-                    Entry::Occupied(e) => Some(*e.get()),
-                    Entry::Vacant(e) => {
-                        e.insert(self.groups.len() as u32);
-                        None
-                    }
-                }
+                self.page_groups
+                    .get_or_insert(page, self.groups.len() as u32)
             };
             if let Some(gi) = shared {
                 let g = &mut self.groups[gi as usize];
@@ -920,6 +962,36 @@ mod tests {
             // until it returns.
             unsafe { flusher.lend(Kind::Read, addr, buf.as_mut_ptr(), buf.len()) };
         }
+    }
+
+    #[test]
+    fn page_indexes_find_repeats_and_empty_between_passes() {
+        let mut index = PageIndex::default();
+        index.begin(100);
+        // Pages that share their low bits still differ.
+        let pages: Vec<u64> = (0..100).map(|i| i << 20 | 7).collect();
+        for (i, &p) in pages.iter().enumerate() {
+            assert_eq!(index.get_or_insert(p, i as u32), None);
+        }
+        for (i, &p) in pages.iter().enumerate() {
+            assert_eq!(index.get_or_insert(p, 0), Some(i as u32));
+        }
+        // A new pass, smaller: nothing of the last one is left.
+        index.begin(20);
+        assert_eq!(index.get_or_insert(pages[3], 1), None);
+        assert_eq!(index.get_or_insert(pages[3], 2), Some(1));
+        let new = pages[..20]
+            .iter()
+            .filter(|&&p| index.get_or_insert(p, 3).is_none());
+        assert_eq!(new.count(), 19);
+        // Growing clears as well; and so does the pass counter's wrap.
+        index.begin(5000);
+        assert_eq!(index.get_or_insert(pages[0], 4), None);
+        index.pass = u32::MAX;
+        index.begin(10);
+        assert_eq!(index.pass, 1);
+        assert_eq!(index.get_or_insert(pages[0], 5), None);
+        assert_eq!(index.get_or_insert(pages[0], 6), Some(5));
     }
 
     #[test]

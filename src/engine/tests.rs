@@ -176,6 +176,23 @@ fn a_page_needed_twice_in_one_flush_is_read_once() {
     assert_eq!(backend.read_call_sizes(), vec![2]);
 }
 
+/// The same in a flush too large for a scan, where pages are matched by a
+/// set.
+#[test]
+fn a_page_needed_twice_in_a_large_flush_is_read_once() {
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
+    // 40 pages, two of them read again at other offsets, last.
+    let addrs: Vec<u64> = (0..40u64)
+        .map(|i| i * 0x3000)
+        .chain([0x3010, 32 * 0x3000 + 0x800])
+        .collect();
+    let values = mem.block_on(crate::join_all(
+        addrs.iter().map(|&a| mem.read_val::<u64>(a)),
+    ));
+    assert_eq!(values, addrs.iter().map(|&a| Ok(a)).collect::<Vec<_>>());
+    assert_eq!(backend.read_call_sizes(), vec![40]);
+}
+
 #[test]
 fn small_and_unaligned_reads_use_legal_windows() {
     let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
