@@ -105,7 +105,8 @@ struct PageIndex {
 
 impl PageIndex {
     /// Starts an empty index for up to `n` pages (kept at most half full;
-    /// more than `n` would fill it, and `insert` would never return).
+    /// more than `n` would fill it, and `get_or_insert` would never
+    /// return).
     fn begin(&mut self, n: usize) {
         let want = (2 * n).next_power_of_two().max(16);
         if self.slots.len() < want {
@@ -328,7 +329,7 @@ impl Flusher {
         if self.records {
             return None;
         }
-        // Few requests: a scan beats even an empty set.
+        // Few requests: a scan beats even an empty index.
         let small = self.reqs.len() <= SMALL_FLUSH;
         if !small {
             self.page_groups.begin(self.reqs.len());

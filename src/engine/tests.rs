@@ -176,8 +176,8 @@ fn a_page_needed_twice_in_one_flush_is_read_once() {
     assert_eq!(backend.read_call_sizes(), vec![2]);
 }
 
-/// The same in a flush too large for a scan, where pages are matched by a
-/// set.
+/// The same in a flush too large for a scan, where pages are matched by
+/// the flush's page index.
 #[test]
 fn a_page_needed_twice_in_a_large_flush_is_read_once() {
     let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
