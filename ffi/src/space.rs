@@ -288,10 +288,14 @@ pub unsafe extern "C" fn leechio_space_read(
         let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above; the buffers are used only during this call.
         let buffers = unsafe { read_buffers(ops)? };
-        let space = &s.space;
-        let results = space.memory().block_on(join_all(
-            buffers.into_iter().map(|(va, buf)| space.read(va, buf)),
-        ));
+        let (space, mem) = (&s.space, s.space.memory());
+        // In a scope, the device fills the caller's buffers in place.
+        let results = mem.scope(|scope| {
+            let reads = buffers.into_iter();
+            mem.block_on(join_all(
+                reads.map(|(va, buf)| space.read_scoped(scope, va, buf)),
+            ))
+        });
         // SAFETY: the caller vouches for the callback.
         unsafe {
             report(
@@ -322,10 +326,14 @@ pub unsafe extern "C" fn leechio_space_write(
         let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above.
         let data = unsafe { write_data(ops)? };
-        let space = &s.space;
-        let results = space.memory().block_on(join_all(
-            data.into_iter().map(|(va, bytes)| space.write(va, bytes)),
-        ));
+        let (space, mem) = (&s.space, s.space.memory());
+        // In a scope, the device takes the caller's bytes in place.
+        let results = mem.scope(|scope| {
+            let writes = data.into_iter();
+            mem.block_on(join_all(
+                writes.map(|(va, bytes)| space.write_scoped(scope, va, bytes)),
+            ))
+        });
         // SAFETY: the caller vouches for the callback.
         unsafe {
             report(

@@ -545,7 +545,7 @@ thread_local! {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Polls in a row a future may ask for (by waking itself) before the queue
 /// is flushed anyway, so a future that always wakes itself cannot keep the

@@ -892,14 +892,14 @@ fn a_device_whose_page_size_is_not_a_power_of_two_fails_every_piece() {
 
 /// A backend that notes where each entry's bytes live, to tell a copy
 /// through the engine from the caller's own buffer.
-struct EntryBuffers {
-    inner: MemBackend,
-    reads: std::sync::Mutex<Vec<(u64, usize)>>,
-    writes: std::sync::Mutex<Vec<(u64, usize)>>,
+pub(crate) struct EntryBuffers {
+    pub inner: Arc<MemBackend>,
+    pub reads: std::sync::Mutex<Vec<(u64, usize)>>,
+    pub writes: std::sync::Mutex<Vec<(u64, usize)>>,
 }
 
 impl EntryBuffers {
-    fn new(inner: MemBackend) -> Self {
+    pub fn new(inner: Arc<MemBackend>) -> Self {
         EntryBuffers {
             inner,
             reads: Default::default(),
@@ -929,13 +929,15 @@ impl Backend for EntryBuffers {
         self.inner.memory_map()
     }
     fn read_only(&self) -> bool {
-        Backend::read_only(&self.inner)
+        Backend::read_only(&*self.inner)
     }
 }
 
 #[test]
 fn a_scope_reads_and_writes_the_callers_buffers_in_place() {
-    let backend = Arc::new(EntryBuffers::new(MemBackend::with_address_pattern(MIB)));
+    let backend = Arc::new(EntryBuffers::new(Arc::new(
+        MemBackend::with_address_pattern(MIB),
+    )));
     backend
         .inner
         .add_hole(0x8000..0x9000, PageError::TransportError);

@@ -9,6 +9,7 @@ mod cache;
 mod paging;
 mod scan;
 
+use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,7 @@ pub use cache::CacheConfig;
 pub use paging::{PageSize, Translation, WalkError, LEVEL_NAMES};
 pub use scan::{find_address_spaces, SpaceCandidate};
 
-use crate::engine::{join_all, Failure, PartialError};
+use crate::engine::{join_all, Failure, PartialError, Scope};
 use crate::{Memory, PageError};
 use cache::{TablePage, TimedCache};
 use paging::{
@@ -290,19 +291,29 @@ impl AddressSpace {
     /// and pages whose tables or data cannot be read, are failed ranges;
     /// the rest is read.
     pub async fn read(&self, va: u64, buf: &mut [u8]) -> Result<(), PartialError> {
-        let len = buf.len();
-        if in_one_page(va, len) {
-            return match self.translate(va).await {
-                Ok(t) => self.inner.mem.read(t.pa, buf).await,
-                Err(e) => Err(wholly_failed(len, e.reason)),
-            };
-        }
-        let mut failures = Vec::new();
-        let runs = self.resolve(va, len, &mut failures).await;
-        let reads = split_runs(buf, &runs).map(|(run, part)| async move {
-            (run.offset, self.inner.mem.read(run.pa, part).await)
-        });
-        collect(len, failures, join_all(reads).await)
+        self.access(va, buf, |pa, part| self.inner.mem.read(pa, part))
+            .await
+    }
+
+    /// Like [`AddressSpace::read`], into a buffer lent for `scope`: the
+    /// device fills `buf` in place, with no copy through the engine (see
+    /// [`Memory::scope`]). Worth it for large reads.
+    ///
+    /// ```
+    /// # use leechio::{AddressSpace, MemBackend, Memory};
+    /// # let mem = Memory::new(MemBackend::with_address_pattern(1 << 20));
+    /// # let space = AddressSpace::new(mem.clone(), 0x1000);
+    /// let mut buf = vec![0u8; 1 << 16];
+    /// let result = mem.scope(|s| mem.block_on(space.read_scoped(s, 0x40_0000, &mut buf)));
+    /// # assert!(result.is_err()); // (no page tables in this memory)
+    /// ```
+    pub async fn read_scoped<'s>(
+        &self,
+        scope: &Scope<'s, '_>,
+        va: u64,
+        buf: &'s mut [u8],
+    ) -> Result<(), PartialError> {
+        self.access(va, buf, |pa, part| scope.read(pa, part)).await
     }
 
     /// Reads one plain-old-data value at `va`.
@@ -315,19 +326,44 @@ impl AddressSpace {
     /// Writes `data` at `va`; only the requested bytes change. Failed
     /// ranges as for [`AddressSpace::read`].
     pub async fn write(&self, va: u64, data: &[u8]) -> Result<(), PartialError> {
-        if in_one_page(va, data.len()) {
+        self.access(va, data, |pa, part| self.inner.mem.write(pa, part))
+            .await
+    }
+
+    /// Like [`AddressSpace::write`], from data lent for `scope`: the
+    /// device reads `data` in place, with no copy into the engine.
+    pub async fn write_scoped<'s>(
+        &self,
+        scope: &Scope<'s, '_>,
+        va: u64,
+        data: &'s [u8],
+    ) -> Result<(), PartialError> {
+        self.access(va, data, |pa, part| scope.write(pa, part))
+            .await
+    }
+
+    /// Translates `va..va + buf.len()` and runs `access` on each physical
+    /// run with its part of `buf`, all in one batch.
+    async fn access<B, A, F>(&self, va: u64, buf: B, access: A) -> Result<(), PartialError>
+    where
+        B: Split,
+        A: Fn(u64, B) -> F,
+        F: Future<Output = Result<(), PartialError>>,
+    {
+        let len = buf.len();
+        if in_one_page(va, len) {
             return match self.translate(va).await {
-                Ok(t) => self.inner.mem.write(t.pa, data).await,
-                Err(e) => Err(wholly_failed(data.len(), e.reason)),
+                Ok(t) => access(t.pa, buf).await,
+                Err(e) => Err(wholly_failed(len, e.reason)),
             };
         }
         let mut failures = Vec::new();
-        let runs = self.resolve(va, data.len(), &mut failures).await;
-        let writes = runs.iter().map(|run| async move {
-            let part = &data[run.offset..run.offset + run.len];
-            (run.offset, self.inner.mem.write(run.pa, part).await)
+        let runs = self.resolve(va, len, &mut failures).await;
+        let parts = buf.split_runs(&runs).map(|(run, part)| {
+            let done = access(run.pa, part);
+            async move { (run.offset, done.await) }
         });
-        collect(data.len(), failures, join_all(writes).await)
+        collect(len, failures, join_all(parts).await)
     }
 
     /// Translates every 4 KiB virtual page of `va..va+len` at once (one
@@ -497,20 +533,45 @@ struct Run {
     pa: u64,
 }
 
-/// Splits `buf` into the disjoint parts the runs cover.
-fn split_runs<'a, 'r>(
-    buf: &'a mut [u8],
-    runs: &'r [Run],
-) -> impl Iterator<Item = (&'r Run, &'a mut [u8])> {
-    let mut rest = buf;
-    let mut consumed = 0;
-    runs.iter().map(move |run| {
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(run.offset - consumed);
-        let (part, tail) = tail.split_at_mut(run.len);
-        rest = tail;
-        consumed = run.offset + run.len;
-        (run, part)
-    })
+/// A buffer that splits into the disjoint parts physical runs cover: a
+/// read's `&mut [u8]` or a write's `&[u8]`.
+trait Split: Sized {
+    fn len(&self) -> usize;
+    fn split_at(self, mid: usize) -> (Self, Self);
+
+    /// The parts of `self` the runs cover, each with its run.
+    fn split_runs(self, runs: &[Run]) -> impl Iterator<Item = (&Run, Self)> {
+        let mut rest = Some(self);
+        let mut consumed = 0;
+        runs.iter().map(move |run| {
+            let all = rest.take().expect("one part per run");
+            let (_, tail) = all.split_at(run.offset - consumed);
+            let (part, tail) = tail.split_at(run.len);
+            rest = Some(tail);
+            consumed = run.offset + run.len;
+            (run, part)
+        })
+    }
+}
+
+impl Split for &mut [u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+
+    fn split_at(self, mid: usize) -> (Self, Self) {
+        self.split_at_mut(mid)
+    }
+}
+
+impl Split for &[u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+
+    fn split_at(self, mid: usize) -> (Self, Self) {
+        <[u8]>::split_at(self, mid)
+    }
 }
 
 /// Whether `va..va+len` is inside one 4 KiB page: the common access (a

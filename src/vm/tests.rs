@@ -278,6 +278,70 @@ fn physically_contiguous_pages_are_adjacent_entries_of_one_call() {
     assert_eq!(buf[0x4000..], backend.bytes(0x10_0000, 0x1000)[..]);
 }
 
+/// Scoped reads and writes give the device the caller's own buffer, each
+/// physical run its part of it, across contiguous and scattered pages and
+/// an unmapped one, as the entries' addresses show.
+#[test]
+fn scoped_virtual_reads_and_writes_use_the_callers_buffers_in_place() {
+    use crate::engine::tests::EntryBuffers;
+    let inner = Arc::new(MemBackend::with_address_pattern(64 * MIB as usize));
+    let backend = Arc::new(EntryBuffers::new(inner.clone()));
+    let mem = Memory::with_config(backend.clone(), EngineConfig::default());
+    let mut t = Tables::new(inner.clone(), 48 * MIB);
+    for i in 0..4 {
+        t.map(USER + i * 0x1000, 0x30_0000 + i * 0x1000, PageSize::Size4K);
+    }
+    t.map(USER + 0x4000, 0x10_0000, PageSize::Size4K);
+    // USER + 0x5000 is not mapped.
+    t.map(USER + 0x6000, 0x12_0000, PageSize::Size4K);
+    let space = AddressSpace::with_config(mem.clone(), t.dtb, VmConfig::UNCACHED);
+    let mut buf = vec![UNTOUCHED; 0x6000];
+    let result = mem.scope(|s| mem.block_on(space.read_scoped(s, USER + 0x800, &mut buf)));
+    assert_eq!(
+        result.unwrap_err().failed,
+        vec![Failure {
+            offset: 0x4800,
+            len: 0x1000,
+            reason: PageError::NotMapped
+        }]
+    );
+    // The data came last, in one call (the walks came before it).
+    let last_call = *inner.read_call_sizes().last().unwrap();
+    let reads = backend.reads.lock().unwrap().clone();
+    let mut got = reads[reads.len() - last_call..].to_vec();
+    got.sort();
+    let at = |offset: usize| buf.as_ptr() as usize + offset;
+    let want = vec![
+        (0x10_0000, at(0x3800)),
+        (0x12_0000, at(0x5800)),
+        (0x30_0800, at(0)),
+        (0x30_1000, at(0x800)),
+        (0x30_2000, at(0x1800)),
+        (0x30_3000, at(0x2800)),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(buf[..0x3800], inner.bytes(0x30_0800, 0x3800)[..]);
+    assert_eq!(buf[0x3800..0x4800], inner.bytes(0x10_0000, 0x1000)[..]);
+    assert_eq!(buf[0x4800..0x5800], [UNTOUCHED; 0x1000]);
+    assert_eq!(buf[0x5800..], inner.bytes(0x12_0000, 0x800)[..]);
+
+    // A write across the end of page 3 into page 4: each half from its
+    // place in `data`, and nothing around it touched.
+    let data: Vec<u8> = (1..=0x20).collect();
+    let before = inner.bytes(0x30_3fe0, 0x40);
+    let after = inner.bytes(0x10_0000, 0x40);
+    mem.scope(|s| mem.block_on(space.write_scoped(s, USER + 0x3ff0, &data)))
+        .unwrap();
+    let mut writes = backend.writes.lock().unwrap().clone();
+    writes.sort();
+    let from = |offset: usize| data.as_ptr() as usize + offset;
+    assert_eq!(writes, vec![(0x10_0000, from(0x10)), (0x30_3ff0, from(0))]);
+    assert_eq!(inner.bytes(0x30_3fe0, 0x10), before[..0x10]);
+    assert_eq!(inner.bytes(0x30_3ff0, 0x10), data[..0x10]);
+    assert_eq!(inner.bytes(0x10_0000, 0x10), data[0x10..]);
+    assert_eq!(inner.bytes(0x10_0010, 0x30), after[0x10..]);
+}
+
 #[test]
 fn caches_show_a_changed_page_table_after_invalidation_or_expiry() {
     let (mem, backend, mut t) = setup();
@@ -690,11 +754,23 @@ fn first_difference(backend: &MemBackend, model: &[u8]) -> Option<u64> {
     })
 }
 
+/// The ways the model test reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadForm {
+    /// `read_val::<u64>`.
+    Value,
+    /// `read` into a borrowed buffer.
+    Borrowed,
+    /// `read_scoped` into a buffer lent for a scope.
+    Scoped,
+}
+
 /// Random 4 KiB, 2 MiB and 1 GiB pages in both canonical halves, holes
 /// in some of the memory they map, and rounds of batched reads and single
 /// writes near every edge (of pages, holes, memory, the canonical halves,
-/// the address space), with and without caches: every byte, failed range
-/// and write as `VirtualModel` says.
+/// the address space), with and without caches, each in a borrowed buffer
+/// or one lent for a scope: every byte, failed range and write as
+/// `VirtualModel` says.
 #[test]
 fn random_virtual_reads_and_writes_match_a_model_of_the_tables() {
     let pattern = MemBackend::with_address_pattern(MEMORY_END as usize);
@@ -719,43 +795,50 @@ fn random_virtual_reads_and_writes_match_a_model_of_the_tables() {
             if rng.u8(0..3) == 0 {
                 space.invalidate();
             }
-            // A batch of reads, some of values.
-            let reads: Vec<(u64, usize, bool)> = (0..rng.usize(1..=30))
+            // A batch of reads: of values, into borrowed buffers, and into
+            // buffers lent for a scope.
+            let reads: Vec<(u64, usize, ReadForm)> = (0..rng.usize(1..=30))
                 .map(|_| {
                     let va = virtual_address(&mut rng, &model);
-                    match rng.u8(0..4) {
-                        0 => (va, 8, true),
-                        _ => (va, request_length(&mut rng), false),
+                    match rng.u8(0..6) {
+                        0 | 1 => (va, 8, ReadForm::Value),
+                        2 => (va, request_length(&mut rng), ReadForm::Scoped),
+                        _ => (va, request_length(&mut rng), ReadForm::Borrowed),
                     }
                 })
                 .collect();
-            let got = mem.block_on(crate::join_all(reads.iter().map(|&(va, len, value)| {
-                let space = &space;
-                async move {
-                    if value {
-                        match space.read_val::<u64>(va).await {
-                            Ok(v) => (v.to_le_bytes().to_vec(), Ok(())),
-                            Err(e) => (vec![UNTOUCHED; 8], Err(e)),
+            let mut bufs: Vec<Vec<u8>> = reads
+                .iter()
+                .map(|&(_, len, _)| vec![UNTOUCHED; len])
+                .collect();
+            let results = mem.scope(|s| {
+                let reads = reads.iter().zip(bufs.iter_mut());
+                mem.block_on(crate::join_all(reads.map(|(&(va, _, form), buf)| {
+                    let space = &space;
+                    async move {
+                        match form {
+                            ReadForm::Value => space
+                                .read_val::<u64>(va)
+                                .await
+                                .map(|v| buf.copy_from_slice(&v.to_le_bytes())),
+                            ReadForm::Borrowed => space.read(va, buf).await,
+                            ReadForm::Scoped => space.read_scoped(s, va, buf).await,
                         }
-                    } else {
-                        let mut buf = vec![UNTOUCHED; len];
-                        let result = space.read(va, &mut buf).await;
-                        (buf, result)
                     }
-                }
-            })));
-            for (i, (&(va, len, value), got)) in reads.iter().zip(&got).enumerate() {
+                })))
+            });
+            let got: Vec<_> = bufs.into_iter().zip(results).collect();
+            for (i, (&(va, len, form), got)) in reads.iter().zip(&got).enumerate() {
                 let fates = model.fates(va, len);
                 let result = VirtualModel::result(&fates);
-                let bytes = if value && result.is_err() {
+                let bytes = if form == ReadForm::Value && result.is_err() {
                     vec![UNTOUCHED; 8] // a value is read whole or not at all
                 } else {
                     model.read(&fates)
                 };
-                let kind = if value { "read_val::<u64>" } else { "read" };
                 check_read(got, &(bytes, result), &fates, || {
                     format!(
-                        "seed {seed} ({caches}), round {round}, op {i}: {kind} {len:#x} at {va:#x}"
+                        "seed {seed} ({caches}), round {round}, op {i}: {form:?} read {len:#x} at {va:#x}"
                     )
                 });
             }
@@ -775,12 +858,17 @@ fn random_virtual_reads_and_writes_match_a_model_of_the_tables() {
                 let data: Vec<u8> = std::iter::repeat_with(|| rng.u8(..))
                     .take(fates.len())
                     .collect();
-                let got = mem.block_on(space.write(va, &data));
+                let scoped = rng.bool();
+                let got = if scoped {
+                    mem.scope(|s| mem.block_on(space.write_scoped(s, va, &data)))
+                } else {
+                    mem.block_on(space.write(va, &data))
+                };
                 let len = data.len();
                 assert_eq!(
                     got,
                     VirtualModel::result(&fates),
-                    "seed {seed} ({caches}), round {round}, write {i}: {len:#x} at {va:#x}"
+                    "seed {seed} ({caches}), round {round}, write {i} (scoped: {scoped}): {len:#x} at {va:#x}"
                 );
                 model.write(&fates, &data);
             }

@@ -793,6 +793,17 @@ fn engine_dump(
                 let _ = mem.block_on(space.read(m.va, &mut buf));
             }))
         },
+    )?;
+    bench.row(
+        &workload,
+        "engine: one AddressSpace::read in a scope, cold",
+        m.size,
+        || {
+            let space = AddressSpace::new(mem.clone(), dtb);
+            Ok(timed(device, || {
+                let _ = mem.scope(|s| mem.block_on(space.read_scoped(s, m.va, &mut buf)));
+            }))
+        },
     )
 }
 

@@ -213,10 +213,11 @@ fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Fa
     let mem = open(cli)?;
     let mut buf = vec![0u8; len];
     let space = dtb.map(|dtb| AddressSpace::new(mem.clone(), dtb));
-    let result = match &space {
-        Some(space) => mem.block_on(space.read(addr, &mut buf)),
-        None => mem.block_on(mem.read(addr, &mut buf)),
-    };
+    // In a scope, the device fills `buf` in place.
+    let result = mem.scope(|s| match &space {
+        Some(space) => mem.block_on(space.read_scoped(s, addr, &mut buf)),
+        None => mem.block_on(s.read(addr, &mut buf)),
+    });
     let failed: Vec<leechio::Failure> = result
         .as_ref()
         .err()
