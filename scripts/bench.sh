@@ -332,9 +332,15 @@ if lost:
            "on the emulated board that is lost in 150 µs per call."
            % (e8["ms"] * 1e6 / 4096, l8["ms"] * 1e6 / 4096, p8["ms"] * 1e6 / 4096))
     if any(w_.startswith("dump of") for w_ in lost):
+        dump = "dump of"
+        d_limit = find(image, dump, "limit")
+        d_scoped = find(image, dump, "engine: one AddressSpace::read in a scope")
         why += (" Large reads into a borrowed buffer (the dump) pay most: the engine reads them into "
                 "buffers of its own and copies them over, the price of staying sound when a future "
-                "is leaked, where memflow's plugin path reads straight into the caller's buffer.")
+                "is leaked, where memflow's plugin path reads straight into the caller's buffer. "
+                "`read_scoped` reads into a buffer lent for a scope in place: %.2f ms on the image, "
+                "%.0f%% of the limit."
+                % (d_scoped["ms"], pct(d_limit, d_scoped)))
     w(why)
     w("")
 w("Notes on the method:")
