@@ -535,19 +535,18 @@ struct Run {
 
 /// A buffer that splits into the disjoint parts physical runs cover: a
 /// read's `&mut [u8]` or a write's `&[u8]`.
-trait Split: Sized {
+trait Split: Sized + Default {
     fn len(&self) -> usize;
     fn split_at(self, mid: usize) -> (Self, Self);
 
     /// The parts of `self` the runs cover, each with its run.
     fn split_runs(self, runs: &[Run]) -> impl Iterator<Item = (&Run, Self)> {
-        let mut rest = Some(self);
+        let mut rest = self;
         let mut consumed = 0;
         runs.iter().map(move |run| {
-            let all = rest.take().expect("one part per run");
-            let (_, tail) = all.split_at(run.offset - consumed);
+            let (_, tail) = std::mem::take(&mut rest).split_at(run.offset - consumed);
             let (part, tail) = tail.split_at(run.len);
-            rest = Some(tail);
+            rest = tail;
             consumed = run.offset + run.len;
             (run, part)
         })
