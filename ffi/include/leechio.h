@@ -444,7 +444,9 @@ leechio_status leechio_queue_new(const struct leechio_device *device, struct lee
 
 // Frees a queue. Reads still queued are cancelled: each callback is
 // called once with `queue` NULL and status `LEECHIO_NOT_ISSUED`, so every
-// context can be released. NULL is ignored. Calling this from one of the
+// context can be released; those callbacks may not queue, flush or free
+// (`leechio_queue_read` returns `LEECHIO_BUSY`), and the queue is gone
+// when this returns. NULL is ignored. Calling this from one of the
 // queue's own callbacks is refused (nothing is freed; the last error says
 // so).
 //
@@ -499,13 +501,15 @@ leechio_status leechio_queue_flush(struct leechio_queue *queue, size_t *complete
 // Flushes until no read is left (callbacks that keep queuing keep it
 // running). `*flushes` (if not NULL) gets the number of flushes made,
 // which is the number of device calls when only reads are queued.
+// Calling this from a callback of the same queue returns `LEECHIO_BUSY`.
 //
 // # Safety
 // As for `leechio_queue_flush`.
 leechio_status leechio_queue_run(struct leechio_queue *queue, size_t *flushes);
 
 // The number of queued reads whose callbacks have not run yet (0 for a
-// NULL queue).
+// NULL queue). In a callback, the reads of the same flush whose callbacks
+// come later count, the one being called does not.
 //
 // # Safety
 // `queue` must be NULL or a live handle.

@@ -35,6 +35,10 @@ pub struct leechio_queue {
     active: RefCell<Vec<Pending>>,
     /// A flush is running: callbacks may queue, not flush or free.
     flushing: Cell<bool>,
+    /// `leechio_queue_free` is cancelling the reads: nothing may be queued.
+    freeing: Cell<bool>,
+    /// Completed reads of the running flush whose callbacks have not run.
+    completing: Cell<usize>,
     /// Sequence number of the next queued read, so that callbacks run in
     /// the order reads were queued, whichever poll finished them.
     next_seq: Cell<u64>,
@@ -135,6 +139,9 @@ impl leechio_queue {
         let Some(callback) = callback else {
             return Err(Fail::new(LEECHIO_NULL_ARGUMENT, "`callback` is NULL"));
         };
+        if self.freeing.get() {
+            return Err(Fail::new(LEECHIO_BUSY, "the queue is being freed"));
+        }
         if buffer.is_null() && length > 0 {
             return Err(Fail::new(LEECHIO_NULL_ARGUMENT, "`buffer` is NULL"));
         }
@@ -162,19 +169,17 @@ impl leechio_queue {
     /// callbacks called.
     fn flush(&self, handle: *mut leechio_queue) -> Result<usize, Fail> {
         if self.flushing.replace(true) {
-            return Err(Fail::new(
-                LEECHIO_BUSY,
-                "the queue is flushing: a completion callback may queue reads, not flush",
-            ));
+            return Err(flushing());
         }
         // Cleared however this returns, panics included.
-        struct Reset<'a>(&'a Cell<bool>);
+        struct Reset<'a>(&'a leechio_queue);
         impl Drop for Reset<'_> {
             fn drop(&mut self) {
-                self.0.set(false);
+                self.0.flushing.set(false);
+                self.0.completing.set(0);
             }
         }
-        let _reset = Reset(&self.flushing);
+        let _reset = Reset(self);
 
         let mut reads = std::mem::take(&mut *self.active.borrow_mut());
         reads.append(&mut self.fresh.borrow_mut());
@@ -190,7 +195,9 @@ impl leechio_queue {
 
         done.sort_unstable_by_key(|d| d.read.seq);
         let completed = done.len();
+        self.completing.set(completed);
         for Done { read, data, result } in done {
+            self.completing.set(self.completing.get() - 1);
             let read = read.target;
             let failed = failures(&result);
             copy_read(&read, &data, failed);
@@ -207,8 +214,16 @@ impl leechio_queue {
     }
 
     fn pending(&self) -> usize {
-        self.fresh.borrow().len() + self.active.borrow().len()
+        self.fresh.borrow().len() + self.active.borrow().len() + self.completing.get()
     }
+}
+
+/// The error of a flush asked for from a completion callback.
+fn flushing() -> Fail {
+    Fail::new(
+        LEECHIO_BUSY,
+        "the queue is flushing: a completion callback may queue reads, not flush",
+    )
 }
 
 /// Polls each read once; finished ones go to `done`, the rest come back.
@@ -289,6 +304,8 @@ pub unsafe extern "C" fn leechio_queue_new(
             fresh: RefCell::default(),
             active: RefCell::default(),
             flushing: Cell::new(false),
+            completing: Cell::new(0),
+            freeing: Cell::new(false),
             next_seq: Cell::new(0),
         });
         // SAFETY: checked non-NULL.
@@ -299,7 +316,9 @@ pub unsafe extern "C" fn leechio_queue_new(
 
 /// Frees a queue. Reads still queued are cancelled: each callback is
 /// called once with `queue` NULL and status `LEECHIO_NOT_ISSUED`, so every
-/// context can be released. NULL is ignored. Calling this from one of the
+/// context can be released; those callbacks may not queue, flush or free
+/// (`leechio_queue_read` returns `LEECHIO_BUSY`), and the queue is gone
+/// when this returns. NULL is ignored. Calling this from one of the
 /// queue's own callbacks is refused (nothing is freed; the last error says
 /// so).
 ///
@@ -319,10 +338,13 @@ pub unsafe extern "C" fn leechio_queue_free(queue: *mut leechio_queue) {
                 "a queue cannot be freed from its own completion callback",
             ));
         }
-        // SAFETY: a handle from Box::into_raw, freed once.
-        let q = unsafe { Box::from_raw(queue) };
-        let mut reads = q.active.into_inner();
-        reads.append(&mut q.fresh.into_inner());
+        // SAFETY: the caller's contract.
+        let q = unsafe { queue_ref(queue)? };
+        // Busy while cancelling: the callbacks may not flush, free or queue.
+        q.flushing.set(true);
+        q.freeing.set(true);
+        let mut reads = q.active.take();
+        reads.append(&mut q.fresh.take());
         reads.sort_unstable_by_key(|r| r.seq);
         for Pending { future, target, .. } in reads {
             // The engine request (if any) is withdrawn before C hears of it.
@@ -341,6 +363,8 @@ pub unsafe extern "C" fn leechio_queue_free(queue: *mut leechio_queue) {
             // SAFETY: the callback's contract from `leechio_queue_read`.
             unsafe { complete(&target, std::ptr::null_mut(), LEECHIO_NOT_ISSUED, fragments) };
         }
+        // SAFETY: a handle from Box::into_raw, freed once, after its last use.
+        drop(unsafe { Box::from_raw(queue) });
         Ok(())
     });
 }
@@ -442,6 +466,7 @@ pub unsafe extern "C" fn leechio_queue_flush(
 /// Flushes until no read is left (callbacks that keep queuing keep it
 /// running). `*flushes` (if not NULL) gets the number of flushes made,
 /// which is the number of device calls when only reads are queued.
+/// Calling this from a callback of the same queue returns `LEECHIO_BUSY`.
 ///
 /// # Safety
 /// As for `leechio_queue_flush`.
@@ -453,6 +478,11 @@ pub unsafe extern "C" fn leechio_queue_run(
     guard("leechio_queue_run", || {
         // SAFETY: the caller's contract.
         let q = unsafe { queue_ref(queue)? };
+        // (Checked first: from the last callback of a flush, nothing may
+        // be pending, and that is no reason to say OK.)
+        if q.flushing.get() {
+            return Err(flushing());
+        }
         let mut n = 0usize;
         while q.pending() > 0 {
             q.flush(queue)?;
@@ -467,7 +497,8 @@ pub unsafe extern "C" fn leechio_queue_run(
 }
 
 /// The number of queued reads whose callbacks have not run yet (0 for a
-/// NULL queue).
+/// NULL queue). In a callback, the reads of the same flush whose callbacks
+/// come later count, the one being called does not.
 ///
 /// # Safety
 /// `queue` must be NULL or a live handle.

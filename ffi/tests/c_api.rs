@@ -174,8 +174,17 @@ impl Fixture {
         if !wrapper.is_empty() {
             cmd.arg(exe);
         }
-        run(cmd.arg(&self.params).env_remove("LEECHCORE_LIB"))
+        run(installed_only(cmd.arg(&self.params)))
     }
+}
+
+/// Makes a test program use only what was installed: the `libleechio.so`
+/// its rpath names (cargo's `LD_LIBRARY_PATH`, which holds
+/// `target/debug`, would win over that rpath and load whatever debug
+/// build lies there) and the `leechcore.so` beside it.
+fn installed_only(cmd: &mut Command) -> &mut Command {
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .env_remove("LEECHCORE_LIB")
 }
 
 /// Writes a 16 MiB image holding a DummyOs process of `VSIZE` bytes of the
@@ -322,9 +331,11 @@ fn readme_examples_compile_and_run() {
             "c" => fx.compile("cc", "-std=c11", &[src], false),
             _ => fx.compile("c++", "-std=c++17", &[src], false),
         };
-        let out = run(Command::new(&exe)
-            .args([device.as_str(), "0x1000", "0x2000"])
-            .env_remove("LEECHCORE_LIB"));
+        let out = run(installed_only(Command::new(&exe).args([
+            device.as_str(),
+            "0x1000",
+            "0x2000",
+        ])));
         outputs.push(String::from_utf8_lossy(&out.stdout).into_owned());
     }
     let word = format!("{:016x}", pattern_word(0x1000));

@@ -476,6 +476,56 @@ static void test_queue(size_t size) {
     free(image);
 }
 
+/* What callbacks see of their own queue while it flushes or is freed. */
+static size_t pending_seen[3], pending_count;
+
+static void on_count(void *context, leechio_queue *q, const leechio_completion *c) {
+    (void)context;
+    (void)c;
+    pending_seen[pending_count++] = leechio_queue_pending(q);
+    size_t flushes = 99;
+    CHECK_STATUS(leechio_queue_run(q, &flushes), LEECHIO_BUSY);
+    CHECK(flushes == 99, "a refused run wrote %zu flushes", flushes);
+}
+
+static void on_cancel_reenter(void *context, leechio_queue *q, const leechio_completion *c) {
+    leechio_queue *self = context;
+    uint8_t byte;
+    CHECK(q == NULL && c->status == LEECHIO_NOT_ISSUED, "cancelled read: status %u",
+          (unsigned)c->status);
+    /* The queue being freed refuses everything; under valgrind a use of
+       freed memory here fails the test. */
+    CHECK_STATUS(leechio_queue_read(self, 0x1000, &byte, 1, on_cancel, NULL), LEECHIO_BUSY);
+    CHECK_STATUS(leechio_queue_flush(self, NULL), LEECHIO_BUSY);
+    leechio_queue_free(self);
+    CHECK(strstr(last_error(), "cannot be freed") != NULL, "nested free: %s", last_error());
+    cancelled++;
+}
+
+static void test_queue_reentry(void) {
+    leechio_device *d = open_device("file://%s", P.phys);
+    leechio_queue *q = NULL;
+    CHECK_STATUS(leechio_queue_new(d, &q), LEECHIO_OK);
+    uint8_t bytes[3][8];
+    for (int i = 0; i < 3; i++)
+        CHECK_STATUS(leechio_queue_read(q, 0x1000 * (uint64_t)(i + 1), bytes[i], 8, on_count, NULL),
+                     LEECHIO_OK);
+    size_t completed = 0;
+    CHECK_STATUS(leechio_queue_flush(q, &completed), LEECHIO_OK);
+    /* Each callback counts the ones of its flush still to come. */
+    CHECK(completed == 3 && pending_count == 3, "%zu completed, %zu callbacks", completed,
+          pending_count);
+    for (size_t i = 0; i < pending_count; i++)
+        CHECK(pending_seen[i] == 2 - i, "callback %zu saw %zu pending", i, pending_seen[i]);
+
+    unsigned before = cancelled;
+    CHECK_STATUS(leechio_queue_read(q, 0x1000, bytes[0], 8, on_cancel_reenter, q), LEECHIO_OK);
+    CHECK_STATUS(leechio_queue_read(q, 0x2000, bytes[1], 8, on_cancel_reenter, q), LEECHIO_OK);
+    leechio_queue_free(q);
+    CHECK(cancelled - before == 2, "%u cancel callbacks", cancelled - before);
+    leechio_device_close(d);
+}
+
 /* ---- D: virtual memory against memflow's DummyOs ---- */
 
 static void check_virtual_bytes(const leechio_read_op *op, size_t valid) {
@@ -702,6 +752,7 @@ int main(int argc, char **argv) {
     test_physical_read(image, size);
     test_writes(size);
     test_queue(size);
+    test_queue_reentry();
     test_virtual();
     test_virtual_write();
     free(image);
