@@ -223,10 +223,16 @@ fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Fa
         .err()
         .map(|e| e.failed.clone())
         .unwrap_or_default();
+    // Failed byte ranges, sorted: a byte is looked up by binary search, as
+    // a read of scattered pages fails in thousands of ranges.
+    let mut spans: Vec<(usize, usize)> = failed
+        .iter()
+        .map(|f| (f.offset, f.offset + f.len))
+        .collect();
+    spans.sort_unstable();
     let is_failed = |i: usize| {
-        failed
-            .iter()
-            .any(|f| (f.offset..f.offset + f.len).contains(&i))
+        let next = spans.partition_point(|&(_, end)| end <= i);
+        spans.get(next).is_some_and(|&(start, _)| start <= i)
     };
     let mut out = std::io::stdout().lock();
     if cli.json {
