@@ -170,6 +170,10 @@ const KERNEL_TEXT: u64 = 0xffff_ffff_8100_0000;
 const USER_BASE: u64 = 0x0000_5555_5555_0000;
 /// Mapped in the third space to a frame past the end of the image.
 const BEYOND: u64 = 0x0000_7000_0000_0000;
+/// The last page of the address space, mapped in the shared kernel half.
+const TOP_PAGE: u64 = 0xffff_ffff_ffff_f000;
+/// Its frame.
+const TOP_FRAME: u64 = 0x150_0000;
 
 /// An image file with address spaces in it.
 struct SpacesImage {
@@ -230,6 +234,15 @@ fn spaces_image() -> SpacesImage {
                         .unwrap()
                         .ignore();
                 }
+                mapper
+                    .map_to(
+                        Page::<Size4KiB>::containing_address(VirtAddr::new(TOP_PAGE)),
+                        PhysFrame::containing_address(PhysAddr::new(TOP_FRAME)),
+                        F::PRESENT | F::WRITABLE,
+                        &mut bump,
+                    )
+                    .unwrap()
+                    .ignore();
             }
             for k in 0..(3 + n as u64) {
                 mapper
@@ -363,7 +376,7 @@ fn spaces_finds_every_root_and_that_they_share_the_kernel_half() {
         assert_eq!(c["sharing_kernel_half"], 2, "{c}");
         let beyond = if n == 2 { 0x1000 } else { 0 };
         assert_eq!(c["user_mapped"], (3 + n as u64) * 0x1000 + beyond, "{c}");
-        assert_eq!(c["kernel_mapped"], 4 * 0x20_0000, "{c}");
+        assert_eq!(c["kernel_mapped"], 4 * 0x20_0000 + 0x1000, "{c}");
     }
 }
 
@@ -454,6 +467,8 @@ fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
         covered.contains(&(KERNEL_TEXT, 4 * 0x20_0000)),
         "{covered:x?}"
     );
+    // The last page, its last byte included.
+    assert!(covered.contains(&(TOP_PAGE, 0x1000)), "{covered:x?}");
     assert_eq!(
         covered
             .iter()
@@ -518,6 +533,79 @@ fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
             .any(|l| l.starts_with(&format!("{BEYOND:#x} {:#x} ", BEYOND + 0x1000))),
         "{listed}"
     );
+}
+
+#[test]
+fn the_last_byte_of_the_address_space_is_read_and_dumped() {
+    let SpacesImage {
+        _dir, device, dtbs, ..
+    } = spaces_image();
+    let image_path = Path::new(device.strip_prefix("file://").unwrap());
+    let frame = read_file_at(image_path, TOP_FRAME, 0x1000);
+    let dtb = format!("{:#x}", dtbs[0]);
+    let dir = tempfile::tempdir().unwrap();
+    // A raw range ending at 2^64: the page below is a hole, the top page
+    // is there to its last byte.
+    let raw = dir.path().join("top.raw");
+    let o = leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "--dtb",
+        &dtb,
+        "--format",
+        "raw",
+        "--range",
+        "0xffff_ffff_ffff_e000-0x1_0000_0000_0000_0000",
+        "-o",
+        raw.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(&raw).unwrap();
+    assert_eq!(bytes.len(), 0x2000);
+    assert!(bytes[..0x1000].iter().all(|&b| b == 0));
+    assert!(bytes[0x1000..] == frame[..]);
+    // `read` of the last 8 bytes.
+    let o = leechio(&[
+        "-d",
+        &device,
+        "--json",
+        "read",
+        "--dtb",
+        &dtb,
+        "0xffff_ffff_ffff_fff8",
+        "8",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let hex: String = frame[0xff8..].iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(line["data"], hex, "{line}");
+    // Past 2^64 there is no address space.
+    let o = dump(
+        &device,
+        dir.path().join("past"),
+        &["--dtb", &dtb, "--range", "0-0x1_0000_0000_0000_0001"],
+    );
+    assert_refused(&o, "past the end of the address space");
+}
+
+#[test]
+fn a_failed_list_that_is_the_output_is_refused() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    // A new output whose `.failed` name links to it: nothing is created.
+    let out = dir.path().join("x");
+    std::os::unix::fs::symlink(&out, dir.path().join("x.failed")).unwrap();
+    let o = dump(&image.device(), &out, &["--range", "0x1000-0x3000"]);
+    assert_refused(&o, "itself (a link)");
+    assert!(!out.exists(), "the output was left behind");
+    // An existing output, hard-linked: left as it was.
+    let kept = dir.path().join("kept");
+    std::fs::write(&kept, b"old content").unwrap();
+    std::fs::hard_link(&kept, dir.path().join("kept.failed")).unwrap();
+    let o = dump(&image.device(), &kept, &["--range", "0x1000-0x3000"]);
+    assert_refused(&o, "itself (a link)");
+    assert_eq!(std::fs::read(&kept).unwrap(), b"old content");
 }
 
 #[test]

@@ -185,7 +185,7 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
     // address space, so the batch below starts cold); the monitor judges
     // every address drawn from them.
     let listing = AddressSpace::new(mem.clone(), guest.kernel_dtb());
-    let listed = mem.block_on(listing.mappings(KERNEL_HALF..u64::MAX));
+    let listed = mem.block_on(listing.mappings(KERNEL_HALF..));
     assert!(listed.unreadable.is_empty(), "{:x?}", listed.unreadable);
     let mappings = listed.mappings;
     let groups = groups(&mappings);
@@ -365,7 +365,7 @@ fn large_and_small_pages_translate_with_the_entries_the_tables_hold() {
     let _paused = guest.pause();
     assert_monitor_walks_the_kernel_tables(&guest);
     let space = AddressSpace::new(mem.clone(), guest.kernel_dtb());
-    let mappings = mem.block_on(space.mappings(KERNEL_HALF..u64::MAX)).mappings;
+    let mappings = mem.block_on(space.mappings(KERNEL_HALF..)).mappings;
 
     // Up to four pages of each size, from different regions where there
     // are; and the first and last byte of each page and a byte inside.

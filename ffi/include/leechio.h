@@ -589,20 +589,21 @@ leechio_status leechio_space_write(const struct leechio_space *space,
                                    leechio_fragment_fn on_fragment,
                                    void *context);
 
-// Finds the mapped ranges of `start..end` (end exclusive) by walking
-// every present table entry, one device call per level, and calls
-// `on_mapping` for each (merged where virtually and physically contiguous
-// with one page size), then for each range whose tables could not be
-// read. Returns `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some tables
-// could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start` is past
-// `end` (`start == end` is an empty range: nothing is reported, `LEECHIO_OK`).
+// Finds the mapped ranges from `start` to `last`, both included (so
+// `0, UINT64_MAX` is the whole address space, its last byte too), by
+// walking every present table entry, one device call per level, and
+// calls `on_mapping` for each (merged where virtually and physically
+// contiguous with one page size), then for each range whose tables could
+// not be read. Returns `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some
+// tables could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start`
+// is past `last`.
 //
 // # Safety
 // `space` must be NULL or a live handle; `on_mapping` must be safe to
 // call with `context`.
 leechio_status leechio_space_mappings(const struct leechio_space *space,
                                       uint64_t start,
-                                      uint64_t end,
+                                      uint64_t last,
                                       leechio_mapping_fn on_mapping,
                                       void *context);
 

@@ -315,10 +315,10 @@ public:
         return value;
     }
 
-    /// Mapped ranges of [start, end), then unreadable ranges (status != OK).
-    std::vector<leechio_mapping> mappings(uint64_t start, uint64_t end) const {
+    /// Mapped ranges of [start, last], then unreadable ranges (status != OK).
+    std::vector<leechio_mapping> mappings(uint64_t start, uint64_t last) const {
         detail::collector<leechio_mapping> c;
-        detail::check_io(leechio_space_mappings(get(), start, end,
+        detail::check_io(leechio_space_mappings(get(), start, last,
                                                 &detail::collector<leechio_mapping>::add, &c));
         c.rethrow();
         return std::move(c.items);

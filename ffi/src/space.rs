@@ -346,13 +346,14 @@ pub unsafe extern "C" fn leechio_space_write(
     })
 }
 
-/// Finds the mapped ranges of `start..end` (end exclusive) by walking
-/// every present table entry, one device call per level, and calls
-/// `on_mapping` for each (merged where virtually and physically contiguous
-/// with one page size), then for each range whose tables could not be
-/// read. Returns `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some tables
-/// could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start` is past
-/// `end` (`start == end` is an empty range: nothing is reported, `LEECHIO_OK`).
+/// Finds the mapped ranges from `start` to `last`, both included (so
+/// `0, UINT64_MAX` is the whole address space, its last byte too), by
+/// walking every present table entry, one device call per level, and
+/// calls `on_mapping` for each (merged where virtually and physically
+/// contiguous with one page size), then for each range whose tables could
+/// not be read. Returns `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some
+/// tables could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start`
+/// is past `last`.
 ///
 /// # Safety
 /// `space` must be NULL or a live handle; `on_mapping` must be safe to
@@ -361,7 +362,7 @@ pub unsafe extern "C" fn leechio_space_write(
 pub unsafe extern "C" fn leechio_space_mappings(
     space: *const leechio_space,
     start: u64,
-    end: u64,
+    last: u64,
     on_mapping: leechio_mapping_fn,
     context: *mut c_void,
 ) -> leechio_status {
@@ -373,13 +374,13 @@ pub unsafe extern "C" fn leechio_space_mappings(
         };
         // A reversed range is a caller's mistake (swapped arguments, an
         // overflowed end), not a request for nothing.
-        if start > end {
+        if start > last {
             return Err(Fail::new(
                 LEECHIO_INVALID_ARGUMENT,
-                format!("`start` {start:#x} is past `end` {end:#x}"),
+                format!("`start` {start:#x} is past `last` {last:#x}"),
             ));
         }
-        let found = s.space.memory().block_on(s.space.mappings(start..end));
+        let found = s.space.memory().block_on(s.space.mappings(start..=last));
         for m in &found.mappings {
             let mapping = leechio_mapping {
                 va: m.va,
@@ -391,26 +392,27 @@ pub unsafe extern "C" fn leechio_space_mappings(
             // SAFETY: the caller vouches for the callback.
             unsafe { callback(context, &mapping) };
         }
-        for (range, reason) in &found.unreadable {
+        for range in &found.unreadable {
             let mapping = leechio_mapping {
-                va: range.start,
+                va: range.va,
                 pa: 0,
-                size: range.end.wrapping_sub(range.start),
+                size: range.size,
                 page_size: 0,
-                status: leechio_status::from_page_error(*reason),
+                status: leechio_status::from_page_error(range.reason),
             };
             // SAFETY: as above.
             unsafe { callback(context, &mapping) };
         }
         match found.unreadable.first() {
             None => Ok(()),
-            Some((range, reason)) => Err(Fail::new(
+            Some(first) => Err(Fail::new(
                 LEECHIO_INCOMPLETE,
                 format!(
-                    "{} range(s) have unreadable page tables; first {:#x}..{:#x}: {reason}",
+                    "{} range(s) have unreadable page tables; first {:#x}, {:#x} bytes: {}",
                     found.unreadable.len(),
-                    range.start,
-                    range.end
+                    first.va,
+                    first.size,
+                    first.reason
                 ),
             )),
         }

@@ -10,7 +10,7 @@ mod paging;
 mod scan;
 
 use std::future::Future;
-use std::ops::Range;
+use std::ops::{Bound, RangeBounds, RangeInclusive};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,8 +105,21 @@ pub struct Mappings {
     /// Mapped ranges, sorted; adjacent pages contiguous in both virtual and
     /// physical memory, of one page size, are merged.
     pub mappings: Vec<Mapping>,
-    /// Virtual ranges whose page tables could not be read, and why.
-    pub unreadable: Vec<(Range<u64>, PageError)>,
+    /// Virtual ranges whose page tables could not be read, level by level
+    /// from the root, by address within a level.
+    pub unreadable: Vec<UnreadableRange>,
+}
+
+/// A range of virtual memory whose page tables could not be read, so what
+/// it maps is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UnreadableRange {
+    /// First virtual address.
+    pub va: u64,
+    /// Bytes of address space, from `va`.
+    pub size: u64,
+    /// Why the table could not be read.
+    pub reason: PageError,
 }
 
 impl std::fmt::Debug for AddressSpace {
@@ -400,11 +413,14 @@ impl AddressSpace {
             offset += n;
         }
         // The first page of each 2 MiB region first: where a large page maps
-        // it, the rest of that page needs no walk of its own.
+        // it, the rest of that page needs no walk of its own, and the other
+        // pages' walks find their tables cached. Without the table cache a
+        // second round would walk every level again: all pages go at once.
         let mut translations: Vec<Option<Result<Translation, WalkError>>> =
             vec![None; pieces.len()];
+        let cached = self.inner.tables.enabled();
         let firsts: Vec<usize> = (0..pieces.len())
-            .filter(|&i| i == 0 || pieces[i].2 >> 21 != pieces[i - 1].2 >> 21)
+            .filter(|&i| !cached || i == 0 || pieces[i].2 >> 21 != pieces[i - 1].2 >> 21)
             .collect();
         let found = join_all(firsts.iter().map(|&i| self.translate(pieces[i].2))).await;
         for (&i, t) in firsts.iter().zip(found) {
@@ -457,16 +473,19 @@ impl AddressSpace {
     }
 
     /// The mapped ranges within `range`, found by walking every present
-    /// entry level by level: each level is one batch of table reads.
-    pub async fn mappings(&self, range: Range<u64>) -> Mappings {
+    /// entry level by level: each level is one batch of table reads. `..`
+    /// is the whole address space, its last byte included.
+    pub async fn mappings(&self, range: impl RangeBounds<u64>) -> Mappings {
         struct Table {
             pa: u64,
             va: u64,
         }
         let mut out = Mappings::default();
-        if range.is_empty() {
+        // First and last byte: an exclusive end cannot name the last byte
+        // of the address space.
+        let Some(range) = inclusive(range) else {
             return out;
-        }
+        };
         let mut pages_found: Vec<(u64, u64, PageSize)> = Vec::new();
         let mut tables = vec![Table {
             pa: self.inner.dtb,
@@ -488,12 +507,13 @@ impl AddressSpace {
                             vec![(table.va, table.va + (span * ENTRIES as u64 - 1))]
                         };
                         for (first, last) in covered {
-                            let (start, end) = (
-                                first.max(range.start),
-                                last.saturating_add(1).min(range.end),
-                            );
-                            if start < end {
-                                out.unreadable.push((start..end, reason));
+                            let (first, last) = (first.max(*range.start()), last.min(*range.end()));
+                            if first <= last {
+                                out.unreadable.push(UnreadableRange {
+                                    va: first,
+                                    size: last - first + 1,
+                                    reason,
+                                });
                             }
                         }
                         continue;
@@ -504,7 +524,7 @@ impl AddressSpace {
                         u64::from_le_bytes(page[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
                     let va = sign_extend(table.va + i as u64 * span);
                     let last = va + (span - 1);
-                    if last < range.start || va >= range.end {
+                    if last < *range.start() || va > *range.end() {
                         continue;
                     }
                     match step(entry, level) {
@@ -636,15 +656,30 @@ fn first_reason(e: PartialError) -> PageError {
 
 /// Adds a page to the mappings, clipped to `range`, merging it with the
 /// previous one when both are contiguous.
+/// `range` as its first and last value; `None` when it is empty.
+fn inclusive(range: impl RangeBounds<u64>) -> Option<RangeInclusive<u64>> {
+    let first = match range.start_bound() {
+        Bound::Included(&a) => a,
+        Bound::Excluded(&a) => a.checked_add(1)?,
+        Bound::Unbounded => 0,
+    };
+    let last = match range.end_bound() {
+        Bound::Included(&b) => b,
+        Bound::Excluded(&b) => b.checked_sub(1)?,
+        Bound::Unbounded => u64::MAX,
+    };
+    (first <= last).then_some(first..=last)
+}
+
 fn push_mapping(
     mappings: &mut Vec<Mapping>,
     va: u64,
     pa: u64,
     page_size: PageSize,
-    range: &Range<u64>,
+    range: &RangeInclusive<u64>,
 ) {
-    let start = va.max(range.start);
-    let end = (va + (page_size.bytes() - 1)).min(range.end - 1);
+    let start = va.max(*range.start());
+    let end = (va + (page_size.bytes() - 1)).min(*range.end());
     let (va, pa, size) = (start, pa + (start - va), end - start + 1);
     if let Some(last) = mappings.last_mut() {
         if last.page_size == page_size && last.va + last.size == va && last.pa + last.size == pa {

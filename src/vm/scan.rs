@@ -159,7 +159,7 @@ pub fn find_address_spaces(
         .collect();
     let sizes = mem.block_on(join_all(spaces.iter().map(|s| async move {
         let user = s.mappings(0..LOWER_HALF_END).await;
-        let kernel = s.mappings(UPPER_HALF..u64::MAX).await;
+        let kernel = s.mappings(UPPER_HALF..).await;
         let total = |m: &super::Mappings| m.mappings.iter().map(|m| m.size).sum::<u64>();
         (total(&user), total(&kernel))
     })));

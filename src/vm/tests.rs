@@ -235,6 +235,21 @@ fn a_thousand_cold_reads_cost_five_calls_and_warm_ones_one() {
 }
 
 #[test]
+fn without_caches_a_read_across_pages_walks_them_all_at_once() {
+    let (mem, backend, mut t) = setup();
+    t.map(USER, 0x30_0000, PageSize::Size4K);
+    t.map(USER + 0x1000, 0x10_0000, PageSize::Size4K);
+    let uncached = AddressSpace::with_config(mem.clone(), t.dtb, VmConfig::UNCACHED);
+    let calls = backend.read_calls();
+    let mut buf = [0u8; 16];
+    assert_eq!(mem.block_on(uncached.read(USER + 0xff8, &mut buf)), Ok(()));
+    // Four levels, then the data; not a second walk for the second page.
+    assert_eq!(backend.read_calls() - calls, 5);
+    assert_eq!(buf[..8], backend.bytes(0x30_0ff8, 8)[..]);
+    assert_eq!(buf[8..], backend.bytes(0x10_0000, 8)[..]);
+}
+
+#[test]
 fn an_abandoned_table_read_is_finished_by_the_next_walk_and_frees_its_space() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x10_0000, PageSize::Size4K);
@@ -391,9 +406,12 @@ fn mappings_lists_every_mapped_range_merged_and_clipped() {
     t.map(0xffff_8880_0000_0000, 0x4000_0000, PageSize::Size1G);
     t.map(KERNEL, 0x80_0000, PageSize::Size2M);
     t.map(KERNEL + 0x20_0000, 0xa0_0000, PageSize::Size2M);
+    // The last page of the address space, its last byte included.
+    let top = u64::MAX - 0xfff;
+    t.map(top, 0x20_0000, PageSize::Size4K);
     let space = AddressSpace::new(mem.clone(), t.dtb);
     let calls = backend.read_calls();
-    let all = mem.block_on(space.mappings(0..u64::MAX));
+    let all = mem.block_on(space.mappings(..));
     assert!(backend.read_calls() - calls <= 4, "one batch per level");
     let m = |va, pa, size, page_size| Mapping {
         va,
@@ -414,9 +432,21 @@ fn mappings_lists_every_mapped_range_merged_and_clipped() {
                 PageSize::Size1G
             ),
             m(KERNEL, 0x80_0000, 0x40_0000, PageSize::Size2M),
+            m(top, 0x20_0000, 0x1000, PageSize::Size4K),
         ]
     );
     assert!(all.unreadable.is_empty());
+    let tail = mem.block_on(space.mappings(u64::MAX - 0x7ff..=u64::MAX));
+    assert_eq!(
+        tail.mappings,
+        vec![m(u64::MAX - 0x7ff, 0x20_0800, 0x800, PageSize::Size4K)]
+    );
+    // An exclusive end stops before it, as it says.
+    let short = mem.block_on(space.mappings(top..u64::MAX));
+    assert_eq!(
+        short.mappings,
+        vec![m(top, 0x20_0000, 0xfff, PageSize::Size4K)]
+    );
     let clipped = mem.block_on(space.mappings(USER + 0x1800..USER + 0x20_1000));
     assert_eq!(
         clipped.mappings,
@@ -433,36 +463,30 @@ fn mappings_name_the_ranges_of_unreadable_tables_exactly() {
     let (mem, _backend, t) = setup();
     // A top table outside memory: both canonical halves, clipped.
     let lost = AddressSpace::new(mem.clone(), 100 * MIB);
-    let all = mem.block_on(lost.mappings(0..u64::MAX));
+    let all = mem.block_on(lost.mappings(..));
     assert!(all.mappings.is_empty());
+    let lost_range = |va, size| UnreadableRange {
+        va,
+        size,
+        reason: PageError::OutOfRange,
+    };
+    let half = 0x8000_0000_0000;
     assert_eq!(
         all.unreadable,
-        vec![
-            (0..0x0000_8000_0000_0000, PageError::OutOfRange),
-            (0xffff_8000_0000_0000..u64::MAX, PageError::OutOfRange),
-        ]
+        vec![lost_range(0, half), lost_range(0xffff_8000_0000_0000, half)]
     );
     let part = mem.block_on(lost.mappings(KERNEL..KERNEL + 0x1000));
-    assert_eq!(
-        part.unreadable,
-        vec![(KERNEL..KERNEL + 0x1000, PageError::OutOfRange)]
-    );
+    assert_eq!(part.unreadable, vec![lost_range(KERNEL, 0x1000)]);
     // A top-table entry pointing outside memory: its 512 GiB, clipped.
     t.backend.poke(
         t.dtb + table_index(USER, 0) * 8,
         &((100 * MIB) | PRESENT_RW).to_le_bytes(),
     );
     let space = AddressSpace::new(mem.clone(), t.dtb);
-    let all = mem.block_on(space.mappings(0..u64::MAX));
-    assert_eq!(
-        all.unreadable,
-        vec![(0x7f00_0000_0000..0x7f80_0000_0000, PageError::OutOfRange)]
-    );
+    let all = mem.block_on(space.mappings(..));
+    assert_eq!(all.unreadable, vec![lost_range(0x7f00_0000_0000, 1 << 39)]);
     let part = mem.block_on(space.mappings(USER + 0x1000..USER + 0x3000));
-    assert_eq!(
-        part.unreadable,
-        vec![(USER + 0x1000..USER + 0x3000, PageError::OutOfRange)]
-    );
+    assert_eq!(part.unreadable, vec![lost_range(USER + 0x1000, 0x2000)]);
 }
 
 #[test]

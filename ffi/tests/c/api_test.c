@@ -597,7 +597,7 @@ static void test_virtual(void) {
 
     /* Mappings cover exactly the process's range, consistent with memflow. */
     static leechio_mapping maps[256];
-    CHECK_STATUS(leechio_space_mappings(s, P.vbase - 0x10000, P.vbase + P.vsize + 0x10000,
+    CHECK_STATUS(leechio_space_mappings(s, P.vbase - 0x10000, P.vbase + P.vsize + 0xffff,
                                         count_mapping, maps),
                  LEECHIO_OK);
     uint64_t at = P.vbase;
@@ -616,10 +616,17 @@ static void test_virtual(void) {
     static leechio_mapping none[256];
     CHECK_STATUS(leechio_space_mappings(s, P.vbase + P.vsize, P.vbase, count_mapping, none),
                  LEECHIO_INVALID_ARGUMENT);
-    CHECK(strstr(last_error(), "is past `end`") != NULL && none[0].size == 0, "message: %s",
+    CHECK(strstr(last_error(), "is past `last`") != NULL && none[0].size == 0, "message: %s",
           last_error());
-    CHECK_STATUS(leechio_space_mappings(s, P.vbase, P.vbase, count_mapping, none), LEECHIO_OK);
-    CHECK(none[0].size == 0, "an empty range reported a mapping");
+    /* Both ends are included: the last byte of a mapping is one byte. */
+    static leechio_mapping one_byte[256];
+    CHECK_STATUS(leechio_space_mappings(s, P.vbase + P.vsize - 1, P.vbase + P.vsize - 1,
+                                        count_mapping, one_byte),
+                 LEECHIO_OK);
+    CHECK(one_byte[0].va == P.vbase + P.vsize - 1 && one_byte[0].size == 1 &&
+              one_byte[1].size == 0,
+          "the last byte: mapping at %#" PRIx64 " of %#" PRIx64 " bytes", one_byte[0].va,
+          one_byte[0].size);
     /* A NULL array is named by its own parameter. */
     CHECK_STATUS(leechio_space_translate_many(s, NULL, 3, t), LEECHIO_NULL_ARGUMENT);
     CHECK(strstr(last_error(), "`vas` is NULL") != NULL, "message: %s", last_error());

@@ -344,7 +344,7 @@ fn measure_all(
         // random addresses to that one page.
         let mut seen = std::collections::HashSet::new();
         let ram: Vec<Mapping> = mem
-            .block_on(kernel.mappings(0xffff_8000_0000_0000..u64::MAX))
+            .block_on(kernel.mappings(0xffff_8000_0000_0000..))
             .mappings
             .into_iter()
             .filter(|m| {

@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
-use std::ops::Range;
+use std::ops::RangeInclusive;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,9 +17,9 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::numbers::{parse_number, parse_range};
+use super::numbers::{parse_number, parse_range, show_range};
 use super::Failure;
-use leechio::{AddressSpace, Memory};
+use leechio::{AddressSpace, Memory, UnreadableRange};
 
 /// The alignment of an ELF dump's segments (p_align).
 const PAGE: u64 = 0x1000;
@@ -35,9 +35,10 @@ pub struct DumpArgs {
     /// Page-table root (CR3): dump the address space's mapped ranges instead of RAM
     #[arg(long, value_parser = parse_number)]
     dtb: Option<u64>,
-    /// Only addresses in START-END (physical, or virtual with --dtb)
+    /// Only addresses in START-END, END exclusive (physical, or virtual with
+    /// --dtb); END 0x10000000000000000 reaches the last byte
     #[arg(long, value_parser = parse_range)]
-    range: Option<Range<u64>>,
+    range: Option<RangeInclusive<u64>>,
     /// File format
     #[arg(long, value_enum, default_value_t = Format::Elf)]
     format: Format,
@@ -271,6 +272,14 @@ impl OutputFile {
         Ok(())
     }
 
+    /// Whether `self` and `other` are one file (one device and inode).
+    fn is_same_file(&self, other: &OutputFile) -> bool {
+        match (self.file.metadata(), other.file.metadata()) {
+            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+            _ => false,
+        }
+    }
+
     /// Gives the file up when the dump is refused: removes it if this dump
     /// created it, leaves it untouched otherwise.
     fn abandon(self) {
@@ -355,6 +364,19 @@ pub fn run(
             return Err(e);
         }
     };
+    // A `.failed` list that is a link to the output would overwrite the
+    // dump's headers with the list.
+    if out.is_same_file(&sidecar) {
+        let e = Failure(format!(
+            "refusing to write {}: it is {} itself (a link); the list of failed ranges \
+             would overwrite the dump (remove the link or choose another -o)",
+            sidecar_path.display(),
+            args.output.display()
+        ));
+        sidecar.abandon();
+        out.abandon();
+        return Err(e);
+    }
     // Sized (sparsely), so a file system that cannot hold it says so now,
     // not after the whole dump was read; a refusal leaves a file that was
     // there as it was.
@@ -395,6 +417,7 @@ pub fn run(
     let bar = progress_bar(total, !json_output);
 
     let mut written = vec![0u64; pieces.len()];
+    // (start, length, reason): a range's end may be 2^64.
     let mut failed: Vec<(u64, u64, String)> = Vec::new();
     // A write that fails (a full disk) ends the dump as Ctrl-C does: the
     // file keeps what was written, with headers for it.
@@ -413,7 +436,7 @@ pub fn run(
             for f in outcome.failures(0) {
                 chunk[f.offset..f.offset + f.len].fill(0);
                 let start = p.addr + done + f.offset as u64;
-                chunk_failed.push((start, start + f.len as u64, f.reason.to_string()));
+                chunk_failed.push((start, f.len as u64, f.reason.to_string()));
             }
             if let Err(e) = file.write_all_at(chunk, offsets[i] + done) {
                 write_error = Some(e);
@@ -473,7 +496,7 @@ pub fn run(
     // Bytes in the file's ranges: those read, and those that failed
     // (zeros in the file); "bytes" in text and JSON alike is those read.
     let dumped: u64 = written.iter().sum();
-    let failed_bytes: u64 = failed.iter().map(|(a, b, _)| b - a).sum();
+    let failed_bytes: u64 = failed.iter().map(|(_, len, _)| len).sum();
     let read = dumped.saturating_sub(failed_bytes);
     if json_output {
         outln!(
@@ -522,8 +545,12 @@ pub fn run(
 
 /// Where each piece goes in the file, and the file's length; `None` when
 /// that is more than 2^64 bytes.
-fn layout(pieces: &[Piece], format: Format, range: Option<&Range<u64>>) -> Option<(Vec<u64>, u64)> {
-    let base = range.map_or(0, |r| r.start);
+fn layout(
+    pieces: &[Piece],
+    format: Format,
+    range: Option<&RangeInclusive<u64>>,
+) -> Option<(Vec<u64>, u64)> {
+    let base = range.map_or(0, |r| *r.start());
     let mut offsets = Vec::with_capacity(pieces.len());
     let mut at = headers_len(pieces.len());
     for p in pieces {
@@ -548,7 +575,7 @@ fn layout(pieces: &[Piece], format: Format, range: Option<&Range<u64>>) -> Optio
     }
     let size = match (format, range) {
         // Holes at the end of a raw dump of a range are zeros too.
-        (Format::Raw, Some(r)) => r.end - r.start,
+        (Format::Raw, Some(r)) => (r.end() - r.start()).checked_add(1)?,
         _ => at,
     };
     Some((offsets, size))
@@ -569,7 +596,8 @@ fn too_large(output: &Path, size: Option<u64>) -> Failure {
 fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
     let within = |start: u64, end: u64| -> Option<(u64, u64)> {
         let (s, e) = match &args.range {
-            Some(r) => (start.max(r.start), end.min(r.end)),
+            // (A physical range's end is below 2^64.)
+            Some(r) => (start.max(*r.start()), end.min(r.end().saturating_add(1))),
             None => (start, end),
         };
         (s < e).then_some((s, e))
@@ -578,11 +606,10 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
         None => {
             let map = mem.backend().memory_map();
             if let Some(r) = &args.range {
-                if r.start >= map.end() {
+                if *r.start() >= map.end() {
                     return Err(Failure(format!(
-                        "range {:#x}-{:#x} starts past the end of memory ({:#x})",
-                        r.start,
-                        r.end,
+                        "range {} starts past the end of memory ({:#x})",
+                        show_range(r),
                         map.end()
                     )));
                 }
@@ -617,7 +644,7 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
                     }
                 )));
             }
-            let range = args.range.clone().unwrap_or(0..u64::MAX);
+            let range = args.range.clone().unwrap_or(0..=u64::MAX);
             let found = mem.block_on(space.mappings(range));
             report_unreadable(&found.unreadable);
             Ok(found
@@ -636,19 +663,18 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
 /// Says which parts of the address space could not be walked: the first
 /// few ranges, then how many more and how much they cover (a wrong `--dtb`
 /// makes hundreds, which would bury the message that matters).
-fn report_unreadable(unreadable: &[(Range<u64>, leechio::PageError)]) {
+fn report_unreadable(unreadable: &[UnreadableRange]) {
     const SHOWN: usize = 3;
-    for (r, why) in unreadable.iter().take(SHOWN) {
+    for r in unreadable.iter().take(SHOWN) {
         errln!(
-            "leechio: page tables for {:#x}..{:#x} unreadable: {why}",
-            r.start,
-            r.end
+            "leechio: page tables for {:#x}..{:#x} unreadable: {}",
+            r.va,
+            u128::from(r.va) + u128::from(r.size),
+            r.reason
         );
     }
     if let Some(rest) = unreadable.get(SHOWN..).filter(|rest| !rest.is_empty()) {
-        let bytes = rest
-            .iter()
-            .fold(0u64, |sum, (r, _)| sum.saturating_add(r.end - r.start));
+        let bytes = rest.iter().fold(0u64, |sum, r| sum.saturating_add(r.size));
         errln!(
             "leechio: page tables for {} more ranges ({} of address space) unreadable too",
             rest.len(),
@@ -751,7 +777,8 @@ fn write_failed_list(file: &File, failed: &[(u64, u64, String)]) -> std::io::Res
         out,
         "# ranges that could not be read (zero-filled in the dump): start end reason"
     )?;
-    for (start, end, why) in failed {
+    for (start, len, why) in failed {
+        let end = u128::from(*start) + u128::from(*len);
         writeln!(out, "{start:#x} {end:#x} {why}")?;
     }
     out.flush()

@@ -1,8 +1,16 @@
 //! Numbers as people type them: hex (`0x…`) or decimal, `_` separators,
 //! sizes with `k`/`m`/`g`, ranges as `START-END`.
 
+use std::ops::RangeInclusive;
+
 /// A hex (`0x…`) or decimal number.
 pub fn parse_number(text: &str) -> Result<u64, String> {
+    u64::try_from(parse_wide(text)?).map_err(|_| format!("`{text}` does not fit in 64 bits"))
+}
+
+/// A hex or decimal number of up to 128 bits: room for the end of the
+/// 64-bit address space, 2^64.
+fn parse_wide(text: &str) -> Result<u128, String> {
     let t = text.trim().replace('_', "");
     let (digits, radix) = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         Some(hex) => (hex, 16),
@@ -12,7 +20,7 @@ pub fn parse_number(text: &str) -> Result<u64, String> {
     if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return Err(format!("`{text}` is not a number (write 0x1000 or 4096)"));
     }
-    u64::from_str_radix(digits, radix).map_err(|_| format!("`{text}` does not fit in 64 bits"))
+    u128::from_str_radix(digits, radix).map_err(|_| format!("`{text}` does not fit in 64 bits"))
 }
 
 /// A length: a number with an optional unit, `k`, `m` or `g` (binary),
@@ -57,8 +65,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     }
 }
 
-/// `START-END` (end exclusive), both numbers.
-pub fn parse_range(text: &str) -> Result<std::ops::Range<u64>, String> {
+/// The end of the 64-bit address space, as a range's exclusive end.
+const SPACE_END: u128 = 1 << 64;
+
+/// `START-END`, END exclusive, as the first and last address. END may be
+/// 2^64 (`0x1_0000_0000_0000_0000`), so that a range can hold the last
+/// byte of the address space.
+pub fn parse_range(text: &str) -> Result<RangeInclusive<u64>, String> {
     const HINT: &str = "write START-END, e.g. 0x1000-0x2000";
     let (a, b) = text
         .split_once('-')
@@ -69,11 +82,21 @@ pub fn parse_range(text: &str) -> Result<std::ops::Range<u64>, String> {
     if b.trim().is_empty() {
         return Err(format!("range `{text}` has no end ({HINT})"));
     }
-    let (start, end) = (parse_number(a)?, parse_number(b)?);
-    if end <= start {
+    let (start, end) = (parse_number(a)?, parse_wide(b)?);
+    if end > SPACE_END {
+        return Err(format!(
+            "range `{text}` ends past the end of the address space (2^64, 0x1_0000_0000_0000_0000)"
+        ));
+    }
+    if end <= u128::from(start) {
         return Err(format!("range `{text}` is empty or backwards"));
     }
-    Ok(start..end)
+    Ok(start..=(end - 1) as u64)
+}
+
+/// `range` as `START-END` (END exclusive), as `parse_range` reads it.
+pub fn show_range(range: &RangeInclusive<u64>) -> String {
+    format!("{:#x}-{:#x}", range.start(), u128::from(*range.end()) + 1)
 }
 
 #[cfg(test)]
@@ -115,7 +138,19 @@ mod tests {
         assert!(garbage.contains("`kbbb` after the number"), "{garbage}");
         assert!(parse_size("4b").is_err());
         assert!(parse_size("16m2").is_err());
-        assert_eq!(parse_range("0x1000-0x3000"), Ok(0x1000..0x3000));
+        assert_eq!(parse_range("0x1000-0x3000"), Ok(0x1000..=0x2fff));
+        assert_eq!(
+            parse_range("0xffff_8000_0000_0000-0x1_0000_0000_0000_0000"),
+            Ok(0xffff_8000_0000_0000..=u64::MAX)
+        );
+        assert_eq!(
+            show_range(&(0xf000..=u64::MAX)),
+            "0xf000-0x10000000000000000"
+        );
+        assert!(parse_range("0-0x1_0000_0000_0000_0001")
+            .unwrap_err()
+            .contains("past the end of the address space"));
+        assert!(parse_range("0x1_0000_0000_0000_0000-0x1_0000_0000_0000_0001").is_err());
         assert!(parse_range("0x3000-0x1000").is_err());
         assert!(parse_range("0x3000").is_err());
         let no_start = parse_range("-0x1000").unwrap_err();
