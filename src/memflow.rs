@@ -11,6 +11,8 @@ use memflow::mem::{
 };
 use memflow::types::Address;
 
+use std::sync::{Arc, Mutex};
+
 use crate::{BatchOutcome, MemoryMap, MemoryRange};
 use crate::{Failure, Memory};
 
@@ -20,19 +22,29 @@ use crate::{Failure, Memory};
 const IDEAL_BATCH_SIZE: u32 = 4096;
 
 /// The engine as memflow physical memory. Clones share the device (and its
-/// queue); the device closes with the last clone.
+/// queue) and its memory map; the device closes with the last clone.
 #[derive(Clone)]
 pub struct MemflowPhysical {
     mem: Memory,
+    shared: Arc<Shared>,
+}
+
+/// What every clone sees the same.
+struct Shared {
     /// The user gave a memory map: maps from OS layers are ignored.
     fixed_map: bool,
-    metadata: PhysicalMemoryMetadata,
+    /// The device's map when it was opened, which an OS layer's map is laid
+    /// over: its addresses are those this connector shows, and the device
+    /// may keep them elsewhere (QEMU's RAM above 4 GiB, say).
+    device_map: MemoryMap,
+    /// memflow's view of the memory: an OS layer's map changes it for all.
+    metadata: Mutex<PhysicalMemoryMetadata>,
 }
 
 impl std::fmt::Debug for MemflowPhysical {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemflowPhysical")
-            .field("fixed_map", &self.fixed_map)
+            .field("fixed_map", &self.shared.fixed_map)
             .finish_non_exhaustive()
     }
 }
@@ -41,11 +53,14 @@ impl MemflowPhysical {
     /// memflow physical memory over `mem`; `fixed_map` keeps the device's
     /// current memory map even when an OS layer offers one.
     pub fn new(mem: Memory, fixed_map: bool) -> Self {
-        let metadata = metadata_of(&mem);
+        let shared = Shared {
+            fixed_map,
+            device_map: mem.backend().memory_map(),
+            metadata: Mutex::new(metadata_of(&mem)),
+        };
         MemflowPhysical {
             mem,
-            fixed_map,
-            metadata,
+            shared: Arc::new(shared),
         }
     }
 
@@ -156,22 +171,61 @@ impl PhysicalMemory for MemflowPhysical {
     }
 
     fn metadata(&self) -> PhysicalMemoryMetadata {
-        self.metadata
+        *lock(&self.shared.metadata)
     }
 
     fn set_mem_map(&mut self, mem_map: &[PhysicalMemoryMapping]) {
-        if self.fixed_map {
+        let shared = &*self.shared;
+        if shared.fixed_map {
             log::info!("keeping the memory map given by the user; ignoring the one offered by the OS layer");
             return;
         }
-        match memory_map_of(mem_map.iter().copied())
-            .map_err(crate::Error::from)
+        // Held while the device's map changes, so clones agree on it.
+        let mut metadata = lock(&shared.metadata);
+        match laid_over(&shared.device_map, mem_map)
             .and_then(|map| self.mem.backend().set_memory_map(&map))
         {
-            Ok(()) => self.metadata = metadata_of(&self.mem),
+            Ok(()) => *metadata = metadata_of(&self.mem),
             Err(e) => log::warn!("could not apply the OS layer's memory map: {e}"),
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // (Plain data: a panic elsewhere cannot leave it half-written.)
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An OS layer's map laid over the device's: each mapping says where its
+/// physical addresses (`base`) lie among this connector's (`real_base`),
+/// and the device's map says where those lie on the device. Parts of a
+/// mapping the device does not hold are left out.
+fn laid_over(
+    device: &MemoryMap,
+    mappings: &[PhysicalMemoryMapping],
+) -> std::result::Result<MemoryMap, crate::Error> {
+    let mut ranges = Vec::new();
+    for m in mappings {
+        let (base, from) = (m.base.to_umem(), m.real_base.to_umem());
+        let to = from.saturating_add(m.size);
+        for r in device.ranges() {
+            let (lo, hi) = (from.max(r.start), to.min(r.end()));
+            if lo < hi {
+                ranges.push(MemoryRange {
+                    start: base + (lo - from),
+                    size: hi - lo,
+                    remap: r.remap + (lo - r.start),
+                });
+            }
+        }
+    }
+    if ranges.is_empty() {
+        return Err(crate::Error::InvalidConfig(
+            "none of its ranges lies in the device's memory".into(),
+        ));
+    }
+    ranges.sort_by_key(|r| r.start);
+    Ok(MemoryMap::new(ranges)?)
 }
 
 /// Reads a memory map file in memflow's TOML format (`[[range]]` tables
@@ -213,4 +267,82 @@ fn memory_map_of(
         .collect();
     ranges.sort_by_key(|r| r.start);
     MemoryMap::new(ranges)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn range(start: u64, size: u64, remap: u64) -> MemoryRange {
+        MemoryRange { start, size, remap }
+    }
+
+    fn mapping(base: u64, size: u64, real_base: u64) -> PhysicalMemoryMapping {
+        PhysicalMemoryMapping {
+            base: Address::from(base),
+            size,
+            real_base: Address::from(real_base),
+        }
+    }
+
+    /// A 4 GiB QEMU guest: its fourth GiB is at 3 GiB in the RAM file.
+    fn qemu_map() -> MemoryMap {
+        MemoryMap::new(vec![
+            range(0, 0xa_0000, 0),
+            range(0x10_0000, 3 * GIB - 0x10_0000, 0x10_0000),
+            range(4 * GIB, GIB, 3 * GIB),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn an_os_map_keeps_the_devices_remapping() {
+        // What memflow-win32 passes: RAM ranges, each at its own address.
+        let os = [
+            mapping(0, 0x9_f000, 0),
+            mapping(0x10_0000, 3 * GIB - 0x10_0000, 0x10_0000),
+            mapping(4 * GIB, GIB, 4 * GIB),
+        ];
+        let expected = MemoryMap::new(vec![
+            range(0, 0x9_f000, 0),
+            range(0x10_0000, 3 * GIB - 0x10_0000, 0x10_0000),
+            range(4 * GIB, GIB, 3 * GIB),
+        ])
+        .unwrap();
+        assert_eq!(laid_over(&qemu_map(), &os).unwrap(), expected);
+    }
+
+    #[test]
+    fn an_os_map_is_cut_to_the_device_and_may_move_addresses() {
+        let os = [
+            // Across the device's hole at 0xa0000 and past its end.
+            mapping(0, 0x20_0000, 0),
+            // Physical 8 GiB shown at the connector's 4 GiB + 16 MiB.
+            mapping(8 * GIB, 0x1000, 4 * GIB + 0x100_0000),
+            mapping(6 * GIB, 0x1000, 6 * GIB),
+        ];
+        let expected = MemoryMap::new(vec![
+            range(0, 0xa_0000, 0),
+            range(0x10_0000, 0x10_0000, 0x10_0000),
+            range(8 * GIB, 0x1000, 3 * GIB + 0x100_0000),
+        ])
+        .unwrap();
+        assert_eq!(laid_over(&qemu_map(), &os).unwrap(), expected);
+    }
+
+    #[test]
+    fn an_os_map_outside_the_device_or_overlapping_is_refused() {
+        let outside = laid_over(&qemu_map(), &[mapping(6 * GIB, 0x1000, 6 * GIB)]);
+        assert!(
+            outside
+                .unwrap_err()
+                .to_string()
+                .contains("none of its ranges"),
+            "outside"
+        );
+        let twice = [mapping(0, 0x2000, 0), mapping(0x1000, 0x1000, 0x1000)];
+        assert!(laid_over(&qemu_map(), &twice).is_err());
+    }
 }

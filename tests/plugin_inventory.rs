@@ -327,6 +327,36 @@ fn the_users_memory_map_wins_over_the_os_layers() {
     assert_eq!(buf[..], image.bytes(0x10, 16)[..]);
 }
 
+#[test]
+fn an_os_layers_map_reaches_every_clone() {
+    let image = Image::new(16 * MIB);
+    let mut conn = connect(&format!("leechcore:\"{}\"", image.device())).unwrap();
+    let mut clone = conn.clone();
+    assert_eq!(clone.metadata().max_address.to_umem(), 16 * MIB - 1);
+    // Physical 0x1000 is at the connector's 0x5000: the page moves.
+    conn.set_mem_map(&[PhysicalMemoryMapping {
+        base: Address::from(0x1000u64),
+        size: 0x1000,
+        real_base: Address::from(0x5000u64),
+    }]);
+    for c in [&mut conn, &mut clone] {
+        let meta = c.metadata();
+        assert_eq!(
+            (meta.max_address.to_umem(), meta.real_size),
+            (0x1fff, 0x1000)
+        );
+        let mut buf = [0u8; 16];
+        c.phys_view()
+            .read_raw_into(Address::from(0x1010u64), &mut buf)
+            .unwrap();
+        assert_eq!(buf[..], image.bytes(0x5010, 16)[..]);
+        assert!(c
+            .phys_view()
+            .read_raw_into(Address::from(0x10u64), &mut buf)
+            .is_err());
+    }
+}
+
 /// Whether the plugin logged a line holding `needle`.
 fn logged(needle: &str) -> bool {
     LOG.lock()

@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use leechio::{DeviceConfig, LeechCore, MemoryMap, MemoryRange, ScatterEntry};
+use leechio::memflow::MemflowPhysical;
+use leechio::{DeviceConfig, LeechCore, Memory, MemoryMap, MemoryRange, ScatterEntry};
 use serde_json::{json, Value};
 
 const GIB: u64 = 1 << 30;
@@ -136,17 +137,25 @@ impl Drop for RamFile {
     }
 }
 
-/// Opens the qemu device on a 4 GiB RAM file behind the stand-in monitor
-/// and checks that it holds QEMU's whole map and reads above 4 GiB.
-fn open_behind_a_monitor(served: Served) -> Arc<Served> {
+/// Bytes at 3 GiB in the RAM file: guest-physical 4 GiB.
+const MARKER: [u8; 33] = *b"above 4 GiB, at 3 GiB in the file";
+
+/// A 4 GiB guest's RAM file behind the stand-in monitor.
+struct Guest {
+    _ram: RamFile,
+    _dir: tempfile::TempDir,
+    served: Arc<Served>,
+    /// Its `qemu://` device string.
+    device: String,
+}
+
+fn guest(served: Served) -> Guest {
     let ram = RamFile::new(4 * GIB);
-    // Bytes at 3 GiB in the file are guest-physical 4 GiB.
-    let marker = *b"above 4 GiB, at 3 GiB in the file";
     OpenOptions::new()
         .write(true)
         .open(&ram.path)
         .unwrap()
-        .write_all_at(&marker, 3 * GIB + 0x1230)
+        .write_all_at(&MARKER, 3 * GIB + 0x1230)
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("qmp.sock");
@@ -156,10 +165,22 @@ fn open_behind_a_monitor(served: Served) -> Arc<Served> {
         let served = served.clone();
         move || monitor(listener, served)
     });
-
     let device = format!("qemu://shm={},qmp={}", ram.name, socket.display());
-    let device = LeechCore::open(&DeviceConfig::new(&device))
-        .unwrap_or_else(|e| panic!("LeechCore cannot open {device}: {e}"));
+    Guest {
+        _ram: ram,
+        _dir: dir,
+        served,
+        device,
+    }
+}
+
+/// Opens the qemu device on a 4 GiB RAM file behind the stand-in monitor
+/// and checks that it holds QEMU's whole map and reads above 4 GiB.
+fn open_behind_a_monitor(served: Served) -> Arc<Served> {
+    let guest = guest(served);
+    let served = guest.served.clone();
+    let device = LeechCore::open(&DeviceConfig::new(&guest.device))
+        .unwrap_or_else(|e| panic!("LeechCore cannot open {}: {e}", guest.device));
 
     // LeechCore was given the map cut short.
     assert_eq!(served.cut_short.load(Ordering::SeqCst), 1);
@@ -181,7 +202,7 @@ fn open_behind_a_monitor(served: Served) -> Arc<Served> {
     let mut entries = [ScatterEntry::new(4 * GIB + 0x1230, &mut buf[..])];
     device.read_scatter(&mut entries);
     assert_eq!(entries[0].result, Ok(()));
-    assert_eq!(&buf[..marker.len()], &marker);
+    assert_eq!(&buf[..MARKER.len()], &MARKER);
     served
 }
 
@@ -200,4 +221,39 @@ fn qemus_map_is_asked_again_after_opening_when_the_first_question_fails() {
     });
     assert_eq!(served.errors.load(Ordering::SeqCst), 1);
     assert_eq!(served.whole.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn an_os_layers_map_is_laid_over_qemus_remapping() {
+    use memflow::prelude::v1::{Address, MemoryView, PhysicalMemory, PhysicalMemoryMapping};
+    let guest = guest(Served::default());
+    let device = LeechCore::open(&DeviceConfig::new(&guest.device)).unwrap();
+    let mut phys = MemflowPhysical::new(Memory::new(device), false);
+    // What memflow-win32 passes: the guest's RAM, each range at its own
+    // address (it knows nothing of the RAM file).
+    let os_map = [
+        (0, 0x9_f000),
+        (0x10_0000, 3 * GIB - 0x10_0000),
+        (4 * GIB, GIB),
+    ]
+    .map(|(base, size)| PhysicalMemoryMapping {
+        base: Address::from(base),
+        size,
+        real_base: Address::from(base),
+    });
+    phys.set_mem_map(&os_map);
+    let mut buf = [0u8; MARKER.len()];
+    phys.phys_view()
+        .read_raw_into(Address::from(4 * GIB + 0x1230), &mut buf)
+        .unwrap();
+    assert_eq!(
+        buf, MARKER,
+        "guest-physical 4 GiB is still at 3 GiB in the file"
+    );
+    assert_eq!(phys.metadata().max_address.to_umem(), 5 * GIB - 1);
+    // The page the OS map leaves out of the first MiB is gone.
+    assert!(phys
+        .phys_view()
+        .read_raw_into(Address::from(0x9_f000u64), &mut buf)
+        .is_err());
 }
