@@ -245,30 +245,39 @@ pub fn read_memory_map_file(
         }
         return Ok(map);
     }
-    // memflow's parser panics on overlapping ranges; keep that inside.
-    let parsed = std::panic::catch_unwind(|| {
-        memflow::mem::MemoryMap::<(Address, memflow::types::umem)>::open(path)
-    })
-    .map_err(|_| bad("ranges overlap".into()))?
-    .map_err(|e| bad(format!("not a memflow memory map file ({e})")))?;
-    memory_map_of(parsed.into_vec().into_iter()).map_err(|e| bad(e.to_string()))
-}
-
-/// memflow's mappings as a validated memory map.
-fn memory_map_of(
-    mappings: impl Iterator<Item = PhysicalMemoryMapping>,
-) -> std::result::Result<MemoryMap, crate::MemoryMapError> {
-    let mut ranges: Vec<MemoryRange> = mappings
-        .map(|m| MemoryRange {
-            start: m.base.to_umem(),
-            size: m.size,
-            remap: m.real_base.to_umem(),
+    // Parsed here rather than by memflow, whose parser panics on ranges
+    // that overlap and on touching ones listed from the highest down.
+    let file: MapFile =
+        toml::from_str(&text).map_err(|e| bad(format!("not a memflow memory map file ({e})")))?;
+    let mut ranges: Vec<MemoryRange> = file
+        .range
+        .iter()
+        .map(|r| MemoryRange {
+            start: r.base,
+            size: r.length,
+            remap: r.real_base.unwrap_or(r.base),
         })
         .collect();
     ranges.sort_by_key(|r| r.start);
-    MemoryMap::new(ranges)
+    MemoryMap::new(ranges).map_err(|e| bad(e.to_string()))
 }
 
+/// memflow's memory map file: `[[range]]` tables.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MapFile {
+    range: Vec<MapFileRange>,
+}
+
+/// One `[[range]]`: `length` bytes at physical `base`, found at
+/// `real_base` on the device (`base` if not given).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MapFileRange {
+    base: u64,
+    length: u64,
+    real_base: Option<u64>,
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,6 +75,11 @@ fn connect(chain: &str) -> Result<ConnectorInstanceArcBox<'static>> {
     inventory().instantiate_connector("leechcore", None, Some(&args))
 }
 
+/// The arguments for `image` with the memory map file `map`.
+fn with_map(image: &Image, map: &std::path::Path) -> String {
+    format!("leechcore:\"{}\":memmap={}", image.device(), map.display())
+}
+
 /// The error of a connection that must fail.
 fn refused(args: &str) -> Error {
     match connect(args) {
@@ -282,12 +287,7 @@ fn the_users_memory_map_wins_over_the_os_layers() {
         "[[range]]\nbase=0x100000\nlength=0x100000\nreal_base=0x200000\n",
     )
     .unwrap();
-    let mut fixed = connect(&format!(
-        "leechcore:\"{}\":memmap={}",
-        image.device(),
-        toml.display()
-    ))
-    .unwrap();
+    let mut fixed = connect(&with_map(&image, &toml)).unwrap();
     let os_map = [PhysicalMemoryMapping {
         base: Address::from(0u64),
         size: 0x1000,
@@ -508,23 +508,37 @@ fn bad_arguments_and_a_missing_leechcore_give_errors_and_log_why() {
         "[[range]]\nbase=0x0\nlength=0x2000\n[[range]]\nbase=0x1000\nlength=0x2000\n",
     )
     .unwrap();
-    let err = refused(&format!(
-        "leechcore:\"{}\":memmap={}",
-        image.device(),
-        overlapping.display()
-    ));
+    let err = refused(&with_map(&image, &overlapping));
     assert_eq!(err.1, ErrorKind::Configuration);
-    assert!(logged("ranges overlap"));
+    assert!(logged("range at 0x1000 overlaps"));
+    // Touching ranges, the higher first (which memflow's own parser takes
+    // for overlapping): taken in address order.
+    let descending = dir.path().join("descending.toml");
+    std::fs::write(
+        &descending,
+        "[[range]]\nbase=0x2000\nlength=0x1000\nreal_base=0x5000\n\
+         [[range]]\nbase=0x1000\nlength=0x1000\n",
+    )
+    .unwrap();
+    let mut conn = connect(&with_map(&image, &descending)).unwrap();
+    let mut buf = [0u8; 0x20];
+    conn.phys_view()
+        .read_raw_into(Address::from(0x1ff0u64), &mut buf)
+        .unwrap();
+    assert_eq!(buf[..0x10], image.bytes(0x1ff0, 0x10)[..]);
+    assert_eq!(buf[0x10..], image.bytes(0x5000, 0x10)[..]);
+    // A misspelt key is named, not ignored.
+    let misspelt = dir.path().join("misspelt.toml");
+    std::fs::write(&misspelt, "[[range]]\nbase=0x0\nlenght=0x1000\n").unwrap();
+    let err = refused(&with_map(&image, &misspelt));
+    assert_eq!(err.1, ErrorKind::Configuration);
+    assert!(logged("unknown field `lenght`"));
 
     // A map with no ranges once crashed the process inside LeechCore.
     for (name, text) in [("empty.txt", ""), ("comments.txt", "# no memory\n\n")] {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
-        let err = refused(&format!(
-            "leechcore:\"{}\":memmap={}",
-            image.device(),
-            path.display()
-        ));
+        let err = refused(&with_map(&image, &path));
         assert_eq!(err.1, ErrorKind::Configuration, "{name}");
         assert!(logged(&format!("memory map {}: no ranges", path.display())));
     }
