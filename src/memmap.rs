@@ -107,6 +107,19 @@ impl MemoryMap {
         Ok(MemoryMap { ranges })
     }
 
+    /// The ranges with everything at or past `limit` cut off, where a
+    /// range's place is `at` (its start, or its remap).
+    pub(crate) fn cut_at(&self, limit: u64, at: impl Fn(&MemoryRange) -> u64) -> Vec<MemoryRange> {
+        self.ranges
+            .iter()
+            .filter(|r| at(r) < limit)
+            .map(|r| MemoryRange {
+                size: r.size.min(limit - at(r)),
+                ..*r
+            })
+            .collect()
+    }
+
     /// The ranges, in address order.
     pub fn ranges(&self) -> &[MemoryRange] {
         &self.ranges
@@ -193,8 +206,8 @@ impl FromStr for MemoryMap {
     }
 }
 
-/// Prints the map in the layout LeechCore itself prints, which its
-/// `LC_CMD_MEMMAP_SET` also reads.
+/// Prints the map in the layout LeechCore itself prints
+/// (`LC_CMD_MEMMAP_GET`), which `from_str` reads back.
 impl fmt::Display for MemoryMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, r) in self.ranges.iter().enumerate() {

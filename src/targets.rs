@@ -225,7 +225,8 @@ pub fn qemu_ram_map(qmp: &Path, backend_id: &str, timeout: Duration) -> Result<M
 
 /// Reads the RAM ranges of `backend_id` from the system FlatView of QEMU's
 /// `info mtree -f` (lines like `0000000000100000-000000000fffffff (prio 0,
-/// ram): qemu-ram @0000000000100000`), whatever order the views come in.
+/// ram): qemu-ram @0000000000100000`, with ` KVM` after them under KVM),
+/// whatever order the views come in.
 pub fn ram_map_from_mtree(text: &str, backend_id: &str) -> Option<MemoryMap> {
     let system = text.split("FlatView #").find(|view| {
         view.lines()
@@ -246,9 +247,11 @@ pub fn ram_map_from_mtree(text: &str, backend_id: &str) -> Option<MemoryMap> {
         let (first, last) = span.split_once('-')?;
         let start = u64::from_str_radix(first, 16).ok()?;
         let end = u64::from_str_radix(last, 16).ok()?.checked_add(1)?;
-        let remap = match words.next() {
-            Some(at) => u64::from_str_radix(at.strip_prefix('@')?, 16).ok()?,
-            None => start,
+        // `@offset` in the RAM block when it is not 0; then, under KVM,
+        // the accelerator's name.
+        let remap = match words.next().and_then(|w| w.strip_prefix('@')) {
+            Some(at) => u64::from_str_radix(at, 16).ok()?,
+            None => 0,
         };
         ranges.push(MemoryRange {
             start,
@@ -358,6 +361,34 @@ FlatView #2
         );
         assert!(ram_map_from_mtree(MTREE, "other-ram").is_none());
         assert!(ram_map_from_mtree("FlatView #0\n Root memory region: io\n", "qemu-ram").is_none());
+    }
+
+    #[test]
+    fn kvm_guests_lines_and_ram_not_at_address_0_are_read() {
+        // Under KVM each line ends with the accelerator's name; a range with
+        // no `@` is at the start of the RAM block, wherever it is mapped.
+        let kvm = "FlatView #0
+ Root memory region: system
+  0000000000000000-000000000009ffff (prio 0, ram): qemu-ram KVM
+  0000000000100000-000000000fffffff (prio 0, ram): qemu-ram @0000000000100000 KVM
+";
+        let r = |start, end: u64, remap| MemoryRange {
+            start,
+            size: end + 1 - start,
+            remap,
+        };
+        assert_eq!(
+            ram_map_from_mtree(kvm, "qemu-ram").unwrap().ranges(),
+            [r(0, 0x9_ffff, 0), r(0x10_0000, 0xfff_ffff, 0x10_0000)]
+        );
+        let virt = "FlatView #0
+ Root memory region: system
+  0000000040000000-000000007fffffff (prio 0, ram): mach-virt.ram
+";
+        assert_eq!(
+            ram_map_from_mtree(virt, "mach-virt.ram").unwrap().ranges(),
+            [r(0x4000_0000, 0x7fff_ffff, 0)]
+        );
     }
 
     #[test]

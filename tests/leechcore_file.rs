@@ -199,10 +199,14 @@ fn memory_map_round_trips_remaps_and_limits_reads() {
     assert_eq!(device.memory_map().unwrap(), map);
     assert_eq!(device.max_address(), 0x1_8000_0000);
 
-    // LeechCore's struct form of the same map agrees with its text form.
-    let raw = device
-        .command(sys::LC_CMD_MEMMAP_GET_STRUCT, &mut [], "GET_STRUCT")
-        .unwrap();
+    // LeechCore's text form of the same map agrees with its struct form.
+    // SAFETY: a query without input.
+    let text = unsafe { device.command(sys::LC_CMD_MEMMAP_GET, &mut [], "GET") }.unwrap();
+    let text: MemoryMap = String::from_utf8_lossy(&text).parse().unwrap();
+    assert_eq!(text, map);
+    // SAFETY: as above.
+    let raw =
+        unsafe { device.command(sys::LC_CMD_MEMMAP_GET_STRUCT, &mut [], "GET_STRUCT") }.unwrap();
     let entry_size = std::mem::size_of::<sys::LC_MEMMAP_ENTRY>();
     let structs: Vec<MemoryRange> = raw
         .chunks_exact(entry_size)
@@ -242,6 +246,90 @@ fn memory_map_round_trips_remaps_and_limits_reads() {
             None => assert!(e.result.is_err(), "{:#x} is outside the map", e.addr),
         }
     }
+}
+
+#[test]
+fn maps_of_hundreds_of_ranges_and_remaps_to_0_are_set_as_given() {
+    let image = Image::new(16 * MIB);
+    let device = image.open();
+    // 300 one-page ranges, every other page, each read from the page
+    // after it (LeechCore's text form loses ranges past the 256th).
+    let map = MemoryMap::new(
+        (0..300u64)
+            .map(|i| MemoryRange {
+                start: i * 2 * PAGE,
+                size: PAGE,
+                remap: (i * 2 + 1) * PAGE,
+            })
+            .collect(),
+    )
+    .unwrap();
+    device.set_memory_map(&map).unwrap();
+    assert_eq!(device.memory_map().unwrap(), map);
+    let addrs = [280 * 2 * PAGE + 0x18, 299 * 2 * PAGE, 280 * 2 * PAGE + PAGE];
+    let words = read_words(&device, &addrs, 0xa5);
+    assert_eq!(
+        words[0].bytes[..],
+        image.bytes((280 * 2 + 1) * PAGE + 0x18, 8)[..]
+    );
+    assert_eq!(words[1].bytes[..], image.bytes(599 * PAGE, 8)[..]);
+    assert!(words[2].result.is_err(), "a page between the ranges");
+
+    // A remap of 0 is the start of the file, not "the range's own address".
+    let low = MemoryMap::new(vec![MemoryRange {
+        start: 0x10_0000,
+        size: 0x10_0000,
+        remap: 0,
+    }])
+    .unwrap();
+    device.set_memory_map(&low).unwrap();
+    assert_eq!(device.memory_map().unwrap(), low);
+    let words = read_words(&device, &[0x10_0010], 0);
+    assert_eq!(words[0].bytes[..], image.bytes(0x10, 8)[..]);
+}
+
+#[test]
+fn an_image_of_part_pages_ends_at_its_last_whole_page() {
+    let image = Image::new(16 * MIB + 0x800);
+    let device = image.open();
+    // (LeechCore itself would map it as 4 GiB.)
+    assert_eq!(device.max_address(), 16 * MIB);
+    assert_eq!(
+        device.memory_map().unwrap(),
+        MemoryMap::new(vec![MemoryRange::new(0, 16 * MIB)]).unwrap()
+    );
+    // The partial page fails whole, its buffer untouched.
+    let mut page = vec![0xa5u8; PAGE as usize];
+    let mut entries = [ScatterEntry::new(16 * MIB, &mut page)];
+    device.read_scatter(&mut entries);
+    assert!(entries[0].result.is_err());
+    assert!(
+        page.iter().all(|&b| b == 0xa5),
+        "the failed page was written"
+    );
+    let words = read_words(&device, &[16 * MIB - 8], 0);
+    assert_eq!(words[0].bytes[..], image.bytes(16 * MIB - 8, 8)[..]);
+}
+
+#[test]
+fn a_failed_reopen_leaves_no_handle_to_use() {
+    let image = Image::new(16 * MIB);
+    let config = DeviceConfig::new(format!("file://file={},write=1", image.path.display()));
+    let device = LeechCore::open(&config).unwrap();
+    let mut writes = [WriteEntry::new(0x2000, &[0x11; 8])];
+    device.write_scatter(&mut writes);
+    assert_eq!(writes[0].result, Ok(()));
+    // The image goes: opening it again after the write fails, and every
+    // later access fails without a handle (valgrind showed the closed one
+    // used, then closed twice on drop).
+    std::fs::remove_file(&image.path).unwrap();
+    for _ in 0..3 {
+        let words = read_words(&device, &[0x3000], 0);
+        assert_eq!(words[0].result, Err(PageError::NotIssued));
+    }
+    let mut writes = [WriteEntry::new(0x2000, &[0x22; 8])];
+    device.write_scatter(&mut writes);
+    assert_eq!(writes[0].result, Err(PageError::NotIssued));
 }
 
 #[test]

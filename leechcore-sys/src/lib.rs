@@ -94,6 +94,10 @@ pub const LC_CMD_MEMMAP_SET: u64 = 0x4000_0300_0000_0000;
 pub const LC_CMD_MEMMAP_GET_STRUCT: u64 = 0x4000_0400_0000_0000;
 /// Command: replace the memory map from an array of [`LC_MEMMAP_ENTRY`].
 pub const LC_CMD_MEMMAP_SET_STRUCT: u64 = 0x4000_0500_0000_0000;
+/// Flag of [`LC_MEMMAP_ENTRY::paRemap`] when setting a map: take the remap
+/// as given, even 0 (which LeechCore otherwise reads as "the range's own
+/// address").
+pub const LC_MEMMAP_FORCE_OFFSET: u64 = 0x8000_0000_0000_0000;
 
 /// Per-entry result code of `LcReadScatterEx`: not yet set.
 pub const LC_READ_PAGE_RESULT_NONE: u32 = 0;

@@ -194,7 +194,8 @@ struct Handle {
     unflushed: bool,
     /// Call counts of the handles closed by reopening, by statistics id.
     retired_calls: [u64; 8],
-    /// The memory map set by the caller, set again after reopening.
+    /// The memory map set by the caller (`LC_MEMMAP_ENTRY`s), set again
+    /// after reopening.
     map: Option<Vec<u8>>,
     mems: Vec<MEM_SCATTER>,
     ptrs: Vec<*mut MEM_SCATTER>,
@@ -311,6 +312,11 @@ impl LeechCore {
         if let Some(qemu_map) = qemu_map {
             device.check_qemu_memory_map(&config.device, qemu_map);
         }
+        if device.info.name == "file" && config.remote.is_none() {
+            if let Some(path) = image_path(&config.device, device.lib.path()) {
+                device.fit_map_to_image(Path::new(path));
+            }
+        }
         log::debug!("opened LeechCore device {:?}", device.info);
         Ok(device)
     }
@@ -389,6 +395,9 @@ impl LeechCore {
         // SAFETY: the handle came from LcCreateEx; it is replaced below and
         // never used again. Closing is what writes the buffered bytes out.
         unsafe { (self.lib.LcClose)(state.raw) };
+        // Null until the reopen succeeds: a failed one must leave no
+        // handle to use or to close again.
+        state.raw = ptr::null_mut();
         let mut config = *config;
         state.raw = match create(&self.lib, &mut config) {
             Ok(raw) => raw,
@@ -403,7 +412,12 @@ impl LeechCore {
         };
         if let Some(map) = &mut state.map {
             let raw = state.raw;
-            if let Err(e) = self.command_on(raw, sys::LC_CMD_MEMMAP_SET, map, "LC_CMD_MEMMAP_SET") {
+            if let Err(e) = self.command_on(
+                raw,
+                sys::LC_CMD_MEMMAP_SET_STRUCT,
+                map,
+                "LC_CMD_MEMMAP_SET_STRUCT",
+            ) {
                 log::error!("could not set the memory map again after reopening: {e}");
             }
         }
@@ -519,15 +533,7 @@ impl LeechCore {
         let Some(limit) = self.limit else {
             return Ok(map);
         };
-        let cut = map
-            .ranges()
-            .iter()
-            .filter(|r| r.start < limit)
-            .map(|r| crate::MemoryRange {
-                size: r.size.min(limit - r.start),
-                ..*r
-            })
-            .collect();
+        let cut = map.cut_at(limit, |r| r.start);
         // Cutting page-aligned, sorted, disjoint ranges at a page-aligned
         // limit keeps them so.
         Ok(MemoryMap::new(cut)?)
@@ -535,9 +541,26 @@ impl LeechCore {
 
     /// LeechCore's own memory map, uncut.
     fn leechcore_memory_map(&self) -> Result<MemoryMap, Error> {
-        let text = self.command(sys::LC_CMD_MEMMAP_GET, &mut [], "LC_CMD_MEMMAP_GET")?;
-        let text = String::from_utf8_lossy(&text);
-        Ok(text.parse()?)
+        let state = self.lock();
+        let name = "LC_CMD_MEMMAP_GET_STRUCT";
+        let raw = self.command_on(state.raw, sys::LC_CMD_MEMMAP_GET_STRUCT, &mut [], name)?;
+        let entry = std::mem::size_of::<sys::LC_MEMMAP_ENTRY>();
+        if raw.len() % entry != 0 {
+            return Err(Error::Command { name });
+        }
+        let ranges = raw
+            .chunks_exact(entry)
+            .map(|e| {
+                let word =
+                    |i: usize| u64::from_ne_bytes(e[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                crate::MemoryRange {
+                    start: word(0),
+                    size: word(1),
+                    remap: word(2),
+                }
+            })
+            .collect();
+        Ok(MemoryMap::new(ranges)?)
     }
 
     /// Replaces the device's memory map: reads outside it then fail, and
@@ -550,21 +573,37 @@ impl LeechCore {
                 "a memory map needs at least one range".into(),
             ));
         }
-        // LeechCore's parser crashes on text it does not expect, so only a
-        // validated map, printed by us, ever reaches it.
-        let mut text = map.to_string().into_bytes();
-        text.push(0);
+        // The struct form: LeechCore's text parser crashes on what it does
+        // not expect and misreads index columns past 0xff. Every remap is
+        // forced: LeechCore takes a remap of 0 for "no remap" otherwise.
+        let mut entries: Vec<u8> = map
+            .ranges()
+            .iter()
+            .flat_map(|r| {
+                [r.start, r.size, r.remap | sys::LC_MEMMAP_FORCE_OFFSET]
+                    .into_iter()
+                    .flat_map(u64::to_ne_bytes)
+            })
+            .collect();
         let mut state = self.lock();
         let raw = state.raw;
-        self.command_on(raw, sys::LC_CMD_MEMMAP_SET, &mut text, "LC_CMD_MEMMAP_SET")?;
+        let name = "LC_CMD_MEMMAP_SET_STRUCT";
+        self.command_on(raw, sys::LC_CMD_MEMMAP_SET_STRUCT, &mut entries, name)?;
         if self.reopen.is_some() {
-            state.map = Some(text);
+            state.map = Some(entries);
         }
         Ok(())
     }
 
     /// Runs `LcCommand` and copies its output (freed with `LcMemFree`).
-    pub fn command(
+    ///
+    /// # Safety
+    /// LeechCore trusts a command's input: some crash the process on input
+    /// they do not expect (`LC_CMD_MEMMAP_SET` with text it cannot parse
+    /// empties the map, and the next map query writes out of bounds), and
+    /// device commands may take pointers. Use [`LeechCore::set_memory_map`]
+    /// and the other methods where they exist.
+    pub unsafe fn command(
         &self,
         command: u64,
         input: &mut [u8],
@@ -619,6 +658,41 @@ impl LeechCore {
     /// when QEMU lists its views in another order. QEMU's own map, asked
     /// before LeechCore connected (or now, if that failed), replaces it
     /// when they differ.
+    /// Cuts the map at the last whole page of the image file. LeechCore
+    /// maps an image whose size is not whole pages as 4 GiB, and its read
+    /// of a page that runs past the end fails after filling the bytes that
+    /// are there: no range may reach into that last partial page.
+    fn fit_map_to_image(&self, path: &Path) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        let whole = meta.len() & !(sys::PAGE_SIZE - 1);
+        if !meta.is_file() || whole == meta.len() {
+            return;
+        }
+        let Ok(map) = self.leechcore_memory_map() else {
+            return;
+        };
+        let fitted = map.cut_at(whole, |r| r.remap);
+        if fitted == map.ranges() {
+            return;
+        }
+        log::info!(
+            "{}: {} bytes, not whole pages; its memory ends at its last whole page, {whole:#x}",
+            path.display(),
+            meta.len()
+        );
+        let result = MemoryMap::new(fitted)
+            .map_err(Error::from)
+            .and_then(|fitted| self.set_memory_map(&fitted));
+        if let Err(e) = result {
+            log::warn!(
+                "could not cut the memory map at the end of {}: {e}",
+                path.display()
+            );
+        }
+    }
+
     fn check_qemu_memory_map(&self, device: &str, before: Result<MemoryMap, String>) {
         let theirs = match before {
             Ok(map) => map,
