@@ -39,15 +39,36 @@ impl CacheConfig {
 #[derive(Debug)]
 pub(crate) struct TimedCache<V> {
     config: CacheConfig,
-    map: Mutex<FxHashMap<u64, (Instant, V)>>,
+    entries: Mutex<Entries<V>>,
+}
+
+#[derive(Debug)]
+struct Entries<V> {
+    /// Counts invalidations: a value read before one must not be stored
+    /// after it.
+    generation: u64,
+    map: FxHashMap<u64, (Instant, V)>,
 }
 
 impl<V: Clone> TimedCache<V> {
     pub fn new(config: CacheConfig) -> Self {
         TimedCache {
             config,
-            map: Mutex::default(),
+            entries: Mutex::new(Entries {
+                generation: 0,
+                map: FxHashMap::default(),
+            }),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries<V>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current generation: take it before reading what `insert` will
+    /// store.
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
     }
 
     pub fn enabled(&self) -> bool {
@@ -59,24 +80,31 @@ impl<V: Clone> TimedCache<V> {
         if !self.config.enabled {
             return None;
         }
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let (at, value) = map.get(&key)?;
+        let entries = self.lock();
+        let (at, value) = entries.map.get(&key)?;
         (at.elapsed() < self.config.validity).then(|| value.clone())
     }
 
-    pub fn insert(&self, key: u64, value: V) {
+    /// Stores `value`, read in generation `read_in`, unless the cache was
+    /// invalidated since.
+    pub fn insert(&self, read_in: u64, key: u64, value: V) {
         if !self.config.enabled {
             return;
         }
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= self.config.capacity {
-            map.clear();
+        let mut entries = self.lock();
+        if entries.generation != read_in {
+            return;
         }
-        map.insert(key, (Instant::now(), value));
+        if entries.map.len() >= self.config.capacity {
+            entries.map.clear();
+        }
+        entries.map.insert(key, (Instant::now(), value));
     }
 
     pub fn invalidate(&self) {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let mut entries = self.lock();
+        entries.generation += 1;
+        entries.map.clear();
     }
 }
 

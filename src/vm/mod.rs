@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytemuck::Pod;
-use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
 use rustc_hash::FxHashMap;
 use std::sync::Mutex;
 
@@ -70,12 +70,24 @@ struct CachedPage {
 /// A table page being read, shared by the walks that wait for it.
 type PageRead = Shared<BoxFuture<'static, Result<TablePage, PageError>>>;
 
+/// The table reads in flight, by address, with the table cache's
+/// generation they began in. Weak: when every walk waiting for a read is
+/// dropped, the read is dropped (its request withdrawn) rather than kept
+/// and served, however old, to a later walk.
+type Inflight = FxHashMap<
+    u64,
+    (
+        u64,
+        WeakShared<BoxFuture<'static, Result<TablePage, PageError>>>,
+    ),
+>;
+
 struct Inner {
     mem: Memory,
     dtb: u64,
     translations: TimedCache<CachedPage>,
     tables: TimedCache<TablePage>,
-    inflight: Mutex<FxHashMap<u64, PageRead>>,
+    inflight: Mutex<Inflight>,
 }
 
 /// The virtual address space of a page-table root (DTB, the CR3 value):
@@ -188,6 +200,7 @@ impl AddressSpace {
                 entries: c.entries,
             });
         }
+        let generation = self.inner.translations.generation();
         let t = self.walk(va).await?;
         let page_pa = t.pa - (va & 0xfff);
         let cached = CachedPage {
@@ -195,7 +208,9 @@ impl AddressSpace {
             page_size: t.page_size,
             entries: t.entries,
         };
-        self.inner.translations.insert(vpage >> 12, cached);
+        self.inner
+            .translations
+            .insert(generation, vpage >> 12, cached);
         Ok(t)
     }
 
@@ -260,44 +275,61 @@ impl AddressSpace {
         if let Some(page) = self.inner.tables.get(addr) {
             return Ok(page);
         }
+        // A read begun before an invalidation is not joined: it may have
+        // been sent before.
+        let generation = self.inner.tables.generation();
         let read = {
             let mut inflight = self
                 .inner
                 .inflight
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            inflight
-                .entry(addr)
-                .or_insert_with(|| {
-                    let mem = self.inner.mem.clone();
-                    // Weak: the map holds this future until it ends, and an
-                    // address space dropped meanwhile must still be freed.
-                    let inner = Arc::downgrade(&self.inner);
-                    async move {
-                        let (buf, result) = mem
-                            .read_into_owned(addr, vec![0; TABLE_SIZE as usize])
-                            .await;
-                        let page = result.map(|()| TablePage::from(buf));
-                        if let Some(inner) = inner.upgrade() {
-                            // Cache first: a walk that missed the cache
-                            // still finds this (finished) read in the map.
-                            if let Ok(page) = &page {
-                                inner.tables.insert(addr, page.clone());
-                            }
-                            inner
-                                .inflight
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .remove(&addr);
-                        }
-                        page.map_err(first_reason)
+            let joined = inflight
+                .get(&addr)
+                .filter(|(g, _)| *g == generation)
+                .and_then(|(_, read)| read.upgrade());
+            match joined {
+                Some(read) => read,
+                None => {
+                    let read = self.read_table_page(addr, generation);
+                    if let Some(weak) = read.downgrade() {
+                        inflight.insert(addr, (generation, weak));
                     }
-                    .boxed()
-                    .shared()
-                })
-                .clone()
+                    read
+                }
+            }
         };
         read.await
+    }
+
+    /// A shareable read of the table page at `addr` that fills the cache
+    /// (unless it was invalidated since `generation`) and then leaves the
+    /// map of reads in flight.
+    fn read_table_page(&self, addr: u64, generation: u64) -> PageRead {
+        let mem = self.inner.mem.clone();
+        // Weak: an address space dropped meanwhile must still be freed.
+        let inner = Arc::downgrade(&self.inner);
+        async move {
+            let (buf, result) = mem
+                .read_into_owned(addr, vec![0; TABLE_SIZE as usize])
+                .await;
+            let page = result.map(|()| TablePage::from(buf));
+            if let Some(inner) = inner.upgrade() {
+                // Cache first: a walk that missed the cache still finds
+                // this (finished) read in the map.
+                if let Ok(page) = &page {
+                    inner.tables.insert(generation, addr, page.clone());
+                }
+                let mut inflight = inner.inflight.lock().unwrap_or_else(|e| e.into_inner());
+                // (Not a read begun after an invalidation.)
+                if inflight.get(&addr).is_some_and(|(g, _)| *g == generation) {
+                    inflight.remove(&addr);
+                }
+            }
+            page.map_err(first_reason)
+        }
+        .boxed()
+        .shared()
     }
 
     /// Reads `buf.len()` bytes at `va`. Unmapped or non-canonical pages,

@@ -1,6 +1,8 @@
 //! Address translation on the in-memory backend, with page tables built
 //! here; the independent oracles (memflow's, QEMU's) are in `tests/`.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -273,6 +275,100 @@ fn an_abandoned_table_read_is_finished_by_the_next_walk_and_frees_its_space() {
     );
 }
 
+/// A walk of `va` polled once per level, with a flush after each: its last
+/// table read is done in the engine, not yet collected by the walk.
+fn walk_through_its_reads<'s>(
+    mem: &Memory,
+    space: &'s AddressSpace,
+    va: u64,
+) -> Pin<Box<dyn Future<Output = Result<Translation, WalkError>> + 's>> {
+    let mut walk = Box::pin(space.translate(va));
+    for _ in 0..4 {
+        assert!(walk.as_mut().poll(&mut noop_context()).is_pending());
+        mem.flush().expect("a table read was queued");
+    }
+    walk
+}
+
+fn noop_context() -> std::task::Context<'static> {
+    std::task::Context::from_waker(futures::task::noop_waker_ref())
+}
+
+/// An address space whose caches trust nothing they hold.
+fn never_trusting(mem: &Memory, dtb: u64) -> AddressSpace {
+    let zero = CacheConfig::valid_for(Duration::ZERO, 1024);
+    let config = VmConfig {
+        translations: zero,
+        page_tables: zero,
+    };
+    AddressSpace::with_config(mem.clone(), dtb, config)
+}
+
+/// Drops a walk whose last table read is done but not collected.
+fn abandon_a_walk_after_its_reads(mem: &Memory, space: &AddressSpace, va: u64) {
+    drop(walk_through_its_reads(mem, space, va));
+}
+
+#[test]
+fn a_table_read_nobody_collected_is_not_served_later() {
+    let (mem, _backend, mut t) = setup();
+    t.map(USER, 0x10_0000, PageSize::Size4K);
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    abandon_a_walk_after_its_reads(&mem, &space, USER);
+    // The target remaps the page; the caller asks for the tables as they
+    // are now.
+    t.map(USER, 0x20_0000, PageSize::Size4K);
+    space.invalidate();
+    assert_eq!(
+        mem.block_on(space.translate(USER)).map(|t| t.pa),
+        Ok(0x20_0000)
+    );
+
+    // Nor to a space whose caches trust nothing, with no invalidation.
+    let live = never_trusting(&mem, t.dtb);
+    abandon_a_walk_after_its_reads(&mem, &live, USER);
+    t.map(USER, 0x30_0000, PageSize::Size4K);
+    assert_eq!(mem.block_on(live.read_val::<u64>(USER + 8)), Ok(0x30_0008));
+}
+
+#[test]
+fn a_walk_dropped_by_try_join_leaves_no_old_table_behind() {
+    let (mem, _backend, mut t) = setup();
+    t.map(USER, 0x10_0000, PageSize::Size4K);
+    t.map(KERNEL, 0x40_0000, PageSize::Size2M);
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    // Unmapped at the PDPT, in the poll after the flush that read USER's
+    // PDPT too: try_join drops the USER read before it sees that page.
+    let unmapped = 0xffff_ff80_0000_0000u64;
+    let r = mem.block_on(async {
+        futures::try_join!(space.read_val::<u64>(unmapped), space.read_val::<u64>(USER))
+    });
+    assert!(r.is_err());
+    t.map(USER + (1 << 30), 0x30_0000, PageSize::Size4K); // USER's PDPT changes
+    space.invalidate();
+    let got = mem.block_on(space.read_val::<u64>(USER + (1 << 30) + 8));
+    assert_eq!(got, Ok(0x30_0008));
+}
+
+#[test]
+fn a_walk_across_an_invalidation_does_not_cache_what_it_read_before() {
+    let (mem, _backend, mut t) = setup();
+    t.map(USER, 0x10_0000, PageSize::Size4K);
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let mut walk = walk_through_its_reads(&mem, &space, USER);
+    // Every table is read; the tables change and the caller invalidates
+    // before the walk sees its last page.
+    t.map(USER, 0x20_0000, PageSize::Size4K);
+    space.invalidate();
+    let old = walk.as_mut().poll(&mut noop_context());
+    assert!(matches!(old, std::task::Poll::Ready(Ok(ref t)) if t.pa == 0x10_0000));
+    // What it read went into no cache.
+    assert_eq!(
+        mem.block_on(space.translate(USER)).map(|t| t.pa),
+        Ok(0x20_0000)
+    );
+}
+
 #[test]
 fn physically_contiguous_pages_are_adjacent_entries_of_one_call() {
     let (mem, backend, mut t) = setup();
@@ -380,15 +476,7 @@ fn caches_show_a_changed_page_table_after_invalidation_or_expiry() {
     assert_eq!(mem.block_on(space.read_val::<u64>(USER + 8)), Ok(0x20_0008));
 
     // Entries that are never valid: every access sees the tables as they are.
-    let zero = CacheConfig::valid_for(Duration::ZERO, 1024);
-    let live = AddressSpace::with_config(
-        mem.clone(),
-        t.dtb,
-        VmConfig {
-            translations: zero,
-            page_tables: zero,
-        },
-    );
+    let live = never_trusting(&mem, t.dtb);
     assert_eq!(mem.block_on(live.read_val::<u64>(USER + 8)), Ok(0x20_0008));
     t.map(USER, 0x30_0000, PageSize::Size4K);
     assert_eq!(mem.block_on(live.read_val::<u64>(USER + 8)), Ok(0x30_0008));
