@@ -170,10 +170,12 @@ pub enum EntryRule {
     /// Runs past the end of its page.
     #[error("crosses a page boundary")]
     CrossesPage,
-    /// The device's own rules admit no entry: its page size or alignment
-    /// is not a power of two, or its longest entry is shorter than its
-    /// shortest or than its alignment.
-    #[error("the device's entry rules admit no entry (page size or alignment not a power of two, or longest entry too short)")]
+    /// The device's own rules admit no entry the engine can plan: its page
+    /// size or alignment is not a power of two, or its shortest entry
+    /// (rounded up to the alignment) or its alignment is longer than the
+    /// largest power of two within its longest entry (the engine cuts
+    /// requests at such powers of two).
+    #[error("the device's entry rules admit no entry the engine can plan (page size or alignment not a power of two, or shortest entry longer than the largest power of two within the longest)")]
     BadDeviceShape,
 }
 

@@ -280,7 +280,10 @@ impl Flusher {
             ..Default::default()
         };
         self.any_failed = false;
-        let max_address = backend.max_address();
+        // The last page of the 64-bit space is never served: a window on
+        // it would end at 2^64. (No device has memory there.)
+        let last_page = !(limits.page_size.max(1) - 1);
+        let max_address = backend.max_address().min(last_page);
         let Some(shape) = Shape::new(&limits, max_address) else {
             self.fail_all(PageError::InvalidEntry(EntryRule::BadDeviceShape));
             return stats;

@@ -1084,3 +1084,48 @@ fn a_scope_ends_on_one_thread_while_another_stages_requests() {
         });
     });
 }
+
+/// A device that says it serves every address up to 2^64 - 1 (the
+/// `Backend` trait allows it); its memory is a `MemBackend`.
+struct Unbounded(MemBackend);
+
+impl Backend for Unbounded {
+    fn read_scatter(&self, entries: &mut [crate::ScatterEntry<'_>]) {
+        self.0.read_scatter(entries)
+    }
+    fn write_scatter(&self, entries: &mut [crate::WriteEntry<'_>]) {
+        self.0.write_scatter(entries)
+    }
+    fn limits(&self) -> Limits {
+        self.0.limits()
+    }
+    fn max_address(&self) -> u64 {
+        u64::MAX
+    }
+    fn memory_map(&self) -> crate::MemoryMap {
+        self.0.memory_map()
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn accesses_on_the_last_page_of_the_address_space_fail_cleanly() {
+    let mem = Memory::new(Unbounded(MemBackend::with_address_pattern(MIB)));
+    // Short and unaligned (a window), ending at 2^64, and sharing a page
+    // with a write: each fails, none panics on its arithmetic.
+    let (mut short, mut tail, mut shared) = ([0u8; 4], [0u8; 7], [0u8; 8]);
+    let (a, b, c, d) = mem.block_on(async {
+        join!(
+            mem.read(u64::MAX - 0xf, &mut short),
+            mem.read(u64::MAX - 6, &mut tail),
+            mem.write(u64::MAX - 2, &[1, 2]),
+            mem.read(u64::MAX - 0x17, &mut shared)
+        )
+    });
+    assert_eq!(a.unwrap_err().failed_bytes(), 4);
+    assert_eq!(b.unwrap_err().failed_bytes(), 7);
+    assert_eq!(c.unwrap_err().failed_bytes(), 2);
+    assert_eq!(d.unwrap_err().failed_bytes(), 8);
+}
