@@ -590,6 +590,34 @@ fn the_last_byte_of_the_address_space_is_read_and_dumped() {
 }
 
 #[test]
+fn failed_bytes_are_holes_that_take_no_disk_space() {
+    use std::os::unix::fs::MetadataExt;
+    let SpacesImage {
+        _dir, device, dtbs, ..
+    } = spaces_image();
+    let dir = tempfile::tempdir().unwrap();
+    // The third space's page past the end of the image, alone.
+    let raw = dir.path().join("beyond.raw");
+    let o = dump(
+        &device,
+        &raw,
+        &[
+            "--dtb",
+            &format!("{:#x}", dtbs[2]),
+            "--format",
+            "raw",
+            "--range",
+            &format!("{BEYOND:#x}-{:#x}", BEYOND + 0x1000),
+        ],
+    );
+    assert_refused(&o, "nothing could be read");
+    let meta = std::fs::metadata(&raw).unwrap();
+    assert_eq!(meta.len(), 0x1000);
+    assert_eq!(meta.blocks(), 0, "the failed page was written out");
+    assert!(std::fs::read(&raw).unwrap().iter().all(|&b| b == 0));
+}
+
+#[test]
 fn a_failed_list_that_is_the_output_is_refused() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();

@@ -432,13 +432,28 @@ pub fn run(
             let n = (p.len - done).min(CHUNK) as usize;
             let chunk = &mut buf[..n];
             let outcome = mem.read_now([(p.pa + done, &mut *chunk)]);
+            // Only the bytes read are written: failed ones stay holes of
+            // the file, which read as zeros and take no disk space (a
+            // wrong --dtb can map gigabytes past the end of RAM).
+            let at = offsets[i] + done;
             let mut chunk_failed = Vec::new();
+            let mut written_to = 0;
+            let mut result = Ok(());
             for f in outcome.failures(0) {
-                chunk[f.offset..f.offset + f.len].fill(0);
+                if f.offset > written_to {
+                    result = result.and_then(|()| {
+                        file.write_all_at(&chunk[written_to..f.offset], at + written_to as u64)
+                    });
+                }
                 let start = p.addr + done + f.offset as u64;
                 chunk_failed.push((start, f.len as u64, f.reason.to_string()));
+                written_to = f.offset + f.len;
             }
-            if let Err(e) = file.write_all_at(chunk, offsets[i] + done) {
+            if written_to < n {
+                result = result
+                    .and_then(|()| file.write_all_at(&chunk[written_to..], at + written_to as u64));
+            }
+            if let Err(e) = result {
                 write_error = Some(e);
                 break 'pieces;
             }
