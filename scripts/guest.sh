@@ -8,7 +8,7 @@
 #                  RAM past 3 GiB sits above the PCI hole, from 4 GiB up
 #   --name NAME    the RAM file is /dev/shm/NAME (default leechio-guest-PID)
 #   --dir DIR      folder for the QMP sockets and the serial log (default
-#                  /tmp/NAME); created, and removed at the end
+#                  /tmp/NAME); must not exist: created, and removed at the end
 #   --append ARGS  extra kernel arguments, after the defaults; e.g.
 #                  'memmap=2M$0xC000000' keeps the guest off 2 MiB of RAM at
 #                  192 MiB (what `make bench` writes its pointer chains into)
@@ -86,6 +86,9 @@ fi
 
 shm=/dev/shm/$name
 [ -e "$shm" ] && die "$shm already exists (another guest of that name?)"
+# The folder is removed with everything in it when the guest stops: only a
+# new one is taken.
+[ -e "$dir" ] && die "$dir already exists; give a --dir that does not (it is removed when the guest stops)"
 mkdir -p "$dir"
 serial=$dir/serial.log
 qemu=

@@ -628,3 +628,26 @@ fn helper_hold_a_guest_until_killed() {
     // Killed long before this ends.
     std::thread::sleep(Duration::from_secs(120));
 }
+
+#[test]
+fn guest_sh_refuses_a_folder_that_exists_and_leaves_it_be() {
+    // guest.sh removes its folder when the guest stops: given one that
+    // holds something, it must not take it.
+    let dir = tempfile::tempdir().unwrap();
+    let kept = dir.path().join("notes.txt");
+    std::fs::write(&kept, "important").unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/guest.sh");
+    let name = format!("leechio-test-dir-{}", std::process::id());
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["--name", &name, "--dir"])
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "important");
+    assert!(!std::path::Path::new("/dev/shm").join(&name).exists());
+}
