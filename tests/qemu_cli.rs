@@ -812,6 +812,44 @@ fn a_dead_guest_gives_a_clear_error_and_never_hangs() {
     }
 }
 
+#[test]
+fn a_guest_dying_during_a_dump_or_a_scan_fails_them() {
+    let guest = Guest::start(GuestMemory::Mib256);
+    // 100 ms per device call: the dump (4 MiB a call) and the scan take
+    // seconds.
+    let slow = guest.device_string_with_delays(100_000_000, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ram.elf");
+    let dump = leechio_command(&["-d", &slow, "dump", "-o", out.to_str().unwrap()])
+        .spawn()
+        .expect("run leechio");
+    let scan = leechio_command(&["-d", &slow, "spaces"])
+        .spawn()
+        .expect("run leechio");
+    // Killed once the dump has read a few calls' worth.
+    let deadline = Instant::now() + RUN_LIMIT;
+    while std::fs::metadata(&out).map_or(0, |m| m.len()) < 0x100_0000 {
+        assert!(Instant::now() < deadline, "the dump wrote nothing");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    guest.kill();
+    for (child, what, needle) in [
+        (dump, "the dump", "the target went away during the dump"),
+        (scan, "the scan", "the target went away during the scan"),
+    ] {
+        let run = wait_with_deadline(child, RUN_LIMIT, what);
+        assert_eq!(run.status.code(), Some(1), "{what}: {}", run.stderr);
+        assert!(run.stderr.contains(needle), "{what}: {}", run.stderr);
+    }
+    // The dump stopped where the target went: far short of 256 MiB.
+    let elf = std::fs::read(&out).unwrap();
+    let dumped: u64 = program_headers(&elf).iter().map(|l| l.4).sum();
+    assert!(
+        dumped < 0x1000_0000 - 0x100_0000,
+        "{dumped:#x} bytes dumped"
+    );
+}
+
 /// Removes the given files on drop, whatever happens to the test.
 struct RemoveOnDrop(Vec<std::path::PathBuf>);
 

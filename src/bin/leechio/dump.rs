@@ -422,6 +422,8 @@ pub fn run(
     // A write that fails (a full disk) ends the dump as Ctrl-C does: the
     // file keeps what was written, with headers for it.
     let mut write_error = None;
+    // The target went away (QEMU exited): nothing more can be read.
+    let mut gone = false;
     let mut buf = vec![0u8; CHUNK as usize];
     'pieces: for (i, p) in pieces.iter().enumerate() {
         let mut done = 0;
@@ -447,6 +449,7 @@ pub fn run(
                 }
                 let start = p.addr + done + f.offset as u64;
                 chunk_failed.push((start, f.len as u64, f.reason.to_string()));
+                gone |= f.reason == leechio::PageError::TargetGone;
                 written_to = f.offset + f.len;
             }
             if written_to < n {
@@ -462,12 +465,22 @@ pub fn run(
             done += n as u64;
             written[i] = done;
             bar.inc(n as u64);
+            if gone {
+                break 'pieces;
+            }
         }
     }
     bar.finish_and_clear();
     let interrupted = stop.load(Ordering::SeqCst);
     // What went wrong finishing the file, each said in the one error line.
     let mut problems = Vec::new();
+    if gone {
+        problems.push(
+            "the target went away during the dump (its QEMU exited?); the dump stopped there, \
+             and the file holds what was read until then"
+                .to_string(),
+        );
+    }
     if let Some(e) = &write_error {
         problems.push(format!(
             "writing {}: {e}; the dump stopped there, and the file holds what was written until then",
@@ -477,7 +490,7 @@ pub fn run(
 
     // Holes at the end of a raw dump of a range are zeros too; a dump
     // that stopped early ends where what was written ends.
-    let end = if interrupted || write_error.is_some() {
+    let end = if interrupted || gone || write_error.is_some() {
         offsets
             .iter()
             .zip(&written)

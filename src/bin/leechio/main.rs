@@ -421,10 +421,27 @@ fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
             );
         }
     }
+    // A scan that lost its target found nothing past that point: not a
+    // result.
+    if target_gone(&mem) {
+        errln!("leechio: the target went away during the scan (its QEMU exited?); the list is incomplete");
+        return Ok(ExitCode::FAILURE);
+    }
     if found.is_empty() {
         errln!("leechio: no page-table roots found");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the device's target went away (a QEMU guest whose process
+/// exited): a read of its first page says so.
+fn target_gone(mem: &Memory) -> bool {
+    let map = mem.backend().memory_map();
+    let start = map.ranges().first().map_or(0, |r| r.start);
+    let mut probe = [0u8; 8];
+    let outcome = mem.read_now([(start, &mut probe[..])]);
+    let reason = outcome.failures(0).next().map(|f| f.reason);
+    reason == Some(leechio::PageError::TargetGone)
 }
 
 /// The address `offset` bytes past `addr`, as the number it is: a read
