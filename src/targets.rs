@@ -1,7 +1,7 @@
 //! Targets that can be opened without hardware: running QEMU guests whose
 //! RAM is a file in `/dev/shm`, found from their command lines.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -177,11 +177,43 @@ pub fn guest_from_args(pid: u32, args: &[String]) -> Option<QemuGuest> {
     })
 }
 
+/// Why QEMU's map could not be had over QMP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QmpError {
+    /// Connected, but QEMU did not greet within the time: another client
+    /// holds the monitor (QMP serves one at a time), or QEMU is stopped.
+    Silent,
+    /// Anything else, as said.
+    Failed(String),
+}
+
+impl std::fmt::Display for QmpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QmpError::Silent => f.write_str(
+                "QEMU did not greet on its QMP socket: another client is connected \
+                 (QMP serves one at a time) or QEMU is stopped",
+            ),
+            QmpError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<String> for QmpError {
+    fn from(why: String) -> Self {
+        QmpError::Failed(why)
+    }
+}
+
 /// QEMU's own map of a guest's RAM, asked over the QMP socket `qmp`: the
 /// ranges of the system address space backed by the memory backend
 /// `backend_id`, with their offsets in it (which is what LeechCore's `qemu`
 /// device calls the remap address).
-pub fn qemu_ram_map(qmp: &Path, backend_id: &str, timeout: Duration) -> Result<MemoryMap, String> {
+pub fn qemu_ram_map(
+    qmp: &Path,
+    backend_id: &str,
+    timeout: Duration,
+) -> Result<MemoryMap, QmpError> {
     let stream = UnixStream::connect(qmp).map_err(|e| format!("{}: {e}", qmp.display()))?;
     stream
         .set_read_timeout(Some(timeout))
@@ -191,6 +223,17 @@ pub fn qemu_ram_map(qmp: &Path, backend_id: &str, timeout: Duration) -> Result<M
         .map_err(|e| e.to_string())?;
     let mut reader = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);
     let mut writer = stream;
+    // The greeting first: a monitor busy with another client (or a
+    // stopped QEMU) accepts the connection and says nothing.
+    let mut greeting = String::new();
+    match reader.read_line(&mut greeting) {
+        Ok(0) => return Err("QMP closed the connection".to_string().into()),
+        Ok(_) => {}
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            return Err(QmpError::Silent)
+        }
+        Err(e) => return Err(format!("QMP: {e}").into()),
+    }
     // One JSON object a line; events may come between answers.
     let mut answer = |command: serde_json::Value| -> Result<serde_json::Value, String> {
         writeln!(writer, "{command}").map_err(|e| format!("QMP: {e}"))?;
@@ -218,9 +261,11 @@ pub fn qemu_ram_map(qmp: &Path, backend_id: &str, timeout: Duration) -> Result<M
         "execute": "human-monitor-command",
         "arguments": {"command-line": "info mtree -f"}
     }))?;
-    let text = text.as_str().ok_or("QMP: `info mtree -f` gave no text")?;
+    let text = text
+        .as_str()
+        .ok_or_else(|| "QMP: `info mtree -f` gave no text".to_string())?;
     ram_map_from_mtree(text, backend_id)
-        .ok_or_else(|| format!("no RAM of `{backend_id}` in QEMU's system memory view"))
+        .ok_or_else(|| format!("no RAM of `{backend_id}` in QEMU's system memory view").into())
 }
 
 /// Reads the RAM ranges of `backend_id` from the system FlatView of QEMU's

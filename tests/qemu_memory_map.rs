@@ -257,3 +257,29 @@ fn an_os_layers_map_is_laid_over_qemus_remapping() {
         .read_raw_into(Address::from(0x9_f000u64), &mut buf)
         .is_err());
 }
+
+#[test]
+fn a_monitor_that_does_not_greet_is_refused_not_waited_for() {
+    // A QMP socket whose QEMU serves another client (or is stopped): the
+    // connection is accepted and nothing is said. LeechCore would wait
+    // for it without end.
+    let ram = RamFile::new(256 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("qmp.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || {
+        let held: Vec<UnixStream> = listener.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
+    let device = format!("qemu://shm={},qmp={}", ram.name, socket.display());
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(LeechCore::open(&DeviceConfig::new(&device)).map(|_| ()));
+    });
+    let refused = result
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("opening still waits after 60 s")
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("did not greet"), "{refused}");
+}

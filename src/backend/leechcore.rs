@@ -252,6 +252,13 @@ impl LeechCore {
         } else {
             (None, None)
         };
+        // LeechCore reads QMP with no time limit: it would wait forever.
+        if let Some(Err(silent @ crate::targets::QmpError::Silent)) = &qemu_map {
+            return Err(refuse(format!(
+                "{silent} (waited {} s; LeechCore would wait without end)",
+                QMP_TIMEOUT.as_secs()
+            )));
+        }
 
         let pristine = lc;
         let raw = create(&lib, &mut lc).map_err(|message| {
@@ -693,7 +700,11 @@ impl LeechCore {
         }
     }
 
-    fn check_qemu_memory_map(&self, device: &str, before: Result<MemoryMap, String>) {
+    fn check_qemu_memory_map(
+        &self,
+        device: &str,
+        before: Result<MemoryMap, crate::targets::QmpError>,
+    ) {
         let theirs = match before {
             Ok(map) => map,
             Err(first) => match qemu_ram_map_of(device, 2 * QMP_TIMEOUT) {
@@ -986,7 +997,7 @@ const QMP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 fn qemu_ram_map_of(
     device: &str,
     timeout: std::time::Duration,
-) -> Option<Result<MemoryMap, String>> {
+) -> Option<Result<MemoryMap, crate::targets::QmpError>> {
     let (_, Some(qmp)) = qemu_params(device)? else {
         return None;
     };
