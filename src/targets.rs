@@ -114,15 +114,18 @@ pub fn qemu_guests() -> Vec<QemuGuest> {
                 .filter(|a| !a.is_empty())
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
-            guest_from_args(pid, &args)
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok();
+            guest_from_args(pid, &args, cwd.as_deref())
         })
         .collect();
     guests.sort_by_key(|g| g.pid);
     guests
 }
 
-/// Reads a guest from QEMU's arguments, if it is one LeechCore can open.
-pub fn guest_from_args(pid: u32, args: &[String]) -> Option<QemuGuest> {
+/// Reads a guest from QEMU's arguments, if it is one LeechCore can open;
+/// `cwd` is QEMU's working directory, against which relative socket paths
+/// are taken (without it, such sockets are left out).
+pub fn guest_from_args(pid: u32, args: &[String], cwd: Option<&Path>) -> Option<QemuGuest> {
     let program = Path::new(args.first()?).file_name()?.to_str()?;
     if !program.starts_with("qemu-system") {
         return None;
@@ -142,7 +145,14 @@ pub fn guest_from_args(pid: u32, args: &[String]) -> Option<QemuGuest> {
         }
         let get = |key: &str| o.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
         let path = PathBuf::from(get("mem-path")?);
-        let shm = path.strip_prefix("/dev/shm").ok()?.to_str()?.to_string();
+        // A file right in /dev/shm: LeechCore opens it by name with
+        // shm_open, which takes no folders.
+        let name = path.strip_prefix("/dev/shm").ok()?;
+        let mut parts = name.components();
+        let (Some(std::path::Component::Normal(file)), None) = (parts.next(), parts.next()) else {
+            return None;
+        };
+        let shm = file.to_str()?.to_string();
         Some((get("id").unwrap_or_default(), shm))
     })?;
     let mut qmp: Vec<PathBuf> = values("-qmp")
@@ -169,6 +179,15 @@ pub fn guest_from_args(pid: u32, args: &[String]) -> Option<QemuGuest> {
             }
         }
     }
+    // LeechCore takes a socket path without '/' to be in /tmp: relative
+    // ones are made absolute from QEMU's own folder.
+    let qmp: Vec<PathBuf> = qmp
+        .into_iter()
+        .filter_map(|p| match p.is_absolute() {
+            true => Some(p),
+            false => cwd.map(|c| c.join(p)),
+        })
+        .collect();
     (!qmp.is_empty()).then_some(QemuGuest {
         pid,
         shm,
@@ -351,7 +370,7 @@ mod tests {
             -machine pc,memory-backend=qemu-ram -qmp unix:/tmp/lc.sock,server=on,wait=off \
             -chardev socket,id=mon0,path=/tmp/tests.sock,server=on,wait=off -mon chardev=mon0,mode=control \
             -chardev socket,id=ser0,path=/tmp/serial.sock,server=on";
-        let guest = guest_from_args(42, &args(line)).unwrap();
+        let guest = guest_from_args(42, &args(line), None).unwrap();
         assert_eq!(guest.shm, "guest-1");
         assert_eq!(guest.backend_id, "qemu-ram");
         assert_eq!(
@@ -451,14 +470,43 @@ FlatView #2
     }
 
     #[test]
+    fn relative_sockets_are_taken_from_qemus_folder_and_ram_must_be_right_in_dev_shm() {
+        let line = "qemu-system-x86_64 \
+            -object memory-backend-file,id=qemu-ram,mem-path=/dev/shm/g,share=on \
+            -qmp unix:rel.qmp,server=on,wait=off -qmp unix:/tmp/abs.qmp,server=on";
+        let cwd = Path::new("/srv/vm");
+        let guest = guest_from_args(7, &args(line), Some(cwd)).unwrap();
+        assert_eq!(
+            guest.device_strings(),
+            vec![
+                "qemu://shm=g,qmp=/srv/vm/rel.qmp",
+                "qemu://shm=g,qmp=/tmp/abs.qmp"
+            ]
+        );
+        // QEMU's folder unknown: the relative socket is left out.
+        let guest = guest_from_args(7, &args(line), None).unwrap();
+        assert_eq!(
+            guest.device_strings(),
+            vec!["qemu://shm=g,qmp=/tmp/abs.qmp"]
+        );
+        for mem_path in ["/dev/shm/sub/ram", "/dev/shm", "/dev/shm/"] {
+            let line = format!(
+                "qemu-system-x86_64 -object memory-backend-file,id=m,mem-path={mem_path} \
+                 -qmp unix:/tmp/q.sock,server"
+            );
+            assert_eq!(guest_from_args(1, &args(&line), None), None, "{mem_path}");
+        }
+    }
+
+    #[test]
     fn ignores_guests_leechcore_cannot_open() {
         let no_shm = "qemu-system-x86_64 -m 1G -qmp unix:/tmp/q.sock,server,nowait";
-        assert_eq!(guest_from_args(1, &args(no_shm)), None);
+        assert_eq!(guest_from_args(1, &args(no_shm), None), None);
         let no_qmp =
             "qemu-system-x86_64 -object memory-backend-file,id=m,mem-path=/dev/shm/x,share=on";
-        assert_eq!(guest_from_args(1, &args(no_qmp)), None);
+        assert_eq!(guest_from_args(1, &args(no_qmp), None), None);
         assert_eq!(
-            guest_from_args(1, &args("bash -c qemu-system-x86_64")),
+            guest_from_args(1, &args("bash -c qemu-system-x86_64"), None),
             None
         );
         assert_eq!(
