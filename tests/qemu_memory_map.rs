@@ -283,3 +283,28 @@ fn a_monitor_that_does_not_greet_is_refused_not_waited_for() {
         .to_string();
     assert!(refused.contains("did not greet"), "{refused}");
 }
+
+#[test]
+fn the_command_line_shows_the_librarys_warnings_and_with_v_its_notes() {
+    let guest = guest(Served::default());
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_leechio"))
+            .args(["-d", &guest.device])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // No QEMU process serves the RAM file here, only the stand-in monitor:
+    // the library warns that a dying guest would go unnoticed.
+    let quiet = run(&["info"]);
+    assert!(
+        quiet.contains("leechio: warning: no QEMU visible for /dev/shm/"),
+        "{quiet}"
+    );
+    assert!(!quiet.contains("using QEMU's"), "{quiet}");
+    // LeechCore got the map cut short, which is put right: a note, with -v.
+    let verbose = run(&["-v", "info"]);
+    assert!(verbose.contains("is not QEMU's; using QEMU's"), "{verbose}");
+}

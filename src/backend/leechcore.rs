@@ -722,7 +722,8 @@ impl LeechCore {
         match self.leechcore_memory_map() {
             Ok(ours) if ours == theirs => {}
             ours => {
-                log::warn!("LeechCore's memory map of the guest ({ours:?}) is not QEMU's; using QEMU's ({theirs:?})");
+                // Put right at once: a note, not a warning.
+                log::info!("LeechCore's memory map of the guest ({ours:?}) is not QEMU's; using QEMU's ({theirs:?})");
                 if let Err(e) = self.set_memory_map(&theirs) {
                     log::warn!("could not set QEMU's memory map: {e}");
                 }

@@ -34,7 +34,7 @@ struct Cli {
     /// Path of leechcore.so (default: LEECHCORE_LIB, beside this program, the system, make setup's folder)
     #[arg(long, global = true)]
     lib: Option<PathBuf>,
-    /// LeechCore's own messages (repeat for more)
+    /// LeechCore's own messages and leechio's notes (repeat for more); warnings always show
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     /// Print JSON lines instead of text
@@ -105,6 +105,7 @@ fn main() -> ExitCode {
     // SAFETY: setting a signal to be ignored, before any thread starts.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let cli = Cli::parse();
+    output::log_to_stderr(cli.verbose);
     match run(&cli) {
         Ok(code) => code,
         Err(Failure(message)) => {

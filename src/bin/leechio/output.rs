@@ -76,3 +76,39 @@ macro_rules! err {
         })
     };
 }
+
+/// The library's log records, on stderr: warnings and errors always (an
+/// open that could not check QEMU's memory map, say), notes with `-v`.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let kind = match record.level() {
+            log::Level::Error => "error: ",
+            log::Level::Warn => "warning: ",
+            _ => "",
+        };
+        errln!("leechio: {kind}{}", record.args());
+    }
+
+    fn flush(&self) {}
+}
+
+/// Sends the library's log to stderr; `verbose` is the count of `-v`.
+pub fn log_to_stderr(verbose: u8) {
+    static LOG: StderrLog = StderrLog;
+    if log::set_logger(&LOG).is_ok() {
+        log::set_max_level(match verbose {
+            0 => log::LevelFilter::Warn,
+            1 => log::LevelFilter::Info,
+            _ => log::LevelFilter::Debug,
+        });
+    }
+}
