@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use leechio::memflow::MemflowPhysical;
-use leechio::{DeviceConfig, LeechCore, Memory, MemoryMap, MemoryRange, ScatterEntry};
+use leechio::{DeviceConfig, LeechCore, Memory, MemoryMap, MemoryRange, PageError, ScatterEntry};
 use serde_json::{json, Value};
 
 const GIB: u64 = 1 << 30;
@@ -142,7 +142,7 @@ const MARKER: [u8; 33] = *b"above 4 GiB, at 3 GiB in the file";
 
 /// A 4 GiB guest's RAM file behind the stand-in monitor.
 struct Guest {
-    _ram: RamFile,
+    ram: RamFile,
     _dir: tempfile::TempDir,
     served: Arc<Served>,
     /// Its `qemu://` device string.
@@ -167,7 +167,7 @@ fn guest(served: Served) -> Guest {
     });
     let device = format!("qemu://shm={},qmp={}", ram.name, socket.display());
     Guest {
-        _ram: ram,
+        ram,
         _dir: dir,
         served,
         device,
@@ -307,4 +307,29 @@ fn the_command_line_shows_the_librarys_warnings_and_with_v_its_notes() {
     // LeechCore got the map cut short, which is put right: a note, with -v.
     let verbose = run(&["-v", "info"]);
     assert!(verbose.contains("is not QEMU's; using QEMU's"), "{verbose}");
+}
+
+#[test]
+fn a_ram_file_cut_short_fails_reads_instead_of_killing_the_process() {
+    let guest = guest(Served::default());
+    let device = LeechCore::open(&DeviceConfig::new(&guest.device)).unwrap();
+    // The page of the marker, at guest-physical 4 GiB + 0x1000.
+    let read = |device: &LeechCore| {
+        let mut page = vec![0u8; 0x1000];
+        let mut entries = [ScatterEntry::new(4 * GIB + 0x1000, &mut page[..])];
+        device.read_scatter(&mut entries);
+        (entries[0].result, page)
+    };
+    let (result, page) = read(&device);
+    assert_eq!(result, Ok(()));
+    assert_eq!(page[0x230..0x230 + MARKER.len()], MARKER);
+    // LeechCore maps the file at the size it had: a read past its new end
+    // would be SIGBUS.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&guest.ram.path)
+        .unwrap()
+        .set_len(GIB)
+        .unwrap();
+    assert_eq!(read(&device).0, Err(PageError::TargetGone));
 }

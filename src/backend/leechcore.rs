@@ -171,6 +171,10 @@ pub struct LeechCore {
     /// file after opening, so without this a killed guest would go on
     /// "reading" the memory it had when it died.
     guest: Option<crate::targets::ProcessWatch>,
+    /// For a `qemu` device: its RAM file and the size it had when opened.
+    /// LeechCore maps the file at that size; a read of a part the file no
+    /// longer holds would kill the process with SIGBUS.
+    ram_file: Option<(std::fs::File, u64)>,
     /// The death of the guest was logged (once).
     gone_logged: std::sync::atomic::AtomicBool,
     /// For a writable `file` device: the configuration to open it again
@@ -274,6 +278,15 @@ impl LeechCore {
         })?;
         let mut device = LeechCore {
             guest,
+            ram_file: if config.remote.is_none() {
+                qemu_params(&config.device).and_then(|(shm, _)| {
+                    let file = std::fs::File::open(Path::new("/dev/shm").join(shm)).ok()?;
+                    let size = file.metadata().ok()?.len();
+                    Some((file, size))
+                })
+            } else {
+                None
+            },
             gone_logged: Default::default(),
             reopen: None,
             limit: config.max_address,
@@ -737,17 +750,24 @@ impl LeechCore {
         &self,
         results: impl Iterator<Item = &'e mut Result<(), PageError>>,
     ) -> bool {
-        let Some(guest) = self.guest.as_ref().filter(|g| !g.is_alive()) else {
+        let why = if let Some(guest) = self.guest.as_ref().filter(|g| !g.is_alive()) {
+            format!("the QEMU guest (pid {}) is gone", guest.pid())
+        } else if let Some((file, size)) = &self.ram_file {
+            // (A file cut between this check and the call still can.)
+            match file.metadata().map(|m| m.len()) {
+                Ok(now) if now < *size => {
+                    format!("the guest's RAM file shrank from {size:#x} to {now:#x} bytes")
+                }
+                _ => return false,
+            }
+        } else {
             return false;
         };
         if !self
             .gone_logged
             .swap(true, std::sync::atomic::Ordering::Relaxed)
         {
-            log::error!(
-                "the QEMU guest (pid {}) is gone: every read and write now fails",
-                guest.pid()
-            );
+            log::error!("{why}: reads and writes fail");
         }
         for r in results {
             *r = Err(PageError::TargetGone);
