@@ -18,9 +18,9 @@ const MEMORY: usize = 64 << 20;
 const BATCHES: [usize; 4] = [1, 16, 256, 4096];
 const SIZES: [usize; 2] = [8, 4096];
 
-/// Polls every unfinished future on each wake-up, in place, and drops
-/// their outputs: the least a join can cost, so that what is measured is
-/// the engine. (`leechio::join_all` works the same way but also collects
+/// Polls every unfinished future on each wake-up, in place, and checks
+/// and drops their outputs: the least a join can cost, so that what is
+/// measured is the engine. (`leechio::join_all` works the same way but also collects
 /// the outputs, one more allocation per batch; futures' `join_all` gives
 /// each of more than 30 futures a task of its own.)
 struct JoinSlice<'a, F: Future> {
@@ -28,13 +28,37 @@ struct JoinSlice<'a, F: Future> {
     left: usize,
 }
 
-impl<F: Future + Unpin> Future for JoinSlice<'_, F> {
+/// An output that says whether its read succeeded.
+trait Succeeded {
+    fn succeeded(&self) -> bool;
+}
+
+impl Succeeded for () {
+    fn succeeded(&self) -> bool {
+        true
+    }
+}
+
+impl<E> Succeeded for Result<(), E> {
+    fn succeeded(&self) -> bool {
+        self.is_ok()
+    }
+}
+
+impl<F: Future + Unpin> Future for JoinSlice<'_, F>
+where
+    F::Output: Succeeded,
+{
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         for (done, f) in this.futures.iter_mut() {
-            if !*done && Pin::new(f).poll(cx).is_ready() {
+            if *done {
+                continue;
+            }
+            if let Poll::Ready(out) = Pin::new(f).poll(cx) {
+                assert!(out.succeeded(), "a read failed");
                 *done = true;
                 this.left -= 1;
             }
@@ -144,6 +168,17 @@ impl Floor {
     }
 }
 
+/// Checks that every buffer holds the pattern of its address (what
+/// `MemBackend::with_address_pattern` has there), then overwrites them, so
+/// the next row cannot pass on bytes this one read.
+fn check_and_poison<B: AsMut<[u8]>>(bufs: &mut [B], addrs: &[u64]) {
+    for (buf, &addr) in bufs.iter_mut().zip(addrs) {
+        let buf = buf.as_mut();
+        assert_eq!(buf[..8], addr.to_le_bytes(), "the bytes read at {addr:#x}");
+        buf.fill(0xa5);
+    }
+}
+
 /// Distinct random page-aligned addresses (no page shared, so the engine
 /// gains nothing from reading a page once).
 fn addresses(n: usize) -> Vec<u64> {
@@ -165,11 +200,14 @@ fn per_read(c: &mut Criterion) {
         for batch in BATCHES {
             let addrs = addresses(batch);
             let mut bufs = vec![vec![0u8; size]; batch];
+            // Whether the row just defined ran (a filter may skip it).
+            let mut ran = false;
             group.throughput(Throughput::Elements(batch as u64));
             group.bench_with_input(
                 BenchmarkId::new("direct read_scatter", batch),
                 &batch,
                 |b, _| {
+                    ran = true;
                     b.iter(|| {
                         let mut entries: Vec<ScatterEntry> = addrs
                             .iter()
@@ -181,11 +219,15 @@ fn per_read(c: &mut Criterion) {
                     })
                 },
             );
+            if std::mem::take(&mut ran) {
+                check_and_poison(&mut bufs, &addrs);
+            }
             let floor = Floor::default();
             group.bench_with_input(
                 BenchmarkId::new("floor of futures", batch),
                 &batch,
                 |b, _| {
+                    ran = true;
                     b.iter(|| {
                         let mut futures: Vec<_> = addrs
                             .iter()
@@ -210,12 +252,16 @@ fn per_read(c: &mut Criterion) {
                     })
                 },
             );
+            if std::mem::take(&mut ran) {
+                check_and_poison(&mut bufs, &addrs);
+            }
             // The synchronous batch, the path of the memflow plugin and the
             // C API: the engine's planning and failure ranges, no futures.
             group.bench_with_input(
                 BenchmarkId::new("engine read_now", batch),
                 &batch,
                 |b, _| {
+                    ran = true;
                     b.iter(|| {
                         let ops = addrs.iter().zip(bufs.iter_mut());
                         let outcome = mem.read_now(ops.map(|(&a, buf)| (a, &mut buf[..])));
@@ -223,8 +269,12 @@ fn per_read(c: &mut Criterion) {
                     })
                 },
             );
+            if std::mem::take(&mut ran) {
+                check_and_poison(&mut bufs, &addrs);
+            }
             // Like the direct path, one vector per batch.
             group.bench_with_input(BenchmarkId::new("engine read", batch), &batch, |b, _| {
+                ran = true;
                 b.iter(|| {
                     let mut futures: Vec<_> = addrs
                         .iter()
@@ -237,11 +287,15 @@ fn per_read(c: &mut Criterion) {
                     });
                 })
             });
+            if std::mem::take(&mut ran) {
+                check_and_poison(&mut bufs, &addrs);
+            }
             // The caller's buffers lent for a scope: no copy either.
             group.bench_with_input(
                 BenchmarkId::new("engine scoped read", batch),
                 &batch,
                 |b, _| {
+                    ran = true;
                     b.iter(|| {
                         mem.scope(|s| {
                             let mut futures: Vec<_> = addrs
@@ -257,12 +311,16 @@ fn per_read(c: &mut Criterion) {
                     })
                 },
             );
+            if std::mem::take(&mut ran) {
+                check_and_poison(&mut bufs, &addrs);
+            }
             // Owned buffers move in and out: no copy through the engine.
             let mut owned: Vec<Vec<u8>> = vec![vec![0u8; size]; batch];
             group.bench_with_input(
                 BenchmarkId::new("engine read_into_owned", batch),
                 &batch,
                 |b, _| {
+                    ran = true;
                     b.iter(|| {
                         let mut futures: Vec<_> = addrs
                             .iter()
@@ -279,6 +337,9 @@ fn per_read(c: &mut Criterion) {
                     })
                 },
             );
+            if std::mem::take(&mut ran) {
+                check_and_poison(&mut owned, &addrs);
+            }
         }
         group.finish();
     }

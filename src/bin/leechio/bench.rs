@@ -60,6 +60,9 @@ struct Row {
     calls: u64,
     time: Duration,
     bytes: u64,
+    /// Reads whose bytes differed from a direct LeechCore read of the same
+    /// addresses, of how many were checked (`None`: not checked).
+    wrong: Option<(usize, usize)>,
 }
 
 /// What every measurement needs: how to open the device (`--device`,
@@ -116,7 +119,23 @@ impl Bench {
 
     /// Opens the device through the plugin, as memflow does. While it is
     /// open it is the only LeechCore context, so `existing` attaches to it.
+    /// `cache` is memflow's page cache, off or on with memflow's validity.
     fn plugin(&self, cache: bool) -> Result<Plugin, Failure> {
+        let middleware = ConnectorMiddlewareArgs::new().cache(cache);
+        self.plugin_with(middleware)
+    }
+
+    /// The plugin with memflow's page cache trusted for an hour: a warm
+    /// row stays warm although runs on an emulated board wait up to a
+    /// second apart (memflow's default validity is one second).
+    fn plugin_kept_warm(&self) -> Result<Plugin, Failure> {
+        let middleware = ConnectorMiddlewareArgs::new()
+            .cache(true)
+            .cache_validity_time(3_600_000);
+        self.plugin_with(middleware)
+    }
+
+    fn plugin_with(&self, middleware: ConnectorMiddlewareArgs) -> Result<Plugin, Failure> {
         let mut inventory = Inventory::empty();
         inventory.add_dir(&self.plugin_dir).map_err(|e| {
             Failure(format!(
@@ -127,7 +146,7 @@ impl Bench {
         let args = ConnectorArgs {
             target: Some(self.device.device.as_str().into()),
             extra_args: self.plugin_args()?,
-            middleware_args: ConnectorMiddlewareArgs::new().cache(cache),
+            middleware_args: middleware,
         };
         let conn = inventory
             .instantiate_connector("leechcore", None, Some(&args))
@@ -157,17 +176,76 @@ impl Bench {
             stop_requested()?;
             results.push(run()?);
         }
-        results.sort();
-        let (time, calls) = results[results.len() / 2];
+        let (time, calls) = median(results);
         self.rows.push(Row {
             workload: workload.to_string(),
             method,
             calls,
             time,
             bytes,
+            wrong: None,
         });
         Ok(())
     }
+
+    /// Records in the last row how many of its reads, left in `got`, differ
+    /// from `reference` (reads with no reference are not counted).
+    fn check_last<'a>(
+        &mut self,
+        got: impl Iterator<Item = &'a [u8]>,
+        reference: &[Option<Vec<u8>>],
+    ) {
+        let (mut wrong, mut checked) = (0, 0);
+        for (got, want) in got.zip(reference) {
+            if let Some(want) = want {
+                checked += 1;
+                wrong += usize::from(got != want.as_slice());
+            }
+        }
+        if let Some(row) = self.rows.last_mut() {
+            row.wrong = Some((wrong, checked));
+        }
+    }
+}
+
+/// The bytes at each of `addrs` (`len` each, legal scatter entries), read
+/// once straight through LeechCore: what every path must have read.
+/// `None` for an address whose read failed.
+fn reference_reads(device: &LeechCore, addrs: &[u64], len: usize) -> Vec<Option<Vec<u8>>> {
+    let mut bufs = vec![vec![0u8; len]; addrs.len()];
+    let mut entries: Vec<ScatterEntry> = addrs
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&a, b)| ScatterEntry::new(a, b))
+        .collect();
+    device.read_scatter(&mut entries);
+    let ok: Vec<bool> = entries.iter().map(|e| e.result.is_ok()).collect();
+    drop(entries);
+    bufs.into_iter()
+        .zip(ok)
+        .map(|(b, ok)| ok.then_some(b))
+        .collect()
+}
+
+/// Fills every buffer with a pattern no memory is checked against, so a
+/// path that writes nothing cannot pass on what the last one left.
+fn poison<B: AsMut<[u8]>>(bufs: &mut [B]) {
+    for b in bufs {
+        b.as_mut().fill(0xa5);
+    }
+}
+
+/// The median time of `runs` (the mean of the middle two for an even
+/// count) and the device calls of the middle run.
+fn median(mut runs: Vec<(Duration, u64)>) -> (Duration, u64) {
+    runs.sort();
+    let n = runs.len();
+    let time = if n % 2 == 0 {
+        (runs[n / 2 - 1].0 + runs[n / 2].0) / 2
+    } else {
+        runs[n / 2].0
+    };
+    (time, runs[(n - 1) / 2].1)
 }
 
 /// Whether runs start just after a whole second (see [`wait_for_whole_second`]).
@@ -320,7 +398,7 @@ fn measure_all(
 ) -> Result<(), Failure> {
     // Phase one: the plugin opens the device and the engine and the limit
     // attach to the same context, so one counter sees every path.
-    let (dtb, vas, target) = {
+    let (dtb, vas, reference, target) = {
         let plugin = bench.plugin(false)?;
         let device = Arc::new(LeechCore::open(&bench.existing())?);
         let mem = Memory::with_config(device.clone(), Default::default());
@@ -359,7 +437,8 @@ fn measure_all(
             )));
         }
         let vas = random_virtual(&ram, rng);
-        engine_virtual(bench, &device, &mem, dtb, &vas)?;
+        let reference = virtual_reference(&device, &mem, dtb, &vas);
+        engine_virtual(bench, &device, &mem, dtb, &vas, &reference)?;
         // The largest run of the kernel's mappings of RAM, up to 64 MiB.
         let m = *ram.iter().max_by_key(|m| m.size).expect("some mapping");
         let target = Mapping {
@@ -367,11 +446,11 @@ fn measure_all(
             ..m
         };
         engine_dump(bench, &device, &mem, dtb, target)?;
-        (dtb, vas, target)
+        (dtb, vas, reference, target)
     };
     // Phase two: memflow's own stack, each run on an instance of its own
     // (now the only context, which `existing` attaches to).
-    memflow_virtual(bench, dtb, &vas)?;
+    memflow_virtual(bench, dtb, &vas, &reference)?;
     memflow_dump(bench, dtb, target)
 }
 
@@ -409,6 +488,7 @@ fn physical(
             .map(|_| random_ram(rng, map, align, size as u64))
             .collect();
         let bytes = (READS * size) as u64;
+        let reference = reference_reads(device, &addrs, size);
         let mut bufs = vec![vec![0u8; size]; READS];
         let mut batch = ideal_batch(addrs.iter().map(|&a| (a, size as u64)));
         bench.row(
@@ -420,6 +500,7 @@ fn physical(
                 Ok(timed(device, || device.read_scatter(&mut entries)))
             },
         )?;
+        poison(&mut bufs);
         bench.row(workload, "engine: joined futures", bytes, || {
             Ok(timed(device, || {
                 mem.block_on(join_all(
@@ -430,8 +511,10 @@ fn physical(
                 ));
             }))
         })?;
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
         // The same into buffers lent for a scope: the device fills them
         // directly, with no copy through the engine.
+        poison(&mut bufs);
         bench.row(workload, "engine: joined futures in a scope", bytes, || {
             Ok(timed(device, || {
                 mem.scope(|s| {
@@ -440,7 +523,9 @@ fn physical(
                 });
             }))
         })?;
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
         let mut conn = plugin.conn.clone();
+        poison(&mut bufs);
         bench.row(workload, "plugin: memflow read_raw_list", bytes, || {
             let mut list: Vec<ReadData> = addrs
                 .iter()
@@ -451,6 +536,8 @@ fn physical(
                 let _ = conn.phys_view().read_raw_list(&mut list);
             }))
         })?;
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
+        poison(&mut bufs);
         bench.row(workload, "memflow: read by read", bytes, || {
             Ok(timed(device, || {
                 for (&a, b) in addrs.iter().zip(bufs.iter_mut()) {
@@ -458,6 +545,7 @@ fn physical(
                 }
             }))
         })?;
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
     }
     Ok(())
 }
@@ -642,20 +730,51 @@ fn random_virtual(ram: &[Mapping], rng: &mut fastrand::Rng) -> Vec<u64> {
 const COLD: &str = "4096 random kernel virtual reads, cold";
 const WARM: &str = "4096 random kernel virtual reads, warm";
 
+/// The 8 bytes at each of `vas` in `dtb`'s address space, each translated
+/// by the engine and read straight through LeechCore (`None` where either
+/// fails): what every path of the virtual workloads must read.
+fn virtual_reference(
+    device: &LeechCore,
+    mem: &Memory,
+    dtb: u64,
+    vas: &[u64],
+) -> Vec<Option<Vec<u8>>> {
+    let space = AddressSpace::new(mem.clone(), dtb);
+    let pas: Vec<Option<u64>> = mem
+        .block_on(join_all(vas.iter().map(|&va| space.translate(va))))
+        .into_iter()
+        .map(|t| t.ok().map(|t| t.pa))
+        .collect();
+    let found: Vec<u64> = pas.iter().flatten().copied().collect();
+    let mut read = reference_reads(device, &found, 8).into_iter();
+    pas.iter()
+        .map(|pa| pa.and_then(|_| read.next().flatten()))
+        .collect()
+}
+
 fn engine_virtual(
     bench: &mut Bench,
     device: &LeechCore,
     mem: &Memory,
     dtb: u64,
     vas: &[u64],
+    reference: &[Option<Vec<u8>>],
 ) -> Result<(), Failure> {
     let bytes = (READS * 8) as u64;
+    let as_bytes = |values: &[Result<u64, leechio::PartialError>]| -> Vec<[u8; 8]> {
+        values
+            .iter()
+            .map(|v| v.as_ref().map_or([0xa5; 8], |v| v.to_le_bytes()))
+            .collect()
+    };
+    let mut got = Vec::new();
     bench.row(COLD, "engine: joined futures", bytes, || {
         let space = AddressSpace::new(mem.clone(), dtb);
         Ok(timed(device, || {
-            mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
+            got = mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
         }))
     })?;
+    bench.check_last(as_bytes(&got).iter().map(|b| &b[..]), reference);
     let space = AddressSpace::new(mem.clone(), dtb);
     let pas: Vec<u64> = mem
         .block_on(join_all(vas.iter().map(|&va| space.translate(va))))
@@ -664,9 +783,10 @@ fn engine_virtual(
         .collect();
     bench.row(WARM, "engine: joined futures", bytes, || {
         Ok(timed(device, || {
-            mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
+            got = mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
         }))
     })?;
+    bench.check_last(as_bytes(&got).iter().map(|b| &b[..]), reference);
     let mut batch = ideal_batch(pas.iter().map(|&pa| (pa, 8)));
     bench.row(
         WARM,
@@ -689,7 +809,12 @@ type Virtual = VirtualDma<
 /// One way of reading the addresses through memflow.
 type VirtualRead = fn(&mut Virtual, &[u64], &mut [[u8; 8]]);
 
-fn memflow_virtual(bench: &mut Bench, dtb: u64, vas: &[u64]) -> Result<(), Failure> {
+fn memflow_virtual(
+    bench: &mut Bench,
+    dtb: u64,
+    vas: &[u64],
+    reference: &[Option<Vec<u8>>],
+) -> Result<(), Failure> {
     let bytes = (READS * 8) as u64;
     let mut bufs = vec![[0u8; 8]; READS];
     let methods: [(&'static str, VirtualRead); 2] = [
@@ -709,6 +834,7 @@ fn memflow_virtual(bench: &mut Bench, dtb: u64, vas: &[u64]) -> Result<(), Failu
     ];
     for (method, read) in methods {
         // A new instance per run is cold; one instance kept is warm.
+        poison(&mut bufs);
         progress(COLD, method);
         let mut cold = Vec::new();
         for _ in 0..bench.runs {
@@ -718,15 +844,18 @@ fn memflow_virtual(bench: &mut Bench, dtb: u64, vas: &[u64]) -> Result<(), Failu
             cold.push(timed(&p.counter, || read(&mut v, vas, &mut bufs)));
         }
         push_median(bench, COLD, method, bytes, cold);
+        bench.check_last(bufs.iter().map(|b| &b[..]), reference);
         progress(WARM, method);
         stop_requested()?;
-        let p = bench.plugin(true)?;
+        let p = bench.plugin_kept_warm()?;
         let mut v = virtual_dma(&p, dtb);
         read(&mut v, vas, &mut bufs);
+        poison(&mut bufs);
         let warm = (0..bench.runs)
             .map(|_| timed(&p.counter, || read(&mut v, vas, &mut bufs)))
             .collect();
         push_median(bench, WARM, method, bytes, warm);
+        bench.check_last(bufs.iter().map(|b| &b[..]), reference);
     }
     Ok(())
 }
@@ -744,16 +873,16 @@ fn push_median(
     workload: &str,
     method: &'static str,
     bytes: u64,
-    mut runs: Vec<(Duration, u64)>,
+    runs: Vec<(Duration, u64)>,
 ) {
-    runs.sort();
-    let (time, calls) = runs[runs.len() / 2];
+    let (time, calls) = median(runs);
     bench.rows.push(Row {
         workload: workload.to_string(),
         method,
         calls,
         time,
         bytes,
+        wrong: None,
     });
 }
 
@@ -848,10 +977,18 @@ fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
     for r in &rows {
         let ms = r.time.as_secs_f64() * 1e3;
         let mbs = r.bytes as f64 / r.time.as_secs_f64() / 1e6;
+        // A path that got bytes wrong says so beside its name.
+        let method = match r.wrong {
+            Some((wrong, checked)) if wrong > 0 => {
+                format!("{} ({wrong} of {checked} reads wrong or failed)", r.method)
+            }
+            _ => r.method.to_string(),
+        };
         if json_output {
             outln!(
                 "{}",
-                json!({"workload": r.workload, "method": r.method, "calls": r.calls, "ms": ms, "bytes": r.bytes})
+                json!({"workload": r.workload, "method": r.method, "calls": r.calls, "ms": ms, "bytes": r.bytes,
+                    "wrong_reads": r.wrong.map(|w| w.0), "checked_reads": r.wrong.map(|w| w.1)})
             );
         } else if markdown {
             let secs = r.time.as_secs_f64();
@@ -862,7 +999,7 @@ fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
             outln!(
                 "| {} | {} | {} | {ms:.2} ms | {} | {of_limit} | {speedup} |",
                 r.workload,
-                r.method,
+                method,
                 r.calls,
                 three_digits(mbs)
             );
@@ -870,7 +1007,7 @@ fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
             outln!(
                 "{:<44} {:<54} {:>6} calls {:>10.2} ms {:>9} MB/s",
                 r.workload,
-                r.method,
+                method,
                 r.calls,
                 ms,
                 three_digits(mbs)
@@ -893,6 +1030,32 @@ fn three_digits(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        let ms = |t: u64, calls: u64| (Duration::from_millis(t), calls);
+        assert_eq!(median(vec![ms(9, 3), ms(1, 1), ms(5, 2)]), ms(5, 2));
+        assert_eq!(
+            median(vec![ms(8, 4), ms(2, 1), ms(4, 2), ms(6, 3)]),
+            ms(5, 2)
+        );
+    }
+
+    #[test]
+    fn a_row_counts_the_reads_that_differ_from_the_reference() {
+        let mut bench = Bench {
+            device: DeviceConfig::new("file:///tmp/m.raw"),
+            plugin_dir: PathBuf::new(),
+            runs: 1,
+            rows: Vec::new(),
+        };
+        let measured = bench.row("w", "m", 8, || Ok((Duration::from_millis(1), 1)));
+        assert!(measured.is_ok());
+        let reference = [Some(vec![1u8; 8]), None, Some(vec![3u8; 8])];
+        let got = [[1u8; 8], [9u8; 8], [0xa5u8; 8]];
+        bench.check_last(got.iter().map(|b| &b[..]), &reference);
+        assert_eq!(bench.rows[0].wrong, Some((1, 2)));
+    }
 
     #[test]
     fn the_plugin_gets_lib_remote_and_verbosity() {

@@ -83,7 +83,12 @@ struct StderrLog;
 
 impl log::Log for StderrLog {
     fn enabled(&self, metadata: &log::Metadata) -> bool {
-        metadata.level() <= log::max_level()
+        // This project's records only: `bench` loads memflow's inventory,
+        // which warns about every file of the plugin folder it skips.
+        let ours = ["leechio", "memflow_leechcore"]
+            .iter()
+            .any(|c| metadata.target().starts_with(c));
+        ours && metadata.level() <= log::max_level()
     }
 
     fn log(&self, record: &log::Record) {
