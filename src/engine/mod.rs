@@ -271,6 +271,17 @@ impl Memory {
         let mut future = pin!(future);
         let mut lease = self.lease_staging();
         THREAD_WAKER.with(|(notify, waker)| {
+            // Every block_on of this thread shares the flag, so a nested one
+            // may take a wake meant for the future of an outer one (whose
+            // request the nested flush, or another thread's, completed):
+            // leaving, it sets the flag, and the outer one polls again.
+            struct Rewake<'a>(&'a ThreadNotify);
+            impl Drop for Rewake<'_> {
+                fn drop(&mut self) {
+                    self.0.woken.store(true, Ordering::Release);
+                }
+            }
+            let _rewake = Rewake(notify);
             let mut cx = Context::from_waker(waker);
             let mut repolls = 0;
             loop {

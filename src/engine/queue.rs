@@ -659,11 +659,8 @@ impl Queue {
                 slot.slot().set_state(State::Cancelled);
             }
         }
-        // Check the argument on every slot, where it is cheap enough.
-        debug_assert!(
-            !self.chunks.iter().flat_map(|c| c.iter()).any(of_scope),
-            "a request of an ended scope is queued outside the queue"
-        );
+        // (A request of the scope may also sit in the staging of a driver
+        // that was leaked mid-poll: never published, never flushed.)
     }
 
     /// The request's future is gone: free what can be freed now, and mark

@@ -1129,3 +1129,78 @@ fn accesses_on_the_last_page_of_the_address_space_fail_cleanly() {
     assert_eq!(c.unwrap_err().failed_bytes(), 2);
     assert_eq!(d.unwrap_err().failed_bytes(), 8);
 }
+
+/// Runs `f` on a thread of its own and fails if it does not end within
+/// ten seconds (a lost wake-up hangs for ever).
+fn ends_in_time(f: impl FnOnce() + Send + 'static) {
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = done.send(());
+    });
+    let ended = ended.recv_timeout(std::time::Duration::from_secs(10));
+    assert!(
+        ended.is_ok(),
+        "still waiting after 10 s: a wake-up was lost"
+    );
+}
+
+#[test]
+fn a_nested_block_on_that_completes_the_outer_futures_request_wakes_it() {
+    ends_in_time(|| {
+        let (mem, _backend) = engine(MemBackend::with_address_pattern(MIB));
+        let (a, b) = mem.block_on(async {
+            join!(mem.read_val::<u64>(0x1000), async {
+                mem.block_on(mem.read_val::<u64>(0x2000))
+            })
+        });
+        assert_eq!((a, b), (Ok(0x1000), Ok(0x2000)));
+    });
+}
+
+#[test]
+fn a_nested_block_on_does_not_take_a_wake_another_thread_sent_the_outer_one() {
+    ends_in_time(|| {
+        let (outer, outer_backend) = engine(MemBackend::with_address_pattern(MIB));
+        let (inner, _) = engine(MemBackend::with_address_pattern(MIB));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flusher = {
+            let (outer, stop) = (outer.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    outer.flush();
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let (a, b) = outer.block_on(async {
+            join!(outer.read_val::<u64>(0x1000), async {
+                inner.block_on(async {
+                    // Until the other thread has sent the outer read (and
+                    // woken the outer future, through this thread's flag).
+                    while outer_backend.read_calls() == 0 {
+                        yield_once().await;
+                    }
+                    inner.read_val::<u64>(0x2000).await
+                })
+            })
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        flusher.join().unwrap();
+        assert_eq!((a, b), (Ok(0x1000), Ok(0x2000)));
+    });
+}
+
+/// Returns `Pending` once, waking its task at once.
+async fn yield_once() {
+    let mut yielded = false;
+    futures::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await
+}
