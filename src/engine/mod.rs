@@ -71,6 +71,12 @@ impl BatchOutcome {
             .map(|(_, f)| f)
     }
 
+    /// Calls `f` with each run (start, end) of operation `op`, of `len`
+    /// bytes, that was read or written, in order.
+    pub fn for_each_success(&self, op: usize, len: usize, f: impl FnMut(usize, usize)) {
+        outcome::for_each_success(len, self.failures(op), f);
+    }
+
     /// The result of operation `op` of `len` bytes, as a queued request
     /// would report it.
     pub fn result(&self, op: usize, len: usize) -> Result<(), PartialError> {

@@ -88,10 +88,11 @@ impl fmt::Display for PartialError {
 
 impl std::error::Error for PartialError {}
 
-/// Calls `copy` for each run of `0..len` not covered by `failures`.
-pub(crate) fn for_each_success(
+/// Calls `copy` for each run of `0..len` not covered by `failures` (in
+/// order).
+pub(crate) fn for_each_success<'f>(
     len: usize,
-    failures: &[Failure],
+    failures: impl IntoIterator<Item = &'f Failure>,
     mut copy: impl FnMut(usize, usize),
 ) {
     let mut at = 0;

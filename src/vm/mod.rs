@@ -67,20 +67,17 @@ struct CachedPage {
     entries: [Option<u64>; 4],
 }
 
+/// A read of a table page.
+type PageReadFuture = BoxFuture<'static, Result<TablePage, PageError>>;
+
 /// A table page being read, shared by the walks that wait for it.
-type PageRead = Shared<BoxFuture<'static, Result<TablePage, PageError>>>;
+type PageRead = Shared<PageReadFuture>;
 
 /// The table reads in flight, by address, with the table cache's
 /// generation they began in. Weak: when every walk waiting for a read is
 /// dropped, the read is dropped (its request withdrawn) rather than kept
 /// and served, however old, to a later walk.
-type Inflight = FxHashMap<
-    u64,
-    (
-        u64,
-        WeakShared<BoxFuture<'static, Result<TablePage, PageError>>>,
-    ),
->;
+type Inflight = FxHashMap<u64, (u64, WeakShared<PageReadFuture>)>;
 
 struct Inner {
     mem: Memory,

@@ -438,23 +438,17 @@ pub fn run(
             // the file, which read as zeros and take no disk space (a
             // wrong --dtb can map gigabytes past the end of RAM).
             let at = offsets[i] + done;
-            let mut chunk_failed = Vec::new();
-            let mut written_to = 0;
             let mut result = Ok(());
-            for f in outcome.failures(0) {
-                if f.offset > written_to {
-                    result = result.and_then(|()| {
-                        file.write_all_at(&chunk[written_to..f.offset], at + written_to as u64)
-                    });
+            outcome.for_each_success(0, n, |a, b| {
+                if result.is_ok() {
+                    result = file.write_all_at(&chunk[a..b], at + a as u64);
                 }
+            });
+            let mut chunk_failed = Vec::new();
+            for f in outcome.failures(0) {
                 let start = p.addr + done + f.offset as u64;
                 chunk_failed.push((start, f.len as u64, f.reason.to_string()));
                 gone |= f.reason == leechio::PageError::TargetGone;
-                written_to = f.offset + f.len;
-            }
-            if written_to < n {
-                result = result
-                    .and_then(|()| file.write_all_at(&chunk[written_to..], at + written_to as u64));
             }
             if let Err(e) = result {
                 write_error = Some(e);
