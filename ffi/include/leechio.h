@@ -234,7 +234,8 @@ typedef void (*leechio_completion_fn)(void *context,
 // How long an address space trusts what it cached (see `leechio_space_new`).
 typedef struct leechio_cache_options {
   // Milliseconds a translation of a virtual page is reused; 0 turns the
-  // cache off, `UINT64_MAX` keeps entries until `leechio_space_invalidate`.
+  // cache off, `UINT64_MAX` keeps entries until `leechio_space_invalidate`
+  // (or until a write through the space changes a page table it read).
   uint64_t translation_ms;
   // Milliseconds a page-table page is reused, with the same meaning.
   uint64_t page_table_ms;

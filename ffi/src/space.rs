@@ -32,7 +32,8 @@ pub struct leechio_space {
 #[derive(Debug, Clone, Copy)]
 pub struct leechio_cache_options {
     /// Milliseconds a translation of a virtual page is reused; 0 turns the
-    /// cache off, `UINT64_MAX` keeps entries until `leechio_space_invalidate`.
+    /// cache off, `UINT64_MAX` keeps entries until `leechio_space_invalidate`
+    /// (or until a write through the space changes a page table it read).
     pub translation_ms: u64,
     /// Milliseconds a page-table page is reused, with the same meaning.
     pub page_table_ms: u64,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytemuck::Pod;
 use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Mutex;
 
 pub use cache::CacheConfig;
@@ -85,6 +85,10 @@ struct Inner {
     translations: TimedCache<CachedPage>,
     tables: TimedCache<TablePage>,
     inflight: Mutex<Inflight>,
+    /// Page-table pages read since the caches were last emptied: what
+    /// either cache holds was derived from these, so a write through this
+    /// space to one of them empties both.
+    tables_read: Mutex<FxHashSet<u64>>,
 }
 
 /// The virtual address space of a page-table root (DTB, the CR3 value):
@@ -155,6 +159,7 @@ impl AddressSpace {
                 translations: TimedCache::new(config.translations),
                 tables: TimedCache::new(config.page_tables),
                 inflight: Mutex::default(),
+                tables_read: Mutex::default(),
             }),
         }
     }
@@ -171,9 +176,57 @@ impl AddressSpace {
 
     /// Forgets every cached translation and page-table page, so the next
     /// access sees the target's tables as they are now.
+    ///
+    /// Writes through this space call it themselves when they change a
+    /// page table it has read; a change made by the target, or through
+    /// [`Memory`] directly, is seen once the caches' validity runs out or
+    /// after this call.
     pub fn invalidate(&self) {
+        // Emptied before the generations move on: a walk that records a
+        // table after this either began after the invalidation (and its
+        // record stays) or stores nothing.
+        self.tables_read().clear();
         self.invalidate_translations();
         self.invalidate_page_tables();
+    }
+
+    fn tables_read(&self) -> std::sync::MutexGuard<'_, FxHashSet<u64>> {
+        self.inner
+            .tables_read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes the table pages about to be read, when anything could be
+    /// cached from them. Before the read, so that a write that ends while
+    /// it is under way finds them.
+    fn note_tables_read(&self, pages: impl IntoIterator<Item = u64>) {
+        if self.inner.translations.enabled() || self.inner.tables.enabled() {
+            self.tables_read()
+                .extend(pages.into_iter().map(|pa| pa & !(TABLE_SIZE - 1)));
+        }
+    }
+
+    /// After a write of `len` bytes at physical `pa` (done, or partly):
+    /// empties the caches if it touched a page table they were read from.
+    fn forget_written_tables(&self, pa: u64, len: usize) {
+        if len == 0 {
+            return;
+        }
+        let first = pa & !(TABLE_SIZE - 1);
+        let last = pa.saturating_add(len as u64 - 1) & !(TABLE_SIZE - 1);
+        let hit = {
+            let read = self.tables_read();
+            let pages = (last - first) / TABLE_SIZE + 1;
+            if pages <= read.len() as u64 {
+                (0..pages).any(|i| read.contains(&(first + i * TABLE_SIZE)))
+            } else {
+                read.iter().any(|&page| (first..=last).contains(&page))
+            }
+        };
+        if hit {
+            self.invalidate();
+        }
     }
 
     /// Forgets cached translations.
@@ -249,6 +302,7 @@ impl AddressSpace {
 
     /// One table entry, from the page-table cache or the device.
     async fn table_entry(&self, addr: u64) -> Result<u64, PageError> {
+        self.note_tables_read([addr]);
         if !self.inner.tables.enabled() {
             return self
                 .inner
@@ -366,10 +420,14 @@ impl AddressSpace {
     }
 
     /// Writes `data` at `va`; only the requested bytes change. Failed
-    /// ranges as for [`AddressSpace::read`].
+    /// ranges as for [`AddressSpace::read`]. A write to a page table this
+    /// space has read empties its caches, so later accesses see the change.
     pub async fn write(&self, va: u64, data: &[u8]) -> Result<(), PartialError> {
-        self.access(va, data, |pa, part| self.inner.mem.write(pa, part))
-            .await
+        self.access(va, data, |pa, part| {
+            let len = part.len();
+            self.written(pa, len, self.inner.mem.write(pa, part))
+        })
+        .await
     }
 
     /// Like [`AddressSpace::write`], from data lent for `scope`: the
@@ -380,8 +438,24 @@ impl AddressSpace {
         va: u64,
         data: &'s [u8],
     ) -> Result<(), PartialError> {
-        self.access(va, data, |pa, part| scope.write(pa, part))
-            .await
+        self.access(va, data, |pa, part| {
+            let len = part.len();
+            self.written(pa, len, scope.write(pa, part))
+        })
+        .await
+    }
+
+    /// Runs `write` of `len` bytes at physical `pa`, then keeps the caches
+    /// true to what it wrote.
+    async fn written<F: Future<Output = Result<(), PartialError>>>(
+        &self,
+        pa: u64,
+        len: usize,
+        write: F,
+    ) -> Result<(), PartialError> {
+        let result = write.await;
+        self.forget_written_tables(pa, len);
+        result
     }
 
     /// Translates `va..va + buf.len()` and runs `access` on each physical
@@ -522,6 +596,7 @@ impl AddressSpace {
         }];
         for level in 0..4 {
             let span = entry_span(level);
+            self.note_tables_read(tables.iter().map(|t| t.pa));
             let pages = join_all(tables.iter().map(|t| self.table_page(t.pa))).await;
             let mut next = Vec::new();
             for (table, page) in tables.iter().zip(pages) {

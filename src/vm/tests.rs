@@ -483,6 +483,64 @@ fn caches_show_a_changed_page_table_after_invalidation_or_expiry() {
     drop(backend);
 }
 
+/// USER mapped to 0x10_0000, and its last-level table page mapped into
+/// the space too, as kernels map their tables: the engine, the backend,
+/// the tables, the space, and USER's entry's physical and virtual address.
+fn space_mapping_its_own_table() -> (Memory, Arc<MemBackend>, Tables, AddressSpace, u64, u64) {
+    let (mem, backend, mut t) = setup();
+    t.map(USER, 0x10_0000, PageSize::Size4K);
+    let mut table = t.dtb;
+    for level in 0..3 {
+        table = t.entry(table + table_index(USER, level) * 8) & ADDR_MASK;
+    }
+    let pte = table + table_index(USER, 3) * 8;
+    let tables_va = KERNEL + 0x40_0000;
+    t.map(tables_va, table, PageSize::Size4K);
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    (mem, backend, t, space, pte, tables_va + (pte & 0xfff))
+}
+
+#[test]
+fn a_write_through_the_space_to_a_page_table_it_read_is_seen_at_once() {
+    let (mem, backend, t, space, pte, pte_va) = space_mapping_its_own_table();
+    assert_eq!(mem.block_on(space.read_val::<u64>(USER + 8)), Ok(0x10_0008));
+    let remap = (0x20_0000 | PRESENT_RW).to_le_bytes();
+    mem.block_on(space.write(pte_va, &remap)).unwrap();
+    assert_eq!(t.entry(pte), 0x20_0000 | PRESENT_RW);
+    assert_eq!(mem.block_on(space.read_val::<u64>(USER + 8)), Ok(0x20_0008));
+    // The same from a scope.
+    let remap = (0x30_0000 | PRESENT_RW).to_le_bytes();
+    mem.scope(|s| mem.block_on(space.write_scoped(s, pte_va, &remap)))
+        .unwrap();
+    assert_eq!(mem.block_on(space.read_val::<u64>(USER + 8)), Ok(0x30_0008));
+
+    // A write to a data page keeps both caches: the next read is one call.
+    mem.block_on(space.write(USER, &[0xee; 16])).unwrap();
+    assert_eq!(backend.bytes(0x30_0000, 16), [0xee; 16]);
+    let calls = backend.read_calls();
+    assert_eq!(
+        mem.block_on(space.read_val::<u64>(USER + 8)),
+        Ok(u64::from_le_bytes([0xee; 8]))
+    );
+    assert_eq!(backend.read_calls() - calls, 1, "cached translation");
+}
+
+#[test]
+fn a_write_to_a_table_while_a_walk_reads_it_leaves_nothing_old_cached() {
+    let (mem, _backend, _t, space, _pte, pte_va) = space_mapping_its_own_table();
+    let mut walk = walk_through_its_reads(&mem, &space, USER);
+    let remap = (0x20_0000 | PRESENT_RW).to_le_bytes();
+    mem.block_on(space.write(pte_va, &remap)).unwrap();
+    // The walk read the old entry before the write and returns it…
+    let old = walk.as_mut().poll(&mut noop_context());
+    assert!(matches!(old, std::task::Poll::Ready(Ok(ref t)) if t.pa == 0x10_0000));
+    // …but caches none of it.
+    assert_eq!(
+        mem.block_on(space.translate(USER)).map(|t| t.pa),
+        Ok(0x20_0000)
+    );
+}
+
 #[test]
 fn mappings_lists_every_mapped_range_merged_and_clipped() {
     let (mem, backend, mut t) = setup();
