@@ -5,8 +5,8 @@
 #   PREFIX/lib/leechcore.so and its device plugins (from `make setup`), because
 #   libleechio.so looks for leechcore.so beside itself first.
 # Usage: scripts/install-c.sh PREFIX [BUILD_DIR]
-#   BUILD_DIR is where cargo put libleechio (default target/release; the
-#   tests pass target/debug).
+#   BUILD_DIR is where cargo put libleechio (default target/release, which
+#   the tests of ffi/tests/c_api.rs pass too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 PREFIX [BUILD_DIR]" >&2; exit 2; }

@@ -1,5 +1,6 @@
 //! The C and C++ API as C and C++ programs use it: `scripts/install-c.sh`
-//! installs the header and the library built for this test run into a
+//! installs the header and the release build of the library (`make ffi`;
+//! refused when older than the sources it was built from) into a
 //! temporary prefix, the programs under `tests/c/` and `tests/cpp/` (and
 //! the example of `ffi/README.md`) are compiled against that prefix with
 //! `-Wall -Wextra -Werror`, and run against real image files read through
@@ -49,7 +50,58 @@ fn build_dir() -> PathBuf {
         "libleechio.so/.a not found in {}: run `make ffi`",
         dir.display()
     );
+    assert_built_from_current_sources(&dir);
     dir
+}
+
+/// Fails unless the library in `dir` is at least as new as every source
+/// file cargo built it from (its dep-info, `libleechio.d`). `cargo test`
+/// rebuilds only the debug library: a release build left from before an
+/// edit would have every C and C++ test here pass, or fail, for old code.
+fn assert_built_from_current_sources(dir: &Path) {
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified());
+    let built = ["libleechio.so", "libleechio.a"]
+        .iter()
+        .map(|lib| modified(&dir.join(lib)).expect("libleechio's time"))
+        .min()
+        .unwrap();
+    let depinfo = dir.join("libleechio.d");
+    let depinfo = std::fs::read_to_string(&depinfo)
+        .unwrap_or_else(|e| panic!("{}: {e}: run `make ffi`", depinfo.display()));
+    for line in depinfo.lines() {
+        let Some((_, sources)) = line.split_once(": ") else {
+            continue;
+        };
+        for source in dep_info_paths(sources) {
+            match modified(Path::new(&source)) {
+                Ok(time) => assert!(
+                    time <= built,
+                    "{source} changed after libleechio in {} was built: run `make ffi`",
+                    dir.display()
+                ),
+                Err(e) => panic!(
+                    "{source}, which libleechio in {} was built from: {e}: run `make ffi`",
+                    dir.display()
+                ),
+            }
+        }
+    }
+}
+
+/// The paths of a dep-info line's right side: separated by spaces, with
+/// spaces inside a path escaped by a backslash.
+fn dep_info_paths(text: &str) -> Vec<String> {
+    let mut paths = vec![String::new()];
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => paths.last_mut().unwrap().extend(chars.next()),
+            ' ' => paths.push(String::new()),
+            c => paths.last_mut().unwrap().push(c),
+        }
+    }
+    paths.retain(|p| !p.is_empty());
+    paths
 }
 
 #[test]
