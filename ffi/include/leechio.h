@@ -426,7 +426,9 @@ leechio_status leechio_read(const struct leechio_device *device,
 // fragments like `leechio_read`. Only the given bytes change: pieces the
 // device cannot write as they are (short or unaligned) are read, patched
 // and written back in the same batch. On a read-only device every byte
-// fails with `LEECHIO_READ_ONLY`.
+// fails: with `LEECHIO_READ_ONLY`, or, past the device's end, with the
+// reason it could not be written anyway (`LEECHIO_OUT_OF_RANGE`,
+// `LEECHIO_ADDRESS_OVERFLOW`).
 //
 // # Safety
 // As for `leechio_read`, with each `data` valid for `length` bytes.

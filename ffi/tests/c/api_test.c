@@ -318,14 +318,18 @@ static uint64_t node(int chain, int k) {
 static uint64_t sentinel(int chain) { return 0xc0de0000ull + (uint64_t)chain; }
 
 static void test_writes(size_t size) {
-    /* A read-only device refuses, per byte, without a device call. */
+    /* A read-only device refuses, per byte, without a device call; bytes
+     * past its end fail for that reason. */
     leechio_device *ro = open_device("file://%s", P.phys);
     uint64_t value = 1;
-    leechio_write_op one = {0x1000, (const uint8_t *)&value, 8};
+    leechio_write_op two[2] = {{0x1000, (const uint8_t *)&value, 8},
+                               {size - 4, (const uint8_t *)&value, 8}};
     frags fs = {0};
-    CHECK_STATUS(leechio_write(ro, &one, 1, collect, &fs), LEECHIO_INCOMPLETE);
+    CHECK_STATUS(leechio_write(ro, two, 2, collect, &fs), LEECHIO_INCOMPLETE);
     run refused[] = {{8, LEECHIO_READ_ONLY}, {0, LEECHIO_OK}};
     check_fragments(&fs, 0, 8, refused);
+    run refused_end[] = {{4, LEECHIO_READ_ONLY}, {4, LEECHIO_OUT_OF_RANGE}, {0, LEECHIO_OK}};
+    check_fragments(&fs, 1, 8, refused_end);
     CHECK(scatter_calls(ro, LEECHIO_CALL_WRITE_SCATTER) == 0, "read-only device was written");
     leechio_device_close(ro);
 
