@@ -329,7 +329,8 @@ leechio_status leechio_device_get_info(const struct leechio_device *device,
 // Copies the device type name (e.g. "file", "fpga", "qemu") into `buf` as
 // a NUL-terminated string (truncated if `len` is too small, then
 // `LEECHIO_BUFFER_TOO_SMALL`); `*out_len` (if not NULL) gets its length.
-// `buf` may be NULL when `len` is 0, to ask for the length.
+// `buf` may be NULL when `len` is 0, to ask for the length: that query
+// returns `LEECHIO_OK` and is no failure (the last error stays).
 //
 // # Safety
 // `device` must be NULL or a live handle; `buf` NULL or valid for `len`
@@ -361,8 +362,9 @@ leechio_status leechio_device_library_path(const struct leechio_device *device,
 // Copies the device's physical memory map, as LeechCore holds it now:
 // `*count` gets the number of ranges, and the first `capacity` of them go
 // to `ranges`. Returns `LEECHIO_BUFFER_TOO_SMALL` when `capacity` is less
-// than `*count` (call with `ranges` NULL and `capacity` 0 to ask for the
-// count), `LEECHIO_DEVICE_ERROR` when LeechCore's map is unreadable.
+// than `*count`, except for a query of the count alone (`ranges` NULL and
+// `capacity` 0), which returns `LEECHIO_OK`; `LEECHIO_DEVICE_ERROR` when
+// LeechCore's map is unreadable.
 //
 // # Safety
 // `device` must be NULL or a live handle; `ranges` NULL or valid for
@@ -392,8 +394,9 @@ const char *leechio_status_message(uint32_t status);
 // empty when no call has failed on this thread yet; a successful call does
 // not clear it. This function never changes the recorded message itself.
 //
-// Returns `LEECHIO_OK`, `LEECHIO_BUFFER_TOO_SMALL` (the truncated text is
-// still written) or `LEECHIO_NULL_ARGUMENT` (`buf` NULL with `len` > 0).
+// Returns `LEECHIO_OK` (also for a length query: `buf` NULL, `len` 0),
+// `LEECHIO_BUFFER_TOO_SMALL` (the truncated text is still written) or
+// `LEECHIO_NULL_ARGUMENT` (`buf` NULL with `len` > 0).
 //
 // # Safety
 // `buf` must be NULL or valid for `len` bytes; `out_len` NULL or valid.

@@ -85,10 +85,7 @@ inline void check_io(leechio_status s) {
 /// length, once for the text.
 template <class F> std::string text(F copy) {
     size_t len = 0;
-    leechio_status s = copy(nullptr, 0, &len);
-    if (s != LEECHIO_OK && s != LEECHIO_BUFFER_TOO_SMALL) {
-        check(s);
-    }
+    check(copy(nullptr, 0, &len));
     std::string out(len + 1, '\0');
     check(copy(&out[0], out.size(), &len));
     out.resize(len);
@@ -199,10 +196,7 @@ public:
     /// The physical memory map.
     std::vector<leechio_memory_range> memory_map() const {
         size_t count = 0;
-        leechio_status s = leechio_device_memory_map(get(), nullptr, 0, &count);
-        if (s != LEECHIO_OK && s != LEECHIO_BUFFER_TOO_SMALL) {
-            detail::check(s);
-        }
+        detail::check(leechio_device_memory_map(get(), nullptr, 0, &count));
         std::vector<leechio_memory_range> ranges(count);
         detail::check(leechio_device_memory_map(get(), ranges.data(), ranges.size(), &count));
         ranges.resize(count);

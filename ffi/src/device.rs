@@ -227,7 +227,8 @@ unsafe fn device_text(
 /// Copies the device type name (e.g. "file", "fpga", "qemu") into `buf` as
 /// a NUL-terminated string (truncated if `len` is too small, then
 /// `LEECHIO_BUFFER_TOO_SMALL`); `*out_len` (if not NULL) gets its length.
-/// `buf` may be NULL when `len` is 0, to ask for the length.
+/// `buf` may be NULL when `len` is 0, to ask for the length: that query
+/// returns `LEECHIO_OK` and is no failure (the last error stays).
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `buf` NULL or valid for `len`
@@ -299,8 +300,9 @@ pub unsafe extern "C" fn leechio_device_library_path(
 /// Copies the device's physical memory map, as LeechCore holds it now:
 /// `*count` gets the number of ranges, and the first `capacity` of them go
 /// to `ranges`. Returns `LEECHIO_BUFFER_TOO_SMALL` when `capacity` is less
-/// than `*count` (call with `ranges` NULL and `capacity` 0 to ask for the
-/// count), `LEECHIO_DEVICE_ERROR` when LeechCore's map is unreadable.
+/// than `*count`, except for a query of the count alone (`ranges` NULL and
+/// `capacity` 0), which returns `LEECHIO_OK`; `LEECHIO_DEVICE_ERROR` when
+/// LeechCore's map is unreadable.
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `ranges` NULL or valid for
@@ -335,7 +337,7 @@ pub unsafe extern "C" fn leechio_device_memory_map(
             // SAFETY: i < capacity, and `ranges` holds `capacity` elements.
             unsafe { ranges.add(i).write(range) };
         }
-        if all.len() > capacity {
+        if all.len() > capacity && !ranges.is_null() {
             return Err(Fail::new(
                 LEECHIO_BUFFER_TOO_SMALL,
                 format!(

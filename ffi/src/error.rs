@@ -272,7 +272,8 @@ pub(crate) fn non_null<T>(p: *const T, name: &str) -> Result<(), Fail> {
 /// Copies `text` into `buf` (`len` bytes) as a NUL-terminated string,
 /// truncated if it does not fit, and stores its full length (without the
 /// NUL) in `*out_len` when `out_len` is not NULL. `buf` may be NULL only
-/// when `len` is 0, to ask for the length.
+/// when `len` is 0, to ask for the length: a query, which succeeds (as
+/// `snprintf(NULL, 0, …)` does) and so leaves the last error alone.
 ///
 /// # Safety
 /// `buf` must be NULL or valid for `len` bytes; `out_len` NULL or valid.
@@ -301,7 +302,7 @@ pub(crate) unsafe fn copy_string(
             *buf.add(n) = 0;
         }
     }
-    if text.len() >= len {
+    if text.len() >= len && !buf.is_null() {
         return Err(Fail::new(
             LEECHIO_BUFFER_TOO_SMALL,
             format!(
@@ -330,8 +331,9 @@ pub extern "C" fn leechio_status_message(status: u32) -> *const c_char {
 /// empty when no call has failed on this thread yet; a successful call does
 /// not clear it. This function never changes the recorded message itself.
 ///
-/// Returns `LEECHIO_OK`, `LEECHIO_BUFFER_TOO_SMALL` (the truncated text is
-/// still written) or `LEECHIO_NULL_ARGUMENT` (`buf` NULL with `len` > 0).
+/// Returns `LEECHIO_OK` (also for a length query: `buf` NULL, `len` 0),
+/// `LEECHIO_BUFFER_TOO_SMALL` (the truncated text is still written) or
+/// `LEECHIO_NULL_ARGUMENT` (`buf` NULL with `len` > 0).
 ///
 /// # Safety
 /// `buf` must be NULL or valid for `len` bytes; `out_len` NULL or valid.
@@ -390,8 +392,9 @@ mod tests {
         assert_eq!(len, 5);
         assert_eq!(buf.map(|c| c as u8), *b"hel\0");
         // SAFETY: a length query with no buffer.
-        let r = unsafe { copy_string(b"hello", std::ptr::null_mut(), 0, &mut len) };
-        assert_eq!(r.unwrap_err().status, LEECHIO_BUFFER_TOO_SMALL);
+        let r = unsafe { copy_string(b"hello!", std::ptr::null_mut(), 0, &mut len) };
+        assert!(r.is_ok());
+        assert_eq!(len, 6);
         // SAFETY: as above; NULL with a length is refused before any write.
         let r = unsafe { copy_string(b"x", std::ptr::null_mut(), 3, &mut len) };
         assert_eq!(r.unwrap_err().status, LEECHIO_NULL_ARGUMENT);

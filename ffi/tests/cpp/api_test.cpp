@@ -87,6 +87,19 @@ void test_device(const params &p, const std::vector<uint8_t> &image) {
     leechio::device d = std::move(opened); // handles move; the moved-from one owns nothing
     CHECK(opened.get() == nullptr && d.get() != nullptr, "move of a device");
     CHECK(d.name() == "file", "name %s", d.name().c_str());
+    // Texts and the map are fetched length first; that query is no
+    // failure, so the last error stays.
+    try {
+        leechio::device missing("file://" + p.phys + ".missing");
+        CHECK(false, "a missing image opened");
+    } catch (const leechio::error &) {
+    }
+    const std::string open_error = leechio::last_error_message();
+    CHECK(!open_error.empty(), "no error recorded for a missing image");
+    CHECK(d.name() == "file" && !d.library_path().empty() && d.memory_map().size() == 1,
+          "texts and map");
+    CHECK(leechio::last_error_message() == open_error, "the last error became: %s",
+          leechio::last_error_message().c_str());
     auto info = d.info();
     CHECK(info.read_only && info.max_address == image.size(), "info");
     char expect[64];
