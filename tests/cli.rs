@@ -1277,6 +1277,31 @@ fn bad_numbers_and_a_missing_device_are_named() {
     assert_eq!(stderr(&info), stderr(&without_device(&["bench"])));
 }
 
+/// A number, size or range that does not parse is one line that names it,
+/// as the README promises for bad input, without clap's pointer to --help.
+#[test]
+fn a_bad_number_size_or_range_is_one_line() {
+    let image = Image::new(16 * MIB);
+    let dev = image.device();
+    for (o, needle) in [
+        (
+            dump(&dev, "/tmp/x.elf", &["--range", "0x5000-0x1000"]),
+            "range `0x5000-0x1000` is empty or backwards",
+        ),
+        (
+            leechio(&["-d", &dev, "read", "zz", "8"]),
+            "`zz` is not a number",
+        ),
+        (
+            leechio(&["-d", &dev, "read", "0", "4kbbb"]),
+            "`4kbbb` is not a size",
+        ),
+    ] {
+        assert_refused(&o, needle);
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+}
+
 #[test]
 fn bench_uses_the_given_library() {
     let image = Image::new(16 * MIB);

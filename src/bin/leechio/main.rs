@@ -104,7 +104,18 @@ fn main() -> ExitCode {
     // killing the process halfway through a file.
     // SAFETY: setting a signal to be ignored, before any thread starts.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A number, size or range that does not parse: its message names
+        // it on one line; clap's pointer to --help would add two more.
+        Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
+            let text = e.to_string();
+            let line = text.lines().next().unwrap_or_default();
+            errln!("leechio: {}", line.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
     output::log_to_stderr(cli.verbose);
     match run(&cli) {
         Ok(code) => code,
