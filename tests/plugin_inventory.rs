@@ -568,3 +568,42 @@ fn help_and_target_list_come_through_the_inventory() {
         assert!(target.name.starts_with("qemu://shm="), "{}", &*target.name);
     }
 }
+
+#[test]
+fn a_quoted_path_with_an_apostrophe_keeps_the_arguments_after_it() {
+    // memflow parses `memmap="…o'brien…",max_entries=1` right; the plugin
+    // must not read the `'` as the start of a quote and swallow the rest.
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("o'brien");
+    std::fs::create_dir(&home).unwrap();
+    let map = home.join("map.toml");
+    std::fs::write(
+        &map,
+        "[[range]]\nbase=0x0\nlength=0x10000\nreal_base=0x100000\n",
+    )
+    .unwrap();
+    let mut conn = connect_with_cache(
+        &format!(
+            "leechcore:\"{}\":memmap=\"{}\",max_entries=1",
+            image.device(),
+            map.display()
+        ),
+        false,
+    );
+    let spy = LeechCore::open(&DeviceConfig::new("existing")).unwrap();
+    let before = spy.call_count(Call::ReadScatter);
+    let (mut a, mut b) = ([0u8; 16], [0u8; 16]);
+    let mut list = [
+        CTup2(Address::from(0x10u64), a.as_mut_slice().into()),
+        CTup2(Address::from(0x2010u64), b.as_mut_slice().into()),
+    ];
+    conn.phys_view().read_raw_list(&mut list).unwrap();
+    assert_eq!(
+        spy.call_count(Call::ReadScatter) - before,
+        2,
+        "max_entries=1 was not applied"
+    );
+    assert_eq!(a[..], image.bytes(0x10_0010, 16)[..], "the map applies");
+    assert_eq!(b[..], image.bytes(0x10_2010, 16)[..], "the map applies");
+}

@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 
 use leechio::{DeviceConfig, Verbosity};
-use memflow::plugins::args::split_str_args;
-use memflow::plugins::ConnectorArgs;
+use memflow::plugins::{Args, ConnectorArgs};
 
 /// Every key the plugin takes, with what it means, for help and errors.
 pub const KEYS: [(&str, &str); 7] = [
@@ -46,29 +45,8 @@ pub struct Settings {
 
 /// Reads the arguments; the error says what is wrong and what is valid.
 pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
-    let extra = args.extra_args.to_string();
     let target = args.target.as_deref().map(unquote);
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    for (i, item) in split_str_args(&extra, ',').enumerate() {
-        let mut kv = split_str_args(item, '=');
-        match (kv.next(), kv.next()) {
-            (Some(k), Some(v)) => pairs.push((k.to_string(), unquote(v))),
-            // memflow calls a bare first value the default argument.
-            (Some(v), None) if i == 0 && !v.is_empty() => {
-                pairs.push(("default".into(), unquote(v)))
-            }
-            // A trailing or doubled comma.
-            (Some(""), None) | (None, _) => {}
-            // memflow's own parser already drops these after the first
-            // item; any that reach here are refused like unknown keys.
-            (Some(v), None) => {
-                return Err(format!(
-                    "argument `{v}` has no value: arguments are key=value; valid keys: {}",
-                    valid_keys()
-                ))
-            }
-        }
-    }
+    let pairs = pairs_of(&args.extra_args);
     if let Some(hint) = split_device_hint(target.as_deref(), &pairs) {
         return Err(hint);
     }
@@ -171,6 +149,32 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
         memmap: get("memmap").map(PathBuf::from),
         max_entries,
     })
+}
+
+/// The arguments memflow parsed, as (key, value), the default argument
+/// (memflow's bare first value) as `default`, first.
+///
+/// memflow's `Args` lists its keys only through its `Display`, which writes
+/// values as they are unless they hold `,` or `=`: a value with a `'` (a
+/// path like `/home/o'brien/map.toml`) would read as the start of a quote
+/// if that text were split again, swallowing the arguments after it. So the
+/// text only names candidate keys (cut at every `,`), each kept if memflow
+/// has it, and every value comes from memflow itself.
+fn pairs_of(args: &Args) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    if let Some(default) = args.get_default().filter(|d| !d.is_empty()) {
+        pairs.push(("default".to_string(), unquote(default)));
+    }
+    for piece in args.to_string().split(',') {
+        let key = piece.split_once('=').map_or(piece, |(k, _)| k);
+        if key == "default" || pairs.iter().any(|(k, _)| k == key) {
+            continue;
+        }
+        if let Some(value) = args.get(key) {
+            pairs.push((key.to_string(), unquote(value)));
+        }
+    }
+    pairs
 }
 
 /// The valid keys, for error messages.
@@ -358,6 +362,22 @@ mod tests {
         assert_eq!(s.device.device, "file:///tmp/a.raw");
         let s = settings("\"file:///tmp/a.raw\":max_entries=512:cache=false").unwrap();
         assert_eq!(s.max_entries, Some(512));
+    }
+
+    #[test]
+    fn a_value_with_an_apostrophe_keeps_the_arguments_after_it() {
+        // memflow lists these with `memmap` first: `memmap=/tmp/o'brien…,max_entries=5`.
+        let s = settings("fpga:memmap=\"/tmp/o'brien.toml\",max_entries=5").unwrap();
+        assert_eq!(s.memmap, Some(PathBuf::from("/tmp/o'brien.toml")));
+        assert_eq!(s.max_entries, Some(5));
+        let s = settings("fpga:lib=\"/tmp/o'brien/leechcore.so\",remote=\"rpc://a:b\"").unwrap();
+        assert_eq!(
+            s.device.library,
+            Some(PathBuf::from("/tmp/o'brien/leechcore.so"))
+        );
+        assert_eq!(s.device.remote.as_deref(), Some("rpc://a:b"));
+        let err = settings("fpga:lib=\"/tmp/o'brien\",colour=red").unwrap_err();
+        assert!(err.contains("unknown argument `colour`"), "{err}");
     }
 
     #[test]
