@@ -22,6 +22,10 @@ guest_session() {
 
 end_guest_session() {
     local rc=$?
+    # Runs to the end whatever fails: after a hang-up (an SSH session
+    # dropped) the messages below cannot be written, and under `set -e` the
+    # first would end the script before the guest and $work are gone.
+    set +e
     trap - EXIT INT TERM HUP
     if [ -n "$guest_pid" ]; then
         printf '\n%s: stopping the guest\n' "$session" >&2

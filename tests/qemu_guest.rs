@@ -651,3 +651,73 @@ fn guest_sh_refuses_a_folder_that_exists_and_leaves_it_be() {
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), "important");
     assert!(!std::path::Path::new("/dev/shm").join(&name).exists());
 }
+
+#[test]
+fn guest_lib_cleans_up_when_its_messages_cannot_be_written() {
+    // What demo.sh and bench.sh do, killed once the guest runs, with a
+    // standard error that fails every write, as a terminal does after a
+    // hang-up (an SSH session dropped): the clean-up must still run to the
+    // end, and the exit code be the signal's.
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let script = r#"
+        set -euo pipefail
+        die() { printf 'test: %s\n' "$*" >&2; exit 1; }
+        . scripts/guest-lib.sh
+        guest_session test
+        echo "work $work"
+        echo "shm /dev/shm/$name"
+        echo kept >"$work/dump.elf"
+        boot_guest
+        echo booted
+        sleep 120 & wait $!
+    "#;
+    let mut child = Command::new("bash")
+        .args(["-c", script])
+        .current_dir(repo)
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(
+            std::fs::File::options()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = within(Duration::from_secs(150), "the guest's start", move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .take_while(|l| !l.ends_with("booted"))
+            .collect::<Vec<_>>()
+    });
+    let field = |key: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key:?} in {lines:?}"))
+            .to_string()
+    };
+    let (work, shm) = (field("work "), field("shm "));
+    assert!(
+        std::path::Path::new(&shm).exists(),
+        "the guest did not start"
+    );
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = within(Duration::from_secs(60), "the clean-up", move || {
+        child.wait().unwrap()
+    });
+    assert_eq!(status.code(), Some(143), "exit code");
+    assert!(
+        !std::path::Path::new(&work).exists(),
+        "{work} outlived the session"
+    );
+    wait_until_removed(std::path::Path::new(&shm));
+}
