@@ -231,7 +231,7 @@ fn parse_hex(text: &str) -> Result<u64, &'static str> {
 /// A count of at least 1.
 fn parse_count(text: &str) -> Result<usize, &'static str> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err("give a count of at least 1");
+        return Err("give a decimal count of at least 1");
     }
     match text.parse() {
         Ok(0) => Err("give a count of at least 1"),
@@ -315,9 +315,10 @@ mod tests {
         assert!(settings("fpga:max_address=0x1_0000_0000_0000_0000")
             .unwrap_err()
             .contains("does not fit in 64 bits"));
-        assert!(settings("fpga:max_entries=+5")
-            .unwrap_err()
-            .contains("at least 1"));
+        for bad in ["+5", "0x100", "-1"] {
+            let err = settings(&format!("fpga:max_entries={bad}")).unwrap_err();
+            assert!(err.contains("decimal count of at least 1"), "{bad}: {err}");
+        }
         assert!(settings("fpga:max_entries=99999999999999999999999")
             .unwrap_err()
             .contains("too large"));
