@@ -225,6 +225,13 @@ w("Columns: *of the limit* is the throughput as a share of the limit row's (same
   "hop on its own page) are written into 2 MiB at %s that the guest kernel was told to leave alone "
   "(`memmap=2M$%s`), and restored." % (env["BENCH_DTB"], env["BENCH_CHAINS_AT"], env["BENCH_CHAINS_AT"]))
 w("")
+w("Every row but the limit's is checked: its buffers are overwritten before it runs, and what it read "
+  "is compared with one read of the same physical addresses straight through LeechCore, made before "
+  "the rows (the virtual addresses translated by the engine); the chains must end where they were "
+  "written to. A row whose reads differ says so beside its name. A read that differs is read again: "
+  "one matching the memory as it is now is right, and one whose memory changed between the two direct "
+  "reads (the live guest at work) is left out and counted as not checked.")
+w("")
 w("## 1. Image of the guest: `file://`")
 w("")
 w("All %d MiB of the booted guest's RAM saved by QEMU (`pmemsave`, guest paused) and opened as "

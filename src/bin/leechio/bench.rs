@@ -60,9 +60,78 @@ struct Row {
     calls: u64,
     time: Duration,
     bytes: u64,
-    /// Reads whose bytes differed from a direct LeechCore read of the same
-    /// addresses, of how many were checked (`None`: not checked).
-    wrong: Option<(usize, usize)>,
+    /// Its reads against a direct LeechCore read of the same addresses
+    /// (`None`: not checked).
+    verdict: Option<Verdict>,
+}
+
+/// How a row's reads compare with the [`Reference`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Verdict {
+    /// Reads compared.
+    checked: usize,
+    /// Of those, reads whose bytes are not the memory's.
+    wrong: usize,
+    /// Reads left out: their memory changed between the two direct reads
+    /// (a live target at work), and the row's bytes match neither.
+    changing: usize,
+}
+
+/// What each read of a workload must return: its physical address and
+/// its bytes, read once straight through LeechCore before any row ran
+/// (`None` where the translation or the read failed).
+struct Reference {
+    len: usize,
+    reads: Vec<Option<(u64, Vec<u8>)>>,
+}
+
+impl Reference {
+    /// Reads `len` bytes (legal scatter entries) at each of `pas`.
+    fn read(device: &LeechCore, pas: &[Option<u64>], len: usize) -> Self {
+        let found: Vec<u64> = pas.iter().flatten().copied().collect();
+        let mut bytes = direct_reads(device, &found, len).into_iter();
+        let reads = pas
+            .iter()
+            .map(|pa| pa.and_then(|pa| Some((pa, bytes.next().flatten()?))))
+            .collect();
+        Reference { len, reads }
+    }
+
+    /// Compares `got`, a row's reads in order, with the reference. A read
+    /// that differs is read again through `reread` (addresses, length):
+    /// a live target's memory changes, so it is wrong only if it is not
+    /// what the memory holds now either, and that memory did not change.
+    fn judge<'a>(
+        &self,
+        got: impl Iterator<Item = &'a [u8]>,
+        reread: impl FnOnce(&[u64], usize) -> Vec<Option<Vec<u8>>>,
+    ) -> Verdict {
+        let mut verdict = Verdict::default();
+        let mut differing = Vec::new();
+        for (got, want) in got.zip(&self.reads) {
+            if let Some((pa, want)) = want {
+                verdict.checked += 1;
+                if got != want.as_slice() {
+                    differing.push((*pa, want, got));
+                }
+            }
+        }
+        if differing.is_empty() {
+            return verdict;
+        }
+        let pas: Vec<u64> = differing.iter().map(|d| d.0).collect();
+        for ((_, before, got), now) in differing.iter().zip(reread(&pas, self.len)) {
+            match now {
+                Some(now) if now.as_slice() == *got => {}
+                Some(now) if now != **before => {
+                    verdict.checked -= 1;
+                    verdict.changing += 1;
+                }
+                _ => verdict.wrong += 1,
+            }
+        }
+        verdict
+    }
 }
 
 /// What every measurement needs: how to open the device (`--device`,
@@ -183,35 +252,29 @@ impl Bench {
             calls,
             time,
             bytes,
-            wrong: None,
+            verdict: None,
         });
         Ok(())
     }
 
-    /// Records in the last row how many of its reads, left in `got`, differ
-    /// from `reference` (reads with no reference are not counted).
+    /// Records in the last row how its reads, left in `got`, compare with
+    /// `reference` (see [`Reference::judge`]; `device` reads again).
     fn check_last<'a>(
         &mut self,
         got: impl Iterator<Item = &'a [u8]>,
-        reference: &[Option<Vec<u8>>],
+        reference: &Reference,
+        device: &LeechCore,
     ) {
-        let (mut wrong, mut checked) = (0, 0);
-        for (got, want) in got.zip(reference) {
-            if let Some(want) = want {
-                checked += 1;
-                wrong += usize::from(got != want.as_slice());
-            }
-        }
+        let verdict = reference.judge(got, |pas, len| direct_reads(device, pas, len));
         if let Some(row) = self.rows.last_mut() {
-            row.wrong = Some((wrong, checked));
+            row.verdict = Some(verdict);
         }
     }
 }
 
 /// The bytes at each of `addrs` (`len` each, legal scatter entries), read
-/// once straight through LeechCore: what every path must have read.
-/// `None` for an address whose read failed.
-fn reference_reads(device: &LeechCore, addrs: &[u64], len: usize) -> Vec<Option<Vec<u8>>> {
+/// straight through LeechCore; `None` for an address whose read failed.
+fn direct_reads(device: &LeechCore, addrs: &[u64], len: usize) -> Vec<Option<Vec<u8>>> {
     let mut bufs = vec![vec![0u8; len]; addrs.len()];
     let mut entries: Vec<ScatterEntry> = addrs
         .iter()
@@ -398,7 +461,7 @@ fn measure_all(
 ) -> Result<(), Failure> {
     // Phase one: the plugin opens the device and the engine and the limit
     // attach to the same context, so one counter sees every path.
-    let (dtb, vas, reference, target) = {
+    let (dtb, vas, reference, target, dump_reference) = {
         let plugin = bench.plugin(false)?;
         let device = Arc::new(LeechCore::open(&bench.existing())?);
         let mem = Memory::with_config(device.clone(), Default::default());
@@ -445,13 +508,17 @@ fn measure_all(
             size: m.size.min(DUMP),
             ..m
         };
-        engine_dump(bench, &device, &mem, dtb, target)?;
-        (dtb, vas, reference, target)
+        let pages: Vec<Option<u64>> = (0..target.size / 4096)
+            .map(|i| Some(target.pa + i * 4096))
+            .collect();
+        let dump_reference = Reference::read(&device, &pages, 4096);
+        engine_dump(bench, &device, &mem, dtb, target, &dump_reference)?;
+        (dtb, vas, reference, target, dump_reference)
     };
     // Phase two: memflow's own stack, each run on an instance of its own
     // (now the only context, which `existing` attaches to).
     memflow_virtual(bench, dtb, &vas, &reference)?;
-    memflow_dump(bench, dtb, target)
+    memflow_dump(bench, dtb, target, &dump_reference)
 }
 
 /// A random address `align`-aligned with `len` bytes of RAM after it.
@@ -488,7 +555,8 @@ fn physical(
             .map(|_| random_ram(rng, map, align, size as u64))
             .collect();
         let bytes = (READS * size) as u64;
-        let reference = reference_reads(device, &addrs, size);
+        let pas: Vec<Option<u64>> = addrs.iter().copied().map(Some).collect();
+        let reference = Reference::read(device, &pas, size);
         let mut bufs = vec![vec![0u8; size]; READS];
         let mut batch = ideal_batch(addrs.iter().map(|&a| (a, size as u64)));
         bench.row(
@@ -511,7 +579,7 @@ fn physical(
                 ));
             }))
         })?;
-        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference, device);
         // The same into buffers lent for a scope: the device fills them
         // directly, with no copy through the engine.
         poison(&mut bufs);
@@ -523,7 +591,7 @@ fn physical(
                 });
             }))
         })?;
-        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference, device);
         let mut conn = plugin.conn.clone();
         poison(&mut bufs);
         bench.row(workload, "plugin: memflow read_raw_list", bytes, || {
@@ -536,7 +604,7 @@ fn physical(
                 let _ = conn.phys_view().read_raw_list(&mut list);
             }))
         })?;
-        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference, device);
         poison(&mut bufs);
         bench.row(workload, "memflow: read by read", bytes, || {
             Ok(timed(device, || {
@@ -545,7 +613,7 @@ fn physical(
                 }
             }))
         })?;
-        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference, device);
     }
     Ok(())
 }
@@ -731,25 +799,16 @@ const COLD: &str = "4096 random kernel virtual reads, cold";
 const WARM: &str = "4096 random kernel virtual reads, warm";
 
 /// The 8 bytes at each of `vas` in `dtb`'s address space, each translated
-/// by the engine and read straight through LeechCore (`None` where either
-/// fails): what every path of the virtual workloads must read.
-fn virtual_reference(
-    device: &LeechCore,
-    mem: &Memory,
-    dtb: u64,
-    vas: &[u64],
-) -> Vec<Option<Vec<u8>>> {
+/// by the engine and read straight through LeechCore: what every path of
+/// the virtual workloads must read.
+fn virtual_reference(device: &LeechCore, mem: &Memory, dtb: u64, vas: &[u64]) -> Reference {
     let space = AddressSpace::new(mem.clone(), dtb);
     let pas: Vec<Option<u64>> = mem
         .block_on(join_all(vas.iter().map(|&va| space.translate(va))))
         .into_iter()
         .map(|t| t.ok().map(|t| t.pa))
         .collect();
-    let found: Vec<u64> = pas.iter().flatten().copied().collect();
-    let mut read = reference_reads(device, &found, 8).into_iter();
-    pas.iter()
-        .map(|pa| pa.and_then(|_| read.next().flatten()))
-        .collect()
+    Reference::read(device, &pas, 8)
 }
 
 fn engine_virtual(
@@ -758,7 +817,7 @@ fn engine_virtual(
     mem: &Memory,
     dtb: u64,
     vas: &[u64],
-    reference: &[Option<Vec<u8>>],
+    reference: &Reference,
 ) -> Result<(), Failure> {
     let bytes = (READS * 8) as u64;
     let as_bytes = |values: &[Result<u64, leechio::PartialError>]| -> Vec<[u8; 8]> {
@@ -774,7 +833,7 @@ fn engine_virtual(
             got = mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
         }))
     })?;
-    bench.check_last(as_bytes(&got).iter().map(|b| &b[..]), reference);
+    bench.check_last(as_bytes(&got).iter().map(|b| &b[..]), reference, device);
     let space = AddressSpace::new(mem.clone(), dtb);
     let pas: Vec<u64> = mem
         .block_on(join_all(vas.iter().map(|&va| space.translate(va))))
@@ -786,7 +845,7 @@ fn engine_virtual(
             got = mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
         }))
     })?;
-    bench.check_last(as_bytes(&got).iter().map(|b| &b[..]), reference);
+    bench.check_last(as_bytes(&got).iter().map(|b| &b[..]), reference, device);
     let mut batch = ideal_batch(pas.iter().map(|&pa| (pa, 8)));
     bench.row(
         WARM,
@@ -813,7 +872,7 @@ fn memflow_virtual(
     bench: &mut Bench,
     dtb: u64,
     vas: &[u64],
-    reference: &[Option<Vec<u8>>],
+    reference: &Reference,
 ) -> Result<(), Failure> {
     let bytes = (READS * 8) as u64;
     let mut bufs = vec![[0u8; 8]; READS];
@@ -837,14 +896,19 @@ fn memflow_virtual(
         poison(&mut bufs);
         progress(COLD, method);
         let mut cold = Vec::new();
+        let mut last = None;
         for _ in 0..bench.runs {
             stop_requested()?;
             let p = bench.plugin(true)?;
             let mut v = virtual_dma(&p, dtb);
             cold.push(timed(&p.counter, || read(&mut v, vas, &mut bufs)));
+            last = Some(p);
         }
         push_median(bench, COLD, method, bytes, cold);
-        bench.check_last(bufs.iter().map(|b| &b[..]), reference);
+        if let Some(p) = last {
+            // The last run's instance, still open, reads again.
+            bench.check_last(bufs.iter().map(|b| &b[..]), reference, &p.counter);
+        }
         progress(WARM, method);
         stop_requested()?;
         let p = bench.plugin_kept_warm()?;
@@ -855,7 +919,7 @@ fn memflow_virtual(
             .map(|_| timed(&p.counter, || read(&mut v, vas, &mut bufs)))
             .collect();
         push_median(bench, WARM, method, bytes, warm);
-        bench.check_last(bufs.iter().map(|b| &b[..]), reference);
+        bench.check_last(bufs.iter().map(|b| &b[..]), reference, &p.counter);
     }
     Ok(())
 }
@@ -882,7 +946,7 @@ fn push_median(
         calls,
         time,
         bytes,
-        wrong: None,
+        verdict: None,
     });
 }
 
@@ -896,6 +960,7 @@ fn engine_dump(
     mem: &Memory,
     dtb: u64,
     m: Mapping,
+    reference: &Reference,
 ) -> Result<(), Failure> {
     let workload = dump_workload(&m);
     let mut buf = vec![0u8; m.size as usize];
@@ -912,6 +977,7 @@ fn engine_dump(
             Ok(timed(device, || device.read_scatter(&mut entries)))
         },
     )?;
+    poison(&mut [&mut buf]);
     bench.row(
         &workload,
         "engine: one AddressSpace::read, cold",
@@ -923,6 +989,8 @@ fn engine_dump(
             }))
         },
     )?;
+    bench.check_last(buf.chunks(4096), reference, device);
+    poison(&mut [&mut buf]);
     bench.row(
         &workload,
         "engine: one AddressSpace::read in a scope, cold",
@@ -933,14 +1001,22 @@ fn engine_dump(
                 let _ = mem.scope(|s| mem.block_on(space.read_scoped(s, m.va, &mut buf)));
             }))
         },
-    )
+    )?;
+    bench.check_last(buf.chunks(4096), reference, device);
+    Ok(())
 }
 
-fn memflow_dump(bench: &mut Bench, dtb: u64, m: Mapping) -> Result<(), Failure> {
+fn memflow_dump(
+    bench: &mut Bench,
+    dtb: u64,
+    m: Mapping,
+    reference: &Reference,
+) -> Result<(), Failure> {
     let method = "memflow VirtualDma: one read_raw_into, cold";
     progress(&dump_workload(&m), method);
-    let mut buf = vec![0u8; m.size as usize];
+    let mut buf = vec![0xa5u8; m.size as usize];
     let mut runs = Vec::new();
+    let mut last = None;
     for _ in 0..bench.runs {
         stop_requested()?;
         let p = bench.plugin(true)?;
@@ -948,8 +1024,12 @@ fn memflow_dump(bench: &mut Bench, dtb: u64, m: Mapping) -> Result<(), Failure> 
         runs.push(timed(&p.counter, || {
             let _ = v.read_raw_into(Address::from(m.va), &mut buf);
         }));
+        last = Some(p);
     }
     push_median(bench, &dump_workload(&m), method, m.size, runs);
+    if let Some(p) = last {
+        bench.check_last(buf.chunks(4096), reference, &p.counter);
+    }
     Ok(())
 }
 
@@ -977,18 +1057,26 @@ fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
     for r in &rows {
         let ms = r.time.as_secs_f64() * 1e3;
         let mbs = r.bytes as f64 / r.time.as_secs_f64() / 1e6;
-        // A path that got bytes wrong says so beside its name.
-        let method = match r.wrong {
-            Some((wrong, checked)) if wrong > 0 => {
-                format!("{} ({wrong} of {checked} reads wrong or failed)", r.method)
+        // A path that got bytes wrong says so beside its name, and so
+        // does one whose reads could not all be judged.
+        let mut method = r.method.to_string();
+        if let Some(v) = r.verdict {
+            if v.wrong > 0 {
+                method += &format!(" ({} of {} reads wrong or failed)", v.wrong, v.checked);
             }
-            _ => r.method.to_string(),
-        };
+            if v.changing > 0 {
+                method += &format!(
+                    " ({} reads not checked: the target changed that memory meanwhile)",
+                    v.changing
+                );
+            }
+        }
         if json_output {
             outln!(
                 "{}",
                 json!({"workload": r.workload, "method": r.method, "calls": r.calls, "ms": ms, "bytes": r.bytes,
-                    "wrong_reads": r.wrong.map(|w| w.0), "checked_reads": r.wrong.map(|w| w.1)})
+                    "wrong_reads": r.verdict.map(|v| v.wrong), "checked_reads": r.verdict.map(|v| v.checked),
+                    "changing_reads": r.verdict.map(|v| v.changing)})
             );
         } else if markdown {
             let secs = r.time.as_secs_f64();
@@ -1042,19 +1130,46 @@ mod tests {
     }
 
     #[test]
-    fn a_row_counts_the_reads_that_differ_from_the_reference() {
-        let mut bench = Bench {
-            device: DeviceConfig::new("file:///tmp/m.raw"),
-            plugin_dir: PathBuf::new(),
-            runs: 1,
-            rows: Vec::new(),
+    fn a_read_is_wrong_only_if_the_memory_it_read_holds_other_bytes() {
+        let at = |i: u64| Some((i * 0x1000, vec![i as u8; 8]));
+        let reference = Reference {
+            len: 8,
+            reads: vec![at(1), None, at(3), at(4), at(5), at(6)],
         };
-        let measured = bench.row("w", "m", 8, || Ok((Duration::from_millis(1), 1)));
-        assert!(measured.is_ok());
-        let reference = [Some(vec![1u8; 8]), None, Some(vec![3u8; 8])];
-        let got = [[1u8; 8], [9u8; 8], [0xa5u8; 8]];
-        bench.check_last(got.iter().map(|b| &b[..]), &reference);
-        assert_eq!(bench.rows[0].wrong, Some((1, 2)));
+        // Memory now: 3 changed to what the row read, 4 changed to
+        // something else again, 5 and 6 as before.
+        let now = |pa: u64| match pa >> 12 {
+            3 => vec![0x33; 8],
+            4 => vec![0x44; 8],
+            n => vec![n as u8; 8],
+        };
+        let got = [
+            [1u8; 8],  // right
+            [9; 8],    // no reference: not counted
+            [0x33; 8], // what the memory holds now
+            [0x40; 8], // the memory changes: cannot be judged
+            [0xa5; 8], // left as poisoned
+            [6; 8],    // right
+        ];
+        let mut reread = Vec::new();
+        let verdict = reference.judge(got.iter().map(|b| &b[..]), |pas, len| {
+            reread.extend_from_slice(pas);
+            pas.iter()
+                .map(|&pa| Some(now(pa)[..len].to_vec()))
+                .collect()
+        });
+        assert_eq!(
+            verdict,
+            Verdict {
+                checked: 4,
+                wrong: 1,
+                changing: 1
+            }
+        );
+        assert_eq!(reread, [0x3000, 0x4000, 0x5000], "only the differing reads");
+        // A read that fails now, where it read before, is wrong.
+        let verdict = reference.judge(got.iter().map(|b| &b[..]), |pas, _| vec![None; pas.len()]);
+        assert_eq!((verdict.wrong, verdict.changing), (3, 0));
     }
 
     #[test]
