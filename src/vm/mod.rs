@@ -197,13 +197,12 @@ impl AddressSpace {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Notes the table pages about to be read, when anything could be
-    /// cached from them. Before the read, so that a write that ends while
-    /// it is under way finds them.
-    fn note_tables_read(&self, pages: impl IntoIterator<Item = u64>) {
+    /// Notes the table page of `addr`, about to be read, when anything
+    /// could be cached from it. Before the read, so that a write that ends
+    /// while it is under way finds it.
+    fn note_tables_read(&self, addr: u64) {
         if self.inner.translations.enabled() || self.inner.tables.enabled() {
-            self.tables_read()
-                .extend(pages.into_iter().map(|pa| pa & !(TABLE_SIZE - 1)));
+            self.tables_read().insert(addr & !(TABLE_SIZE - 1));
         }
     }
 
@@ -302,8 +301,8 @@ impl AddressSpace {
 
     /// One table entry, from the page-table cache or the device.
     async fn table_entry(&self, addr: u64) -> Result<u64, PageError> {
-        self.note_tables_read([addr]);
         if !self.inner.tables.enabled() {
+            self.note_tables_read(addr);
             return self
                 .inner
                 .mem
@@ -324,8 +323,11 @@ impl AddressSpace {
     /// and that read alone fills the cache.
     async fn table_page(&self, addr: u64) -> Result<TablePage, PageError> {
         if let Some(page) = self.inner.tables.get(addr) {
+            // Noted when it was read: a cached page is always noted, as
+            // both are emptied together.
             return Ok(page);
         }
+        self.note_tables_read(addr);
         // A read begun before an invalidation is not joined: it may have
         // been sent before.
         let generation = self.inner.tables.generation();
@@ -596,7 +598,6 @@ impl AddressSpace {
         }];
         for level in 0..4 {
             let span = entry_span(level);
-            self.note_tables_read(tables.iter().map(|t| t.pa));
             let pages = join_all(tables.iter().map(|t| self.table_page(t.pa))).await;
             let mut next = Vec::new();
             for (table, page) in tables.iter().zip(pages) {
