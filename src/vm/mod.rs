@@ -323,11 +323,8 @@ impl AddressSpace {
     /// and that read alone fills the cache.
     async fn table_page(&self, addr: u64) -> Result<TablePage, PageError> {
         if let Some(page) = self.inner.tables.get(addr) {
-            // Noted when it was read: a cached page is always noted, as
-            // both are emptied together.
             return Ok(page);
         }
-        self.note_tables_read(addr);
         // A read begun before an invalidation is not joined: it may have
         // been sent before.
         let generation = self.inner.tables.generation();
@@ -344,6 +341,10 @@ impl AddressSpace {
             match joined {
                 Some(read) => read,
                 None => {
+                    // Noted after the generation was taken: if the notes
+                    // are emptied in between, the read caches nothing. So
+                    // a cached page, and a read joined, is always noted.
+                    self.note_tables_read(addr);
                     let read = self.read_table_page(addr, generation);
                     if let Some(weak) = read.downgrade() {
                         inflight.insert(addr, (generation, weak));
