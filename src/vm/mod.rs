@@ -186,8 +186,11 @@ impl AddressSpace {
         // table after this either began after the invalidation (and its
         // record stays) or stores nothing.
         self.tables_read().clear();
-        self.invalidate_translations();
+        // Tables before translations: a walk that found an old table page
+        // took the translations' generation before this, so what it found
+        // is refused.
         self.invalidate_page_tables();
+        self.invalidate_translations();
     }
 
     fn tables_read(&self) -> std::sync::MutexGuard<'_, FxHashSet<u64>> {

@@ -542,6 +542,38 @@ fn a_write_to_a_table_while_a_walk_reads_it_leaves_nothing_old_cached() {
 }
 
 #[test]
+fn an_invalidation_racing_walks_on_other_threads_leaves_nothing_old_cached() {
+    let (mem, _backend, _t, space, _pte, pte_va) = space_mapping_its_own_table();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Walks on other threads: after each invalidation they miss the
+        // translations and walk the tables, cached or not.
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = mem.block_on(space.translate(USER));
+                }
+            });
+        }
+        let mut stale = None;
+        for i in 0..20_000u64 {
+            let pa = 0x10_0000 + (i % 2) * 0x10_0000;
+            let remap = (pa | PRESENT_RW).to_le_bytes();
+            mem.block_on(space.write(pte_va, &remap)).unwrap();
+            // The write has landed and emptied the caches: any walk that
+            // began after it read the new entry.
+            let got = mem.block_on(space.translate(USER)).map(|t| t.pa);
+            if got != Ok(pa) {
+                stale = Some((i, got, pa));
+                break;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(stale, None, "(iteration, translation, entry written)");
+    });
+}
+
+#[test]
 fn mappings_lists_every_mapped_range_merged_and_clipped() {
     let (mem, backend, mut t) = setup();
     for i in 0..3 {
