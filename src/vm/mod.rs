@@ -452,16 +452,31 @@ impl AddressSpace {
     }
 
     /// Runs `write` of `len` bytes at physical `pa`, then keeps the caches
-    /// true to what it wrote.
+    /// true to what it wrote: also when dropped before it finishes, as the
+    /// write may have landed (a flush sent it; the caller gave up on it
+    /// before collecting the result, as `try_join` does).
     async fn written<F: Future<Output = Result<(), PartialError>>>(
         &self,
         pa: u64,
         len: usize,
         write: F,
     ) -> Result<(), PartialError> {
-        let result = write.await;
-        self.forget_written_tables(pa, len);
-        result
+        struct Forget<'a> {
+            space: &'a AddressSpace,
+            pa: u64,
+            len: usize,
+        }
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.space.forget_written_tables(self.pa, self.len);
+            }
+        }
+        let _forget = Forget {
+            space: self,
+            pa,
+            len,
+        };
+        write.await
     }
 
     /// Translates `va..va + buf.len()` and runs `access` on each physical

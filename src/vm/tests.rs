@@ -574,6 +574,26 @@ fn an_invalidation_racing_walks_on_other_threads_leaves_nothing_old_cached() {
 }
 
 #[test]
+fn a_table_write_dropped_by_try_join_after_it_landed_leaves_nothing_old_cached() {
+    let (mem, _backend, mut t, space, pte, pte_va) = space_mapping_its_own_table();
+    // Another 512 GiB whose tables the space has not read yet.
+    let elsewhere = KERNEL - (1 << 39);
+    t.map(elsewhere, 0x40_0000, PageSize::Size4K);
+    assert_eq!(mem.block_on(space.read_val::<u64>(USER + 8)), Ok(0x10_0008));
+    mem.block_on(space.translate(pte_va)).unwrap();
+    // Unmapped at the PDPT, whose read goes in the same flush as the
+    // write: try_join sees that failure first and drops the write, done.
+    let unmapped = elsewhere + (1 << 30);
+    let remap = (0x20_0000 | PRESENT_RW).to_le_bytes();
+    let r = mem.block_on(async {
+        futures::try_join!(space.read_val::<u64>(unmapped), space.write(pte_va, &remap))
+    });
+    assert!(r.is_err());
+    assert_eq!(t.entry(pte), 0x20_0000 | PRESENT_RW, "the write landed");
+    assert_eq!(mem.block_on(space.read_val::<u64>(USER + 8)), Ok(0x20_0008));
+}
+
+#[test]
 fn mappings_lists_every_mapped_range_merged_and_clipped() {
     let (mem, backend, mut t) = setup();
     for i in 0..3 {
