@@ -329,12 +329,9 @@ pub unsafe extern "C" fn leechio_space_write(
         let data = unsafe { write_data(ops)? };
         let (space, mem) = (&s.space, s.space.memory());
         // In a scope, the device takes the caller's bytes in place.
-        let results = mem.scope(|scope| {
-            let writes = data.into_iter();
-            mem.block_on(join_all(
-                writes.map(|(va, bytes)| space.write_scoped(scope, va, bytes)),
-            ))
-        });
+        // (Translated first, then written in op order: two ops that write
+        // the same bytes land in the order given.)
+        let results = mem.scope(|scope| mem.block_on(space.write_all_scoped(scope, &data)));
         // SAFETY: the caller vouches for the callback.
         unsafe {
             report(

@@ -451,6 +451,34 @@ impl AddressSpace {
         .await
     }
 
+    /// Writes every `(va, data)` of `ops`, from data lent for `scope`, as
+    /// one batch whose writes land in the order given: every op is
+    /// translated first, then all the physical writes are queued together,
+    /// in op order. (Joined [`AddressSpace::write_scoped`]s would each
+    /// queue their writes as soon as their own translation is done, so a
+    /// later write of the same bytes whose page is cached would land
+    /// before an earlier one that waits for a table read.)
+    pub async fn write_all_scoped<'s>(
+        &self,
+        scope: &Scope<'s, '_>,
+        ops: &[(u64, &'s [u8])],
+    ) -> Vec<Result<(), PartialError>> {
+        let plans = join_all(ops.iter().map(|&(va, data)| self.plan(va, data.len()))).await;
+        // Each op's writes are queued when it is first polled, and
+        // `join_all` polls the ops in order.
+        let writes = ops
+            .iter()
+            .zip(plans)
+            .map(|(&(_, data), (runs, failures))| async move {
+                let parts = data.split_runs(&runs).map(|(run, part)| {
+                    let done = self.written(run.pa, part.len(), scope.write(run.pa, part));
+                    async move { (run.offset, done.await) }
+                });
+                collect(data.len(), failures, join_all(parts).await)
+            });
+        join_all(writes).await
+    }
+
     /// Runs `write` of `len` bytes at physical `pa`, then keeps the caches
     /// true to what it wrote: also when dropped before it finishes, as the
     /// write may have landed (a flush sent it; the caller gave up on it
@@ -501,6 +529,27 @@ impl AddressSpace {
             async move { (run.offset, done.await) }
         });
         collect(len, failures, join_all(parts).await)
+    }
+
+    /// The physical runs of `va..va + len` and the bytes that cannot be
+    /// translated, as `access` finds them.
+    async fn plan(&self, va: u64, len: usize) -> (Vec<Run>, Vec<Failure>) {
+        if in_one_page(va, len) {
+            return match self.translate(va).await {
+                Ok(t) => (
+                    vec![Run {
+                        offset: 0,
+                        len,
+                        pa: t.pa,
+                    }],
+                    Vec::new(),
+                ),
+                Err(e) => (Vec::new(), wholly_failed(len, e.reason).failed),
+            };
+        }
+        let mut failures = Vec::new();
+        let runs = self.resolve(va, len, &mut failures).await;
+        (runs, failures)
     }
 
     /// Translates every 4 KiB virtual page of `va..va+len` at once (one

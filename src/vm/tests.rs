@@ -1106,3 +1106,30 @@ fn random_virtual_reads_and_writes_match_a_model_of_the_tables() {
         }
     }
 }
+
+/// A batch of virtual writes, as `leechio_space_write` makes one: two
+/// writes of the same bytes must land in the order given, even when the
+/// later one's page is translated from the cache and the earlier one
+/// needs a table read first.
+#[test]
+fn a_batch_of_virtual_writes_lands_in_the_order_given() {
+    let (mem, backend, mut t) = setup();
+    // A (the last page of a 2 MiB region) and B (the first of the next)
+    // have page tables of their own.
+    let (a, b) = (USER + 0x1f_f000, USER + 0x20_0000);
+    t.map(a, 0x10_0000, PageSize::Size4K);
+    t.map(b, 0x20_0000, PageSize::Size4K);
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    // B's translation is cached; A's table is not.
+    mem.block_on(space.read_val::<u64>(b)).unwrap();
+    let (first, second) = ([0xaau8; 16], [0xbbu8; 8]);
+    let ops: [(u64, &[u8]); 2] = [(b - 8, &first), (b, &second)];
+    let results = mem.scope(|s| mem.block_on(space.write_all_scoped(s, &ops)));
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(backend.bytes(0x10_0ff8, 8), [0xaa; 8]);
+    assert_eq!(
+        backend.bytes(0x20_0000, 8),
+        [0xbb; 8],
+        "the first write landed last"
+    );
+}
