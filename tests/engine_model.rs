@@ -744,3 +744,68 @@ fn threads_sharing_an_engine_each_keep_their_program_order() {
         }
     });
 }
+
+/// Many small reads and writes (1 to 20 bytes) packed into a few dozen
+/// bytes around a page edge, so that nearly every one overlaps or shares
+/// an 8-byte (or 4-byte) unit with others of the same flush: program
+/// order, read-patch-write of neighbours and the rounds between them.
+#[test]
+fn dense_overlapping_small_requests_keep_program_order() {
+    for seed in 0..1500 {
+        let mut rng = Rng::with_seed(0xd0_0000 + seed);
+        let mut device = Device::random(&mut rng);
+        // Mostly writable, with holes rarely: the point is ordering.
+        device.read_only = rng.u8(0..20) == 0;
+        if rng.u8(0..4) != 0 {
+            device.holes.clear();
+        }
+        let backend = device.backend();
+        let max_entries = [1, 2, 64, usize::MAX][rng.usize(0..4)];
+        let config = EngineConfig {
+            max_entries_per_call: max_entries,
+        };
+        let mem = Memory::with_config(backend.clone(), config);
+        let size = device.size as usize;
+        let mut model = Model::new(backend.bytes(0, size), device.clone());
+        let page = device.limits.page_size;
+        let edge = page * rng.u64(1..device.size / page);
+        let vias = [Via::Borrowed, Via::Owned, Via::Fragments, Via::Scoped];
+        for batch in 0..4 {
+            let ops: Vec<Op> = (0..rng.usize(2..=24))
+                .map(|_| {
+                    let addr = edge - 24 + rng.u64(0..48);
+                    let len = rng.usize(1..=20);
+                    let via = vias[rng.usize(0..4)];
+                    let writes_only = batch == 3;
+                    if writes_only || rng.bool() {
+                        let data = std::iter::repeat_with(|| rng.u8(..)).take(len).collect();
+                        let via = if writes_only { Via::Borrowed } else { via };
+                        Op::Write { addr, data, via }
+                    } else {
+                        Op::Read {
+                            addr,
+                            len,
+                            via,
+                            zero_failed: false,
+                        }
+                    }
+                })
+                .collect();
+            let got = if batch < 3 {
+                run_futures(&mem, &ops, read_buffers(&ops), page, |_| false)
+            } else {
+                run_now(&mem, &ops)
+            };
+            let want = expected(&mut model, &ops);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                check(g, w, || {
+                    format!("seed {seed} on {device:?}, batch {batch}, op {i} of {ops:?}")
+                });
+            }
+            assert!(
+                backend.bytes(0, size) == model.bytes,
+                "seed {seed}, batch {batch}: memory differs from the model after {ops:?}"
+            );
+        }
+    }
+}
