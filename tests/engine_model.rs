@@ -584,6 +584,34 @@ fn read_buffers(ops: &[Op]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Runs `ops` as joined futures (one flush) or as a synchronous batch,
+/// and compares each result, and then all of memory, with the model's.
+fn run_and_compare(
+    mem: &Memory,
+    backend: &MemBackend,
+    model: &mut Model,
+    ops: &[Op],
+    as_futures: bool,
+    what: impl Fn() -> String,
+) {
+    let page = model.device.limits.page_size;
+    let got = if as_futures {
+        run_futures(mem, ops, read_buffers(ops), page, |_| false)
+    } else {
+        run_now(mem, ops)
+    };
+    let want = expected(model, ops);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        check(g, w, || format!("{}, op {i} of {ops:?}", what()));
+    }
+    let size = model.bytes.len();
+    assert!(
+        backend.bytes(0, size) == model.bytes,
+        "{}: memory differs from the model after {ops:?}",
+        what()
+    );
+}
+
 #[test]
 fn random_batches_see_and_leave_what_running_them_in_order_would() {
     for seed in 0..600 {
@@ -617,22 +645,9 @@ fn random_batches_see_and_leave_what_running_them_in_order_would() {
                     }
                 })
                 .collect();
-            let page = device.limits.page_size;
-            let got = if batch < 3 {
-                run_futures(&mem, &ops, read_buffers(&ops), page, |_| false)
-            } else {
-                run_now(&mem, &ops)
-            };
-            let want = expected(&mut model, &ops);
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                check(g, w, || {
-                    format!("seed {seed} on {device:?}, batch {batch}, op {i} of {ops:?}")
-                });
-            }
-            assert!(
-                backend.bytes(0, size) == model.bytes,
-                "seed {seed}, batch {batch}: memory differs from the model after {ops:?}"
-            );
+            run_and_compare(&mem, &backend, &mut model, &ops, batch < 3, || {
+                format!("seed {seed} on {device:?}, batch {batch}")
+            });
         }
     }
 }
@@ -791,21 +806,9 @@ fn dense_overlapping_small_requests_keep_program_order() {
                     }
                 })
                 .collect();
-            let got = if batch < 3 {
-                run_futures(&mem, &ops, read_buffers(&ops), page, |_| false)
-            } else {
-                run_now(&mem, &ops)
-            };
-            let want = expected(&mut model, &ops);
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                check(g, w, || {
-                    format!("seed {seed} on {device:?}, batch {batch}, op {i} of {ops:?}")
-                });
-            }
-            assert!(
-                backend.bytes(0, size) == model.bytes,
-                "seed {seed}, batch {batch}: memory differs from the model after {ops:?}"
-            );
+            run_and_compare(&mem, &backend, &mut model, &ops, batch < 3, || {
+                format!("seed {seed} on {device:?}, batch {batch}")
+            });
         }
     }
 }
