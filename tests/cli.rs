@@ -755,6 +755,34 @@ fn bench_counts_the_calls_each_path_makes() {
 }
 
 #[test]
+fn bench_chains_on_a_read_only_device_are_refused_and_change_nothing() {
+    let SpacesImage {
+        _dir, device, dtbs, ..
+    } = spaces_image();
+    let path = device.strip_prefix("file://").unwrap();
+    let before = std::fs::read(path).unwrap();
+    let o = leechio(&[
+        "-d",
+        &device,
+        "bench",
+        "--runs",
+        "1",
+        "--dtb",
+        &format!("{:#x}", dtbs[0]),
+        "--chains-at",
+        "0x1800000",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot write the chains at 0x1800000: is the device writable")
+            && !stderr(&o).contains("could not be undone"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(std::fs::read(path).unwrap() == before, "the image changed");
+}
+
+#[test]
 fn dump_refuses_to_write_over_its_own_image() {
     let image = Image::new(16 * MIB);
     let path = image.path.to_str().unwrap().to_string();

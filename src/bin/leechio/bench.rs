@@ -666,9 +666,21 @@ fn write_chains(device: &DeviceConfig, at: u64) -> Result<Vec<u8>, Failure> {
             chains[here as usize..here as usize + 8].copy_from_slice(&next.to_le_bytes());
         }
     }
-    if !mem.write_now([(at, &chains[..])]).is_ok() {
+    let wrote = mem.write_now([(at, &chains[..])]);
+    if !wrote.is_ok() {
+        // What did land is put back: the region is left as it was found.
+        let mut landed = Vec::new();
+        wrote.for_each_success(0, chains.len(), |a, b| {
+            landed.push((at + a as u64, &original[a..b]))
+        });
+        let restored = landed.is_empty() || mem.write_now(landed).is_ok();
         return Err(Failure(format!(
-            "cannot write the chains at {at:#x}: is the device writable (file://file=…,write=1)?"
+            "cannot write the chains at {at:#x}: is the device writable (file://file=…,write=1)?{}",
+            if restored {
+                ""
+            } else {
+                " Part of them landed and could not be undone."
+            }
         )));
     }
     // Closing flushes what LeechCore's file device buffers.
