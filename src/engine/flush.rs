@@ -8,8 +8,10 @@
 //! their order through rounds: each round runs the reads that patch
 //! partial writes, then the writes, then the reads, and a request goes in
 //! the first round that keeps it after every conflicting earlier request.
-//! Without writes there is one round and one read call (more only when
-//! the device's entry limit is exceeded).
+//! Reads of the first round that no write touches go in the call that
+//! reads the windows, when there is one. Without writes there is one round
+//! and one read call (more only when the device's entry limit is
+//! exceeded).
 
 use rustc_hash::FxHashMap;
 
@@ -31,6 +33,9 @@ struct Req {
     ptr: *mut u8,
     record: bool,
     round: u32,
+    /// A read that overlaps an earlier write of the flush, so it goes
+    /// after its round's writes; other reads of round 0 may go before.
+    sees_writes: bool,
 }
 
 impl Req {
@@ -224,6 +229,7 @@ impl Flusher {
                 },
                 record: body.record,
                 round: 0,
+                sees_writes: false,
             });
             self.records |= body.record;
         }
@@ -256,6 +262,7 @@ impl Flusher {
             ptr,
             record: false,
             round: 0,
+            sees_writes: false,
         });
     }
 
@@ -530,6 +537,7 @@ impl Flusher {
                 Kind::Read => (p.addr, p.addr + p.len as u64),
             };
             let mut round = 0;
+            let mut sees_writes = false;
             for p in issued() {
                 let (start, end) = span(p);
                 let Some(page) = self.pages.get(&(shape.page(start))) else {
@@ -544,6 +552,7 @@ impl Flusher {
                         let after = if req.kind == Kind::Write {
                             w.round + 1
                         } else {
+                            sees_writes = true;
                             w.round
                         };
                         round = round.max(after);
@@ -552,6 +561,7 @@ impl Flusher {
                 }
             }
             req.round = round;
+            req.sees_writes = sees_writes;
             rounds = rounds.max(round + 1);
             for p in issued() {
                 let (start, end) = span(p);
@@ -577,7 +587,8 @@ impl Flusher {
     }
 
     /// Runs the reads of `round` (the only round when the flush has no
-    /// `writes`): pieces on the same page share an entry.
+    /// `writes`) not already sent with the windows: pieces on the same
+    /// page share an entry.
     fn run_reads(
         &mut self,
         backend: &dyn Backend,
@@ -587,7 +598,7 @@ impl Flusher {
         writes: bool,
     ) -> usize {
         // Without writes every piece still to issue is in the one round.
-        let in_round = |p: &Piece, reqs: &[Req]| {
+        let in_round = move |p: &Piece, reqs: &[Req]| {
             p.result == Err(PageError::NotIssued)
                 && (!writes || {
                     let req = &reqs[p.req as usize];
@@ -595,15 +606,38 @@ impl Flusher {
                 })
         };
         self.groups.clear();
+        let any_scratch = self.plan_reads(shape, in_round);
+        if self.groups.is_empty() {
+            return 0;
+        }
+        if any_scratch {
+            self.place_in_scratch();
+        }
+        let (calls, failed) = self.read_groups(backend, max_entries);
+        self.any_failed |= failed;
+        if !(any_scratch || self.any_failed || self.records) {
+            // Every piece was read in place, whole, and no result will be
+            // collected (see `run`): nothing to hand back.
+            return calls;
+        }
+        self.hand_reads(in_round);
+        calls
+    }
+
+    /// Adds an entry (group) for the read pieces `select` picks, pieces on
+    /// the same page sharing one (not with groups already there: a round's
+    /// windows are written back whole); returns whether any goes through
+    /// scratch.
+    fn plan_reads(&mut self, shape: &Shape, select: impl Fn(&Piece, &[Req]) -> bool) -> bool {
+        let first = self.groups.len();
         // Few pieces: a scan beats even an empty index.
         let small = self.pieces.len() <= SMALL_FLUSH;
         if !small {
             self.page_groups.begin(self.pieces.len());
         }
-        let mut scratch_len = 0usize;
         let mut any_scratch = false;
         for (pi, p) in self.pieces.iter_mut().enumerate() {
-            if !in_round(p, &self.reqs) {
+            if !select(p, &self.reqs) {
                 continue;
             }
             let pi = pi as u32;
@@ -612,10 +646,10 @@ impl Flusher {
             // (Large flushes: one lookup, which maps a new page to the
             // group pushed below.)
             let shared = if small {
-                self.groups
+                self.groups[first..]
                     .iter()
                     .rposition(|g| shape.page(g.addr) == page)
-                    .map(|i| i as u32)
+                    .map(|i| (first + i) as u32)
             } else {
                 self.page_groups
                     .get_or_insert(page, self.groups.len() as u32)
@@ -645,30 +679,28 @@ impl Flusher {
             });
             p.group = gi;
         }
-        if self.groups.is_empty() {
-            return 0;
-        }
-        if any_scratch {
-            for g in &mut self.groups {
-                if let Some(at) = &mut g.scratch {
-                    *at = scratch_len;
-                    scratch_len += g.len;
-                }
-            }
-            if self.scratch.len() < scratch_len {
-                self.scratch.resize(scratch_len, 0);
+        any_scratch
+    }
+
+    /// Gives each group that goes through scratch its place there.
+    fn place_in_scratch(&mut self) {
+        let mut scratch_len = 0usize;
+        for g in &mut self.groups {
+            if let Some(at) = &mut g.scratch {
+                *at = scratch_len;
+                scratch_len += g.len;
             }
         }
-        let (calls, failed) = self.read_groups(backend, max_entries);
-        self.any_failed |= failed;
-        if !(any_scratch || self.any_failed || self.records) {
-            // Every piece was read in place, whole, and no result will be
-            // collected (see `run`): nothing to hand back.
-            return calls;
+        if self.scratch.len() < scratch_len {
+            self.scratch.resize(scratch_len, 0);
         }
-        // Hand each piece of the round its bytes and result.
+    }
+
+    /// Hands each read piece `select` picks its group's result and, from
+    /// scratch, its bytes.
+    fn hand_reads(&mut self, select: impl Fn(&Piece, &[Req]) -> bool) {
         for p in &mut self.pieces {
-            if !in_round(p, &self.reqs) {
+            if !select(p, &self.reqs) {
                 continue;
             }
             let g = &self.groups[p.group as usize];
@@ -681,7 +713,6 @@ impl Flusher {
                 dest.copy_from_slice(&self.scratch[from..from + p.len]);
             }
         }
-        calls
     }
 
     /// Reads every group, at most `max_entries` per call; returns the
@@ -756,7 +787,6 @@ impl Flusher {
         }
         // Windows of partial writes, read first (in one call).
         self.groups.clear();
-        let mut scratch_len = 0;
         for &pi in &self.order {
             let p = &mut self.pieces[pi as usize];
             let (start, len) = window(shape, p.addr, p.len);
@@ -765,22 +795,39 @@ impl Flusher {
                 self.groups.push(Group {
                     addr: start,
                     len,
-                    scratch: Some(scratch_len),
+                    scratch: Some(0),
                     piece: pi,
                     result: Err(PageError::NotIssued),
                 });
-                scratch_len += len;
             } else {
                 p.group = NO_GROUP;
             }
         }
-        if self.scratch.len() < scratch_len {
-            self.scratch.resize(scratch_len, 0);
+        let windows = self.groups.len();
+        // Round 0's reads that no write of the flush touches need not
+        // wait for its writes: they share the windows' call, where a
+        // call after the writes would be one more.
+        let unseeing = |p: &Piece, reqs: &[Req]| {
+            let req = &reqs[p.req as usize];
+            p.result == Err(PageError::NotIssued)
+                && req.kind == Kind::Read
+                && req.round == 0
+                && !req.sees_writes
+        };
+        let early = round == 0 && windows > 0;
+        if early {
+            self.plan_reads(shape, unseeing);
         }
         if !self.groups.is_empty() {
-            stats.read_calls += self.read_groups(backend, max_entries).0;
+            self.place_in_scratch();
+            let (calls, failed) = self.read_groups(backend, max_entries);
+            stats.read_calls += calls;
+            self.any_failed |= failed;
         }
-        for g in &self.groups {
+        if early {
+            self.hand_reads(unseeing);
+        }
+        for g in &self.groups[..windows] {
             let p = &self.pieces[g.piece as usize];
             if g.result.is_ok() {
                 let at = g.scratch.unwrap_or(0) + (p.addr - g.addr) as usize;

@@ -796,6 +796,38 @@ fn disjoint_small_writes_to_one_page_share_a_round() {
     );
 }
 
+#[test]
+fn reads_no_write_touches_share_the_call_that_reads_the_windows() {
+    let reference = MemBackend::with_address_pattern(MIB);
+    let (mem, backend) = engine(MemBackend::with_address_pattern(MIB));
+    // A partial write (its window read, patched, written) and reads of
+    // other bytes, before and after it: one read call, one write call.
+    let (before, w, after, small) = mem.block_on(async {
+        join!(
+            mem.read_val::<u64>(0x5000),
+            mem.write(0x1001, &[1, 2, 3]),
+            mem.read_val::<u64>(0x9008),
+            mem.read_val::<u16>(0x1012),
+        )
+    });
+    assert_eq!((before, after), (Ok(0x5000), Ok(0x9008)));
+    assert_eq!(w, Ok(()));
+    let want = u16::from_le_bytes(reference.bytes(0x1012, 2).try_into().unwrap());
+    assert_eq!(small, Ok(want), "bytes on the write's page, unchanged");
+    assert_eq!((backend.read_calls(), backend.write_calls()), (1, 1));
+
+    // A read of the written bytes must see the write: it waits for it.
+    let (w, seen) = mem.block_on(async {
+        join!(
+            mem.write(0x2001, &[7, 7, 7]),
+            mem.read_val::<[u8; 4]>(0x2000)
+        )
+    });
+    assert_eq!(w, Ok(()));
+    assert_eq!(seen.unwrap()[1..], [7, 7, 7]);
+    assert_eq!((backend.read_calls(), backend.write_calls()), (3, 2));
+}
+
 /// Polls `fut` once with `cx`.
 fn poll_once<F: Future + Unpin>(fut: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
     Pin::new(fut).poll(cx)
