@@ -27,7 +27,11 @@ command -v debootstrap >/dev/null || {
 mounts=(proc sys dev dev/pts dev/shm)
 unmount() {
     for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
-        mountpoint -q "$root/${mounts[i]}" && umount "$root/${mounts[i]}"
+        if mountpoint -q "$root/${mounts[i]}"; then
+            # A process of the chroot still exiting (the demo's QEMU) can
+            # hold one a moment: then it is detached, and goes when freed.
+            umount "$root/${mounts[i]}" 2>/dev/null || umount -l "$root/${mounts[i]}"
+        fi
     done
     return 0
 }
