@@ -419,7 +419,9 @@ impl Flusher {
     }
 
     /// Gives every request back to its slot (or frees it if its future is
-    /// gone) and wakes the waiters, each waker once.
+    /// gone) and wakes the waiters: a waker shared by adjacent requests
+    /// (futures joined in one task) once for the run of them, so a task
+    /// whose requests interleave with another's is woken once per run.
     pub fn finish(&mut self, queue: &mut Queue) {
         if !self.failed.is_empty() || !self.fragments.is_empty() {
             let (mut failed, mut fragments) = (
