@@ -470,11 +470,10 @@ impl AddressSpace {
             .iter()
             .zip(plans)
             .map(|(&(_, data), (runs, failures))| async move {
-                let parts = data.split_runs(&runs).map(|(run, part)| {
-                    let done = self.written(run.pa, part.len(), scope.write(run.pa, part));
-                    async move { (run.offset, done.await) }
-                });
-                collect(data.len(), failures, join_all(parts).await)
+                access_runs(data, &runs, failures, |pa, part| {
+                    self.written(pa, part.len(), scope.write(pa, part))
+                })
+                .await
             });
         join_all(writes).await
     }
@@ -522,13 +521,8 @@ impl AddressSpace {
                 Err(e) => Err(wholly_failed(len, e.reason)),
             };
         }
-        let mut failures = Vec::new();
-        let runs = self.resolve(va, len, &mut failures).await;
-        let parts = buf.split_runs(&runs).map(|(run, part)| {
-            let done = access(run.pa, part);
-            async move { (run.offset, done.await) }
-        });
-        collect(len, failures, join_all(parts).await)
+        let (runs, failures) = self.plan(va, len).await;
+        access_runs(buf, &runs, failures, access).await
     }
 
     /// The physical runs of `va..va + len` and the bytes that cannot be
@@ -716,6 +710,28 @@ impl AddressSpace {
         }
         out
     }
+}
+
+/// Runs `access` on each of `runs` with its part of `buf`, all in one
+/// batch; the result has their failures and `failures` (bytes that could
+/// not be translated).
+async fn access_runs<B, A, F>(
+    buf: B,
+    runs: &[Run],
+    failures: Vec<Failure>,
+    access: A,
+) -> Result<(), PartialError>
+where
+    B: Split,
+    A: Fn(u64, B) -> F,
+    F: Future<Output = Result<(), PartialError>>,
+{
+    let len = buf.len();
+    let parts = buf.split_runs(runs).map(|(run, part)| {
+        let done = access(run.pa, part);
+        async move { (run.offset, done.await) }
+    });
+    collect(len, failures, join_all(parts).await)
 }
 
 /// A virtually and physically contiguous part of a request.
