@@ -59,7 +59,8 @@ miri:
 	$(CARGO) +nightly miri test --lib -p leechio -- $(addprefix --skip ,$(MIRI_SKIP) $(MIRI_LEAKY))
 	MIRIFLAGS=-Zmiri-ignore-leaks $(CARGO) +nightly miri test --lib -p leechio -- $(MIRI_LEAKY)
 	MIRIFLAGS=-Zmiri-many-seeds=0..8 $(CARGO) +nightly miri test --lib -p leechio -- \
-	  a_scope_ends_on_one_thread a_future_dropped_on_another_thread join_all_waits_for_futures_woken
+	  a_scope_ends_on_one_thread a_future_dropped_on_another_thread join_all_waits_for_futures_woken \
+	  futures_dropped_while_their_flush_is_in_the_device
 
 # The C and C++ API (ffi/): libleechio.so, libleechio.a, ffi/include/.
 .PHONY: ffi header install-c

@@ -2,7 +2,8 @@
 //! call on the in-memory backend, and against the least a design with a
 //! future per read can cost (`Floor`), for batches of 1 to 4096 reads; and
 //! the engine's synchronous batch (`read_now`), which plans the same way
-//! without futures.
+//! without futures. The engine is measured reading into borrowed, scoped
+//! and owned buffers, and, for 8 bytes, reading values (`read_val`).
 //!
 //! `cargo bench --bench engine` (criterion; add `-- --quick` for a short run).
 
@@ -69,6 +70,29 @@ where
             Poll::Pending
         }
     }
+}
+
+/// A `read_val::<u64>` that checks the value it read against the address
+/// pattern (the value at `a` is `a`), as the other rows' bytes are checked
+/// after them.
+struct CheckVal<'m>(leechio::engine::ReadVal<'m, u64>, u64);
+
+impl Future for CheckVal<'_> {
+    type Output = ();
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let addr = self.1;
+        Pin::new(&mut self.0).poll(cx).map(|value| match value {
+            Ok(v) if v == addr => {}
+            other => wrong_value(addr, other),
+        })
+    }
+}
+
+#[cold]
+fn wrong_value(addr: u64, value: Result<u64, leechio::PartialError>) -> ! {
+    panic!("the value read at {addr:#x}: {value:?}")
 }
 
 /// Keeps the buffer a `read_into_owned` returns, so the join can drop
@@ -289,6 +313,26 @@ fn per_read(c: &mut Criterion) {
             });
             if std::mem::take(&mut ran) {
                 check_and_poison(&mut bufs, &addrs);
+            }
+            // One value a read, the natural way to read 8 bytes: no buffer
+            // to lend, the value comes back in the output.
+            if size == 8 {
+                group.bench_with_input(
+                    BenchmarkId::new("engine read_val", batch),
+                    &batch,
+                    |b, _| {
+                        b.iter(|| {
+                            let mut futures: Vec<_> = addrs
+                                .iter()
+                                .map(|&a| (false, CheckVal(mem.read_val::<u64>(a), a)))
+                                .collect();
+                            mem.block_on(JoinSlice {
+                                left: futures.len(),
+                                futures: &mut futures,
+                            });
+                        })
+                    },
+                );
             }
             // The caller's buffers lent for a scope: no copy either.
             group.bench_with_input(

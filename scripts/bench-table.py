@@ -1,32 +1,62 @@
 #!/usr/bin/env python3
 """Prints the engine benchmark as a Markdown table: per-read CPU time of the
 engine against the direct backend call measured in the same run, from
-criterion's estimates under target/criterion/."""
+criterion's estimates.
+
+    scripts/bench-table.py [DIR ...]
+
+Each DIR is a criterion output folder (default: target/criterion) holding
+one run. With several runs, each cell is the median over the runs, and each
+ratio the median of the runs' own ratios (a run's rows against that run's
+baseline), so that a noisy run moves a cell less."""
 import json
 import pathlib
+import statistics
 import sys
 
-root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/criterion")
+roots = [pathlib.Path(d) for d in sys.argv[1:]] or [pathlib.Path("target/criterion")]
+baseline = "direct read_scatter"
+benches = [
+    ("engine read_now", "engine's synchronous batch"),
+    ("floor of futures", "floor of futures"),
+    ("engine read_val", "engine (`read_val`)"),
+    ("engine read", "engine"),
+    ("engine scoped read", "engine (scoped buffer)"),
+    ("engine read_into_owned", "engine (owned buffer)"),
+]
 
 
-def median_ns(group, bench, batch):
+def per_read_ns(root, group, bench, batch):
     f = root / group / bench / str(batch) / "new" / "estimates.json"
     if not f.exists():
         return None
-    return json.loads(f.read_text())["median"]["point_estimate"]
+    return json.loads(f.read_text())["median"]["point_estimate"] / batch
 
 
-groups = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith("read "))
-baseline = "direct read_scatter"
-benches = ["engine read_now", "floor of futures", "engine read", "engine scoped read", "engine read_into_owned"]
-print("| reads of | batch | direct call, ns/read | engine's synchronous batch, ns/read | ratio | floor of futures, ns/read | ratio | engine, ns/read | ratio | engine (scoped buffer), ns/read | ratio | engine (owned buffer), ns/read | ratio |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-for group in sorted(groups, key=lambda g: int(g.split()[1])):
-    batches = sorted(int(p.name) for p in (root / group / baseline).iterdir() if p.name.isdigit())
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+groups = sorted(
+    {p.name for root in roots for p in root.iterdir() if p.is_dir() and p.name.startswith("read ")},
+    key=lambda g: int(g.split()[1]),
+)
+header = ["reads of", "batch", "direct call, ns/read"]
+for _, name in benches:
+    header += [f"{name}, ns/read", "ratio"]
+print("| " + " | ".join(header) + " |")
+print("|---|" + "---:|" * (len(header) - 1))
+for group in groups:
+    batches = sorted(
+        {int(p.name) for root in roots for p in (root / group / baseline).iterdir() if p.name.isdigit()}
+    )
     for batch in batches:
-        base = median_ns(group, baseline, batch) / batch
+        bases = [per_read_ns(root, group, baseline, batch) for root in roots]
         cells = []
-        for bench in benches:
-            t = median_ns(group, bench, batch)
-            cells += ["–", "–"] if t is None else [f"{t / batch:.0f}", f"{t / batch / base:.2f}x"]
-        print(f"| {group.split()[1]} B | {batch} | {base:.0f} | " + " | ".join(cells) + " |")
+        for bench, _ in benches:
+            times = [per_read_ns(root, group, bench, batch) for root in roots]
+            ratios = [t / b for t, b in zip(times, bases) if t is not None and b is not None]
+            t = median(times)
+            cells += ["–", "–"] if t is None else [f"{t:.0f}", f"{median(ratios):.2f}x"]
+        print(f"| {group.split()[1]} B | {batch} | {median(bases):.0f} | " + " | ".join(cells) + " |")

@@ -30,6 +30,8 @@ struct Device {
     /// Pages (of `limits.page_size`) that fail, and why.
     holes: Vec<(u64, PageError)>,
     read_only: bool,
+    /// Entries reach it sorted by address (as LeechCore's do).
+    address_order: bool,
 }
 
 impl Device {
@@ -40,6 +42,7 @@ impl Device {
             size,
             holes: Vec::new(),
             read_only: false,
+            address_order: false,
         }
     }
 
@@ -77,6 +80,7 @@ impl Device {
             size: pages * limits.page_size + tail,
             holes,
             read_only: rng.u8(0..10) == 0,
+            address_order: rng.bool(),
         }
     }
 
@@ -85,6 +89,9 @@ impl Device {
             MemBackend::with_address_pattern(self.size as usize).with_limits(self.limits);
         if self.read_only {
             backend = backend.read_only();
+        }
+        if self.address_order {
+            backend = backend.in_address_order();
         }
         let page = self.limits.page_size;
         for &(p, reason) in &self.holes {

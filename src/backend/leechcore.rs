@@ -811,6 +811,12 @@ impl Backend for LeechCore {
         self.info.read_only
     }
 
+    /// Images and QEMU's guest memory are files: their pages are read
+    /// faster in order. (To a board, the order costs nothing.)
+    fn prefers_address_order(&self) -> bool {
+        true
+    }
+
     fn set_memory_map(&self, map: &MemoryMap) -> Result<(), Error> {
         LeechCore::set_memory_map(self, map)
     }

@@ -18,6 +18,7 @@ pub struct MemBackend {
     holes: RwLock<Vec<(Range<u64>, PageError)>>,
     limits: Limits,
     read_only: bool,
+    address_order: bool,
     read_calls: AtomicU64,
     write_calls: AtomicU64,
     read_entries: Mutex<Vec<usize>>,
@@ -40,6 +41,7 @@ impl MemBackend {
             holes: RwLock::new(Vec::new()),
             limits: Limits::LEECHCORE,
             read_only: false,
+            address_order: false,
             read_calls: AtomicU64::new(0),
             write_calls: AtomicU64::new(0),
             read_entries: Mutex::new(Vec::new()),
@@ -77,6 +79,13 @@ impl MemBackend {
     /// Refuses every write.
     pub fn read_only(mut self) -> Self {
         self.read_only = true;
+        self
+    }
+
+    /// Asks for entries in address order, as a file-backed device does
+    /// (see [`Backend::prefers_address_order`]).
+    pub fn in_address_order(mut self) -> Self {
+        self.address_order = true;
         self
     }
 
@@ -243,5 +252,9 @@ impl Backend for MemBackend {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    fn prefers_address_order(&self) -> bool {
+        self.address_order
     }
 }

@@ -29,6 +29,15 @@ pub trait Backend: Send + Sync {
     fn memory_map(&self) -> MemoryMap;
     /// Whether writes are refused.
     fn read_only(&self) -> bool;
+    /// Whether the device serves a call's entries faster in address order
+    /// than as they come, by more than sorting them costs: a memory image
+    /// or mapped guest memory, whose pages are then touched in order (6–16 %
+    /// faster on LeechCore's file device for 4096 random reads). The
+    /// engine then sends each read call's entries sorted by address. No by
+    /// default: a memory copy gains less than the sort costs.
+    fn prefers_address_order(&self) -> bool {
+        false
+    }
     /// Replaces the device's memory map, if the device has one to set.
     fn set_memory_map(&self, map: &MemoryMap) -> Result<(), crate::Error> {
         let _ = map;

@@ -16,28 +16,13 @@
 use rustc_hash::FxHashMap;
 
 use super::outcome::{Failure, Fragment};
-use super::queue::{Kind, Queue, SlotRef, State};
+use super::queue::{Kind, Queue, Req, Staging, State};
 use crate::backend::{Backend, EntryRule, Limits, PageError, ScatterEntry, WriteEntry};
 
-/// A request of this flush. Its buffer is lent for the flush: an engine
-/// slot's buffer (which stays in the slot: an in-flight slot's buffer is
-/// touched by nobody else) or a synchronous caller's.
-struct Req {
-    /// The request's slot (queued requests; synchronous batches have none).
-    slot: Option<SlotRef>,
-    kind: Kind,
-    addr: u64,
-    len: usize,
-    /// `len` bytes, valid and not otherwise accessed until the flush ends;
-    /// written only for reads.
-    ptr: *mut u8,
-    record: bool,
-    round: u32,
-    /// A read that overlaps an earlier write of the flush, so it goes
-    /// after its round's writes; other reads of round 0 may go before.
-    sees_writes: bool,
-}
-
+// A request of this flush (`Req`, queued in the form the flush takes). Its
+// buffer is lent for the flush: an engine slot's buffer (which stays in the
+// slot: an in-flight slot's buffer is touched by nobody else), a scope's,
+// or a synchronous caller's.
 impl Req {
     /// The request's bytes `offset..offset + len`, for reading.
     ///
@@ -182,6 +167,10 @@ pub(crate) struct Flusher {
     /// Fragments of the requests that record them, in request order.
     fragments: Vec<(u32, Fragment)>,
     read_entries: Vec<ScatterEntry<'static>>,
+    /// A device that prefers address order gets read entries sorted: by
+    /// these (address, index) keys, into these entries.
+    order_keys: Vec<(u64, u32)>,
+    sorted_entries: Vec<ScatterEntry<'static>>,
     write_entries: Vec<WriteEntry<'static>>,
     /// Some taken request records fragments.
     records: bool,
@@ -207,36 +196,27 @@ pub struct FlushStats {
 }
 
 impl Flusher {
-    /// Takes everything queued; returns false when there was nothing.
-    pub fn take(&mut self, queue: &mut Queue) -> bool {
+    /// Takes everything queued, `staging`'s requests last; returns false
+    /// when there was nothing.
+    pub fn take(&mut self, queue: &mut Queue, staging: &mut Staging) -> bool {
         self.begin_batch();
-        let pending = std::mem::take(&mut queue.pending);
-        for &slot in &pending {
-            if queue.state(slot) == State::Cancelled {
-                queue.release(slot);
-                continue;
-            }
-            queue.set_state(slot, State::InFlight);
-            let body = queue.body(slot);
-            self.reqs.push(Req {
-                slot: Some(slot),
-                kind: body.kind,
-                addr: body.addr,
-                len: body.len,
-                ptr: match body.lent {
-                    Some(lent) => lent.ptr.as_ptr(),
-                    None => body.data.as_mut_ptr(),
-                },
-                record: body.record,
-                round: 0,
-                sees_writes: false,
-            });
-            self.records |= body.record;
+        queue.take_all(staging, &mut self.reqs);
+        let mut cancelled = false;
+        for req in &self.reqs {
+            let slot = req.slot.expect("queued requests have slots");
+            cancelled |= queue.state(slot) == State::Cancelled;
+            self.records |= req.record;
         }
-        // Give the (now empty) list back so its capacity is reused.
-        let mut pending = pending;
-        pending.clear();
-        queue.pending = pending;
+        if cancelled {
+            self.reqs.retain(|req| {
+                let slot = req.slot.expect("queued requests have slots");
+                let keep = queue.state(slot) != State::Cancelled;
+                if !keep {
+                    queue.release(slot);
+                }
+                keep
+            });
+        }
         !self.reqs.is_empty()
     }
 
@@ -372,7 +352,7 @@ impl Flusher {
             let buf = unsafe { std::slice::from_raw_parts_mut(req.ptr, req.len) };
             entries.push(ScatterEntry::new(req.addr, buf));
         }
-        let calls = read_in_calls(backend, &mut entries, max_entries);
+        let calls = self.read(backend, &mut entries, max_entries);
         for (ri, e) in entries.iter().enumerate() {
             if let Err(reason) = e.result {
                 self.fail_whole(ri, reason);
@@ -433,29 +413,19 @@ impl Flusher {
                 let body = queue.body(req.slot.expect("queued requests have slots"));
                 while let Some((_, f)) = failed.next_if(|(r, _)| *r == ri) {
                     body.failures.push(*f);
+                    body.failed = true;
                 }
                 while let Some((_, f)) = fragments.next_if(|(r, _)| *r == ri) {
                     body.fragments.push(*f);
+                    body.has_fragments = true;
                 }
             }
         }
-        // Futures joined in one task share one waker: wake it once. (The
-        // wakers stay in their slots, all still the engine's, so comparing
-        // them needs no clone.) A woken future that polls before `complete`
-        // below waits for the queue lock, so no wake is lost.
-        let mut last_woken: Option<&std::task::Waker> = None;
-        for req in &self.reqs {
-            let slot = req.slot.expect("queued requests have slots");
-            if let Some(waker) = queue.waker(slot) {
-                if !last_woken.is_some_and(|w| w.will_wake(waker)) {
-                    waker.wake_by_ref();
-                    last_woken = Some(waker);
-                }
-            }
-        }
-        for req in self.reqs.drain(..) {
-            queue.complete(req.slot.expect("queued requests have slots"));
-        }
+        queue.complete_all(
+            self.reqs
+                .drain(..)
+                .map(|req| req.slot.expect("queued requests have slots")),
+        );
         self.failed.clear();
         self.fragments.clear();
     }
@@ -717,6 +687,41 @@ impl Flusher {
         }
     }
 
+    /// Reads `entries` in calls of at most `max_entries`; returns the
+    /// calls. A device that prefers address order gets them sorted by
+    /// address (entries of one flush never overlap, so their order is
+    /// free); each result stays with its entry.
+    fn read(
+        &mut self,
+        backend: &dyn Backend,
+        entries: &mut [ScatterEntry<'static>],
+        max_entries: usize,
+    ) -> usize {
+        if !backend.prefers_address_order() || entries.windows(2).all(|w| w[0].addr <= w[1].addr) {
+            return read_in_calls(backend, entries, max_entries);
+        }
+        self.order_keys.clear();
+        let keys = entries.iter().enumerate().map(|(i, e)| (e.addr, i as u32));
+        self.order_keys.extend(keys);
+        self.order_keys.sort_unstable();
+        let mut sorted = std::mem::take(&mut self.sorted_entries);
+        for &(addr, i) in &self.order_keys {
+            let buf = &mut entries[i as usize].buf;
+            // SAFETY: a reborrow of the entry's buffer, which nothing else
+            // touches until `sorted` is cleared below (the unsorted entry
+            // only gets its result back).
+            let buf = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr(), buf.len()) };
+            sorted.push(ScatterEntry::new(addr, buf));
+        }
+        let calls = read_in_calls(backend, &mut sorted, max_entries);
+        for (e, &(_, i)) in sorted.iter().zip(&self.order_keys) {
+            entries[i as usize].result = e.result;
+        }
+        sorted.clear();
+        self.sorted_entries = sorted;
+        calls
+    }
+
     /// Reads every group, at most `max_entries` per call; returns the
     /// number of calls and whether any group failed.
     fn read_groups(&mut self, backend: &dyn Backend, max_entries: usize) -> (usize, bool) {
@@ -747,7 +752,7 @@ impl Flusher {
             let buf = unsafe { std::slice::from_raw_parts_mut(buf, g.len) };
             entries.push(ScatterEntry::new(g.addr, buf));
         }
-        let calls = read_in_calls(backend, &mut entries, max_entries);
+        let calls = self.read(backend, &mut entries, max_entries);
         let mut failed = false;
         for (g, e) in self.groups.iter_mut().zip(&entries) {
             g.result = e.result;

@@ -392,6 +392,7 @@ impl Memory {
     /// engine. Use it at once: it is the driver's again when the poll
     /// returns.
     #[allow(clippy::mut_from_ref)]
+    #[inline]
     fn driving_staging(&self) -> Option<&mut Staging> {
         let (shared, staging) = STAGING.get();
         // SAFETY: the context is set only while its driver polls on this
@@ -425,8 +426,7 @@ impl Memory {
             .unwrap_or_else(|e| e.into_inner());
         {
             let mut queue = self.queue();
-            queue.publish(staging);
-            if !flusher.take(&mut queue) {
+            if !flusher.take(&mut queue, staging) {
                 return None;
             }
         }

@@ -31,14 +31,13 @@ pub(crate) enum Kind {
 pub(crate) enum State {
     /// Not in use.
     Free,
-    /// Waiting for the next flush.
+    /// Waiting for the next flush, or taken by a flush (its buffer is
+    /// then with the flush): only the holder of the flush knows which, so
+    /// taking a request costs no store.
     Queued,
-    /// Its future was dropped while queued; the next flush frees it.
+    /// Its future was dropped before it completed: the flush that takes
+    /// it (before it is sent) or completes it frees it.
     Cancelled,
-    /// Taken by a flush; its buffer is with the flush.
-    InFlight,
-    /// Its future was dropped while in flight; completion frees it.
-    Abandoned,
     /// Completed; the slot belongs to its future until collected.
     Done,
     /// The future took its result (or went away); the engine may reuse
@@ -47,6 +46,7 @@ pub(crate) enum State {
 }
 
 impl State {
+    #[inline]
     fn from_u8(v: u8) -> State {
         debug_assert!(v <= State::Collected as u8);
         // SAFETY: slot states are only ever stored from a `State` (see
@@ -56,24 +56,78 @@ impl State {
     }
 }
 
-/// What a request is and what became of it.
+/// What became of a request, and the buffers it uses. What every request
+/// touches comes first: with the slot's state, one cache line.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Body {
+    /// The request's bytes are in `inline` (a short engine buffer), not
+    /// `data`.
+    pub in_inline: bool,
+    /// `failures` holds something (checked without reaching for it).
+    pub failed: bool,
+    /// `fragments` holds something.
+    pub has_fragments: bool,
+    /// `data` may hold a buffer larger than `LARGE_BUFFER` (set when one
+    /// is put there; taking the slot back clears it): checked without
+    /// reaching for `data`.
+    pub large: bool,
+    pub len: usize,
+    /// Engine buffer of short requests: no vector to size or look after.
+    pub inline: [u8; INLINE],
+    pub waker: Option<Waker>,
+    /// The scope whose buffer the request uses in place, or 0.
+    pub scope: u64,
+    pub failures: Vec<Failure>,
+    /// Read destination or write source of longer requests: engine-owned,
+    /// or the caller's moved-in buffer. While in flight, the flush writes
+    /// or reads it in place (through a pointer taken at submission).
+    pub data: Vec<u8>,
+    pub fragments: Vec<Fragment>,
+}
+
+/// Requests of at most this many bytes in an engine buffer use the slot's
+/// own `inline` bytes.
+pub(crate) const INLINE: usize = 16;
+
+impl Body {
+    /// The engine buffer's bytes of a done request (not a lent one).
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        if self.in_inline {
+            &self.inline[..self.len]
+        } else {
+            &self.data[..self.len]
+        }
+    }
+}
+
+/// A request as the flush takes it: queued in this form, so taking the
+/// queue moves a list and copies nothing per request.
+#[derive(Debug)]
+pub(crate) struct Req {
+    /// The request's slot (queued requests; synchronous batches have none).
+    pub slot: Option<SlotRef>,
     pub kind: Kind,
     pub addr: u64,
     pub len: usize,
-    /// Read destination or write source: engine-owned, or the caller's
-    /// moved-in buffer. While in flight, the flush writes or reads it in
-    /// place (through a pointer taken when the flush took the request).
-    pub data: Vec<u8>,
-    pub failures: Vec<Failure>,
-    pub fragments: Vec<Fragment>,
-    /// Record `fragments` (only streams need them).
+    /// `len` bytes, valid and not otherwise accessed until the flush ends;
+    /// written only for reads.
+    pub ptr: *mut u8,
+    /// Record fragments (only streams need them).
     pub record: bool,
-    /// A scope's buffer the flush uses in place of `data`.
-    pub lent: Option<Lent>,
-    pub waker: Option<Waker>,
+    /// The flush's own: the round it goes in.
+    pub round: u32,
+    /// The flush's own: a read that overlaps an earlier write of the
+    /// flush, so it goes after its round's writes; other reads of round 0
+    /// may go before.
+    pub sees_writes: bool,
 }
+
+// SAFETY: `ptr` stands for a buffer lent to the engine (a slot's, a
+// scope's, or a synchronous caller's for one call), touched only by the
+// flush that holds the request.
+unsafe impl Send for Req {}
 
 /// A caller's buffer lent to the engine for the life of a scope (see
 /// `Memory::scope`): the flush reads or writes it in place, so it is
@@ -85,8 +139,9 @@ pub(crate) struct Lent {
     pub scope: u64,
 }
 
-/// One request's place in the queue.
+/// One request's place in the queue, on cache lines of its own.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Slot {
     state: AtomicU8,
     body: UnsafeCell<Body>,
@@ -97,23 +152,27 @@ impl Slot {
         Slot {
             state: AtomicU8::new(State::Free as u8),
             body: UnsafeCell::new(Body {
-                kind: Kind::Read,
-                addr: 0,
+                in_inline: false,
+                failed: false,
+                has_fragments: false,
+                large: false,
                 len: 0,
-                data: Vec::new(),
-                failures: Vec::new(),
-                fragments: Vec::new(),
-                record: false,
-                lent: None,
+                inline: [0; INLINE],
                 waker: None,
+                scope: 0,
+                failures: Vec::new(),
+                data: Vec::new(),
+                fragments: Vec::new(),
             }),
         }
     }
 
+    #[inline]
     fn state(&self) -> State {
         State::from_u8(self.state.load(Ordering::Acquire))
     }
 
+    #[inline]
     fn set_state(&self, state: State) {
         self.state.store(state as u8, Ordering::Release);
     }
@@ -132,6 +191,7 @@ unsafe impl Send for SlotRef {}
 unsafe impl Sync for SlotRef {}
 
 impl SlotRef {
+    #[inline]
     fn slot(&self) -> &Slot {
         // SAFETY: the slot outlives every future of its queue (chunks are
         // freed only with the queue, which the future's `Memory` keeps).
@@ -139,6 +199,7 @@ impl SlotRef {
     }
 
     /// Whether the request is done (its result may be collected).
+    #[inline]
     pub fn is_done(&self) -> bool {
         self.slot().state() == State::Done
     }
@@ -148,42 +209,64 @@ impl SlotRef {
     /// SAFETY: `is_done()` returned true, the caller is the request's
     /// future and has not called `collected` yet.
     #[allow(clippy::mut_from_ref)]
+    #[inline]
     pub unsafe fn done_body(&self) -> &mut Body {
         &mut *self.slot.as_ref().body.get()
     }
 
     /// Hands a done slot back to the engine; the future must not touch it
     /// again.
+    #[inline]
     pub fn collected(&self) {
         self.slot().set_state(State::Collected);
     }
 
-    /// Makes a free slot hold `req`, queued; `fill` initialises an engine
-    /// buffer. Replaced engine buffers go to
-    /// `spare`, and come from it when the slot's own is too small.
+    /// Makes a free slot hold `req`, queued, and returns it in the form
+    /// the flush takes; `fill` initialises an engine buffer. Replaced
+    /// engine buffers go to `spare`, and come from it when the slot's own
+    /// is too small.
     ///
     /// SAFETY: the slot is free and the caller holds it alone (under the
     /// queue lock, or reserved for the caller's staging).
-    #[inline]
+    // Always inline, into the poll that queues the request (see
+    // `Memory::submit`): through a call, the request is passed in memory
+    // and the poll costs a third more.
+    #[inline(always)]
     unsafe fn prepare(
-        &self,
+        self,
         req: NewRequest<'_>,
         spare: &mut SpareBuffers,
         fill: impl FnOnce(&mut [u8]),
-    ) {
+    ) -> Req {
         let slot = self.slot();
-        let body = &mut *slot.body.get();
+        let raw = slot.body.get();
+        let body = &mut *raw;
         let NewRequest { sub, buffer, waker } = req;
-        body.lent = None;
-        match buffer {
+        body.scope = 0;
+        body.in_inline = false;
+        let ptr = match buffer {
             // The slot's own buffer is neither used nor resized.
-            Buffer::Lent(lent) => body.lent = Some(lent),
+            Buffer::Lent(lent) => {
+                body.scope = lent.scope;
+                lent.ptr.as_ptr()
+            }
             Buffer::Owned(data) => {
                 let old = std::mem::replace(&mut body.data, data);
                 // (An owned read took the slot's last buffer: nothing to keep.)
                 if old.capacity() != 0 {
                     spare.put(old);
                 }
+                body.large = body.data.capacity() > LARGE_BUFFER;
+                body.data.as_mut_ptr()
+            }
+            Buffer::Engine if sub.len <= INLINE => {
+                body.in_inline = true;
+                fill(&mut body.inline[..sub.len]);
+                // From the cell's pointer, not from `body`: a reference to
+                // the whole body made later (a pending poll's new waker)
+                // would end a pointer derived from this one (Miri, Stacked
+                // Borrows).
+                std::ptr::addr_of_mut!((*raw).inline).cast::<u8>()
             }
             Buffer::Engine => {
                 let cap = body.data.capacity();
@@ -207,19 +290,34 @@ impl SlotRef {
                     body.data.resize(sub.len, 0);
                 }
                 fill(&mut body.data[..sub.len]);
+                body.large = body.data.capacity() > LARGE_BUFFER;
+                body.data.as_mut_ptr()
             }
-        }
-        body.kind = sub.kind;
-        body.addr = sub.addr;
+        };
         body.len = sub.len;
-        body.record = sub.record;
-        body.failures.clear();
-        body.fragments.clear();
+        if body.failed {
+            body.failed = false;
+            body.failures.clear();
+        }
+        if body.has_fragments {
+            body.has_fragments = false;
+            body.fragments.clear();
+        }
         match &mut body.waker {
             Some(w) => w.clone_from(waker),
             None => body.waker = Some(waker.clone()),
         }
         slot.set_state(State::Queued);
+        Req {
+            slot: Some(self),
+            kind: sub.kind,
+            addr: sub.addr,
+            len: sub.len,
+            ptr,
+            record: sub.record,
+            round: 0,
+            sees_writes: false,
+        }
     }
 }
 
@@ -242,9 +340,10 @@ pub(crate) enum Buffer {
 
 impl NewRequest<'_> {
     /// Whether it needs a large engine buffer that `spare` does not have.
+    #[inline]
     fn needs_large_buffer(&self, spare: &SpareBuffers) -> bool {
-        matches!(self.buffer, Buffer::Engine)
-            && self.sub.len > LARGE_BUFFER
+        self.sub.len > LARGE_BUFFER
+            && matches!(self.buffer, Buffer::Engine)
             && !spare.has_fit(self.sub.len)
     }
 }
@@ -260,8 +359,8 @@ impl NewRequest<'_> {
 pub(crate) struct Staging {
     /// Free slots reserved for this staging.
     reserved: Vec<SlotRef>,
-    /// Queued slots not yet in `Queue::pending`, in program order.
-    staged: Vec<SlotRef>,
+    /// Queued requests not yet in `Queue::pending`, in program order.
+    staged: Vec<Req>,
     /// Buffers replaced by moved-in ones or by better-fitting ones.
     spare: SpareBuffers,
     /// Requests submitted since its driver last flushed, and in the batch
@@ -292,7 +391,7 @@ impl Staging {
 
     /// Queues a request in a reserved slot (reserving more under the
     /// queue lock, rarely).
-    #[inline]
+    #[inline(always)] // see `prepare`
     pub fn submit(
         &mut self,
         queue: &Mutex<Queue>,
@@ -304,8 +403,8 @@ impl Staging {
         }
         let slot = self.reserved.pop().expect("reserved slots");
         // SAFETY: reserved slots are free and this staging's alone.
-        unsafe { slot.prepare(req, &mut self.spare, fill) };
-        self.staged.push(slot);
+        let queued = unsafe { slot.prepare(req, &mut self.spare, fill) };
+        self.staged.push(queued);
         self.batch += 1;
         slot
     }
@@ -337,6 +436,17 @@ impl Staging {
         self.last_batch = self.batch;
         self.batch = 0;
     }
+}
+
+/// The waker of an unfinished request whose future is still there.
+fn waker<'a>(slot: SlotRef) -> &'a Waker {
+    // SAFETY: an unfinished slot whose future is still there belongs to the
+    // engine, which changes it only through `&mut Queue`; the caller holds
+    // it, and lets go of the waker before handing the slot over.
+    // (Only the waker is borrowed: the flush may still hold a pointer to
+    // the slot's inline bytes.)
+    let waker = unsafe { &*std::ptr::addr_of!((*slot.slot().body.get()).waker) };
+    waker.as_ref().expect("a queued request has a waker")
 }
 
 /// Locks the queue. Queue operations do not panic midway, so a poisoned
@@ -378,7 +488,7 @@ pub(crate) struct Queue {
     /// Slots handed to their futures, to take back once collected.
     done: Vec<SlotRef>,
     /// Queued requests, in program order.
-    pub pending: Vec<SlotRef>,
+    pub pending: Vec<Req>,
     /// Buffers left by finished requests, for the next ones.
     spare: SpareBuffers,
     /// The background drivers' wakers, by driver id: each is woken when a
@@ -481,18 +591,6 @@ impl Queue {
         unsafe { &mut *slot.body.get() }
     }
 
-    /// The waker of an unfinished request whose future is still there.
-    pub fn waker(&self, slot: SlotRef) -> Option<&Waker> {
-        let state = self.state(slot);
-        debug_assert!(matches!(state, State::InFlight | State::Abandoned));
-        if state == State::Abandoned {
-            return None;
-        }
-        // SAFETY: an in-flight slot belongs to the engine, which changes it
-        // only through `&mut Queue`; none is alive while `&self` is.
-        unsafe { &*slot.slot().body.get() }.waker.as_ref()
-    }
-
     /// A free slot: a reused one, one collected since, or a new chunk's.
     fn free_slot(&mut self) -> SlotRef {
         self.ensure_free(1);
@@ -535,10 +633,13 @@ impl Queue {
             }
             // A large buffer goes where the next large request of any slot
             // will look for it.
-            let data = &mut self.body(slot).data;
-            if data.capacity() > LARGE_BUFFER {
-                let data = std::mem::take(data);
-                self.spare.put(data);
+            let body = self.body(slot);
+            if body.large {
+                body.large = false;
+                if body.data.capacity() > LARGE_BUFFER {
+                    let data = std::mem::take(&mut body.data);
+                    self.spare.put(data);
+                }
             }
             self.release(slot);
             false
@@ -555,8 +656,8 @@ impl Queue {
         }
         let slot = self.free_slot();
         // SAFETY: a free slot belongs to the engine; we hold `&mut self`.
-        unsafe { slot.prepare(req, &mut self.spare, fill) };
-        self.pending.push(slot);
+        let queued = unsafe { slot.prepare(req, &mut self.spare, fill) };
+        self.pending.push(queued);
         self.wake_drivers();
         slot
     }
@@ -566,8 +667,29 @@ impl Queue {
         if staging.staged.is_empty() {
             return;
         }
-        self.pending.append(&mut staging.staged);
+        if self.pending.is_empty() {
+            // The usual case: the lists trade places (and capacities), and
+            // nothing is copied.
+            std::mem::swap(&mut self.pending, &mut staging.staged);
+        } else {
+            self.pending.append(&mut staging.staged);
+        }
         self.wake_drivers();
+    }
+
+    /// Swaps everything queued, with `staging`'s requests after the rest,
+    /// into the empty list `into`: the lists trade places (and
+    /// capacities), and nothing is copied. A driver's lists then settle
+    /// into two that trade places every flush, so warm batches allocate
+    /// nothing.
+    pub fn take_all(&mut self, staging: &mut Staging, into: &mut Vec<Req>) {
+        debug_assert!(into.is_empty());
+        if self.pending.is_empty() {
+            std::mem::swap(into, &mut staging.staged);
+        } else {
+            self.publish(staging);
+            std::mem::swap(into, &mut self.pending);
+        }
     }
 
     /// Tells the background drivers that requests are queued.
@@ -607,23 +729,51 @@ impl Queue {
         if self.state(slot) == State::Done {
             return true;
         }
-        let body = self.body(slot);
-        match &mut body.waker {
+        // SAFETY: an unfinished slot belongs to the engine, which changes it
+        // only under the queue lock, held here (`&mut self`). Only the
+        // waker is borrowed: the request's own pointer to its inline bytes,
+        // which a flush may use, stays valid (Miri, Stacked Borrows).
+        let slot_waker = unsafe { &mut *std::ptr::addr_of_mut!((*slot.slot().body.get()).waker) };
+        match slot_waker {
             Some(w) => w.clone_from(waker),
-            None => body.waker = Some(waker.clone()),
+            None => *slot_waker = Some(waker.clone()),
         }
         false
     }
 
-    /// Completes a request the flush took: its future may collect it, or,
-    /// if the future is gone, the slot is free again.
-    pub fn complete(&mut self, slot: SlotRef) {
-        if self.state(slot) == State::Abandoned {
-            self.release(slot);
-        } else {
-            self.set_state(slot, State::Done);
-            self.done.push(slot);
+    /// Completes the requests a flush took: each future may collect its
+    /// request, or, if the future is gone, the slot is free again. Wakes
+    /// the waiters, a waker shared by adjacent requests (futures joined in
+    /// one task) once for the run of them, so a task whose requests
+    /// interleave with another's is woken once per run.
+    pub fn complete_all(&mut self, slots: impl Iterator<Item = SlotRef>) {
+        // A slot is handed to its future one step late: until then its
+        // waker is still the engine's, to compare the next one with (no
+        // clone needed). A woken future that polls before its slot is done
+        // waits for the queue lock, held here, so no wake is lost.
+        let mut prev: Option<SlotRef> = None;
+        for slot in slots {
+            if self.state(slot) == State::Cancelled {
+                self.release(slot);
+                continue;
+            }
+            let waker = waker(slot);
+            if !prev.is_some_and(|p| waker.will_wake(self::waker(p))) {
+                waker.wake_by_ref();
+            }
+            if let Some(p) = prev.replace(slot) {
+                self.hand_over(p);
+            }
         }
+        if let Some(p) = prev {
+            self.hand_over(p);
+        }
+    }
+
+    /// Hands a completed request's slot to its future.
+    fn hand_over(&mut self, slot: SlotRef) {
+        self.set_state(slot, State::Done);
+        self.done.push(slot);
     }
 
     /// Frees a slot. Its waker stays, so the next request from the same
@@ -650,11 +800,10 @@ impl Queue {
                 // changes it only under the queue lock, held here
                 // (`&mut self`); the `Acquire` load of the state saw what
                 // `prepare` wrote.
-                let lent = unsafe { (*slot.body.get()).lent };
-                lent.is_some_and(|lent| lent.scope == scope)
+                unsafe { (*slot.body.get()).scope == scope }
             }
         };
-        for slot in &self.pending {
+        for slot in self.pending.iter().filter_map(|req| req.slot) {
             if of_scope(slot.slot()) {
                 slot.slot().set_state(State::Cancelled);
             }
@@ -668,9 +817,8 @@ impl Queue {
     pub fn forget(&mut self, slot: SlotRef) {
         match self.state(slot) {
             State::Queued => self.set_state(slot, State::Cancelled),
-            State::InFlight => self.set_state(slot, State::Abandoned),
             State::Done => self.set_state(slot, State::Collected),
-            State::Free | State::Cancelled | State::Abandoned | State::Collected => {}
+            State::Free | State::Cancelled | State::Collected => {}
         }
     }
 }

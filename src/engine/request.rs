@@ -22,7 +22,7 @@ use super::queue::{Body, Buffer, Kind, Lent, NewRequest, SlotRef, Submission};
 use super::Memory;
 
 /// A request's link to its slot in the queue.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 enum Ticket {
     /// Not queued yet (futures do nothing until polled).
     Unsent,
@@ -74,24 +74,6 @@ impl<'m> Request<'m> {
     fn is_done_locked(&self, slot: SlotRef, cx: &Context<'_>) -> bool {
         self.mem.queue().poll_done(slot, cx.waker())
     }
-
-    /// `Pending` until the request is done; then `finish` collects the
-    /// result from the slot, which goes back to the engine afterwards.
-    fn poll_done<R>(&mut self, cx: &Context<'_>, finish: impl FnOnce(&mut Body) -> R) -> Poll<R> {
-        let slot = match self.ticket {
-            Ticket::Sent(slot) => slot,
-            Ticket::Unsent => unreachable!("poll_done before send"),
-            Ticket::Finished => panic!("leechio request polled after it completed"),
-        };
-        if !self.is_done(slot, cx) {
-            return Poll::Pending;
-        }
-        // SAFETY: done, and this is the request's future.
-        let out = finish(unsafe { slot.done_body() });
-        slot.collected();
-        self.ticket = Ticket::Finished;
-        Poll::Ready(out)
-    }
 }
 
 impl Drop for Request<'_> {
@@ -118,27 +100,101 @@ impl Request<'_> {
     }
 }
 
-/// The result recorded in a done slot.
-fn outcome(slot: &Body) -> Result<(), PartialError> {
-    if slot.failures.is_empty() {
-        Ok(())
-    } else {
-        Err(PartialError {
-            failed: slot.failures.clone(),
-            len: slot.len,
-        })
+/// A future of one request: how it is queued, and how its result is
+/// collected. [`poll_request`] polls it.
+trait Requesting<'m> {
+    type Output;
+
+    fn request(&mut self) -> &mut Request<'m>;
+
+    /// Queues the request (first poll), or gives the output at once (an
+    /// empty request).
+    fn send(&mut self, cx: &Context<'_>) -> Option<Self::Output>;
+
+    /// The output of the done request, from its slot's body.
+    fn finish(&mut self, body: &mut Body) -> Self::Output;
+}
+
+/// Polls a request future. Only the collection of a done request, which
+/// nearly every poll after a flush is, is inline: a join's loop over many
+/// futures stays short, and everything else is one call.
+#[inline(always)]
+fn poll_request<'m, F: Requesting<'m>>(f: &mut F, cx: &Context<'_>) -> Poll<F::Output> {
+    if let Ticket::Sent(slot) = f.request().ticket {
+        if slot.is_done() {
+            return Poll::Ready(collect(f, slot));
+        }
+    }
+    poll_cold(f, cx)
+}
+
+#[inline(never)]
+fn poll_cold<'m, F: Requesting<'m>>(f: &mut F, cx: &Context<'_>) -> Poll<F::Output> {
+    let ticket = f.request().ticket;
+    match ticket {
+        Ticket::Unsent => match f.send(cx) {
+            Some(out) => {
+                f.request().ticket = Ticket::Finished;
+                Poll::Ready(out)
+            }
+            None => Poll::Pending,
+        },
+        Ticket::Sent(slot) if f.request().is_done(slot, cx) => Poll::Ready(collect(f, slot)),
+        Ticket::Sent(_) => Poll::Pending,
+        Ticket::Finished => panic!("leechio request polled after it completed"),
     }
 }
 
+/// Collects a done request's output; its slot goes back to the engine.
+#[inline(always)]
+fn collect<'m, F: Requesting<'m>>(f: &mut F, slot: SlotRef) -> F::Output {
+    // SAFETY: done, and this is the request's future.
+    let out = f.finish(unsafe { slot.done_body() });
+    slot.collected();
+    f.request().ticket = Ticket::Finished;
+    out
+}
+
+/// The result recorded in a done slot.
+#[inline]
+fn outcome(slot: &Body) -> Result<(), PartialError> {
+    if !slot.failed {
+        Ok(())
+    } else {
+        failed(slot)
+    }
+}
+
+#[cold]
+fn failed(slot: &Body) -> Result<(), PartialError> {
+    Err(PartialError {
+        failed: slot.failures.clone(),
+        len: slot.len,
+    })
+}
+
 /// Copies the bytes that were read from a done slot into `buf`.
+#[inline]
 fn copy_read(slot: &Body, buf: &mut [u8]) {
-    if slot.failures.is_empty() {
-        buf.copy_from_slice(&slot.data[..slot.len]);
+    let bytes = slot.bytes();
+    if !slot.failed {
+        copy_bytes(bytes, buf);
         return;
     }
     for_each_success(slot.len, &slot.failures, |a, b| {
-        buf[a..b].copy_from_slice(&slot.data[a..b])
+        buf[a..b].copy_from_slice(&bytes[a..b])
     });
+}
+
+/// `to.copy_from_slice(from)`, without a call for the usual short reads
+/// (a `memcpy` call costs more than the copy of a few words).
+#[inline(always)]
+fn copy_bytes(from: &[u8], to: &mut [u8]) {
+    match (from.len(), <&[u8; 8]>::try_from(from)) {
+        (_, Ok(word)) => to.copy_from_slice(word),
+        (4, _) => to.copy_from_slice(&from[..4]),
+        _ => to.copy_from_slice(from),
+    }
 }
 
 /// A read into a borrowed buffer; see [`Memory::read`].
@@ -169,33 +225,41 @@ impl<'m, 'b> Read<'m, 'b> {
     }
 }
 
+impl<'m> Requesting<'m> for Read<'m, '_> {
+    type Output = Result<(), PartialError>;
+
+    #[inline(always)]
+    fn request(&mut self) -> &mut Request<'m> {
+        &mut self.req
+    }
+
+    #[inline(always)] // into `poll_cold`, the one call of a first poll
+    fn send(&mut self, cx: &Context<'_>) -> Option<Self::Output> {
+        if self.buf.is_empty() {
+            return Some(Ok(()));
+        }
+        let sub = Submission::new(Kind::Read, self.addr, self.buf.len());
+        self.req.send(cx, sub, Buffer::Engine, |_| {});
+        None
+    }
+
+    #[inline(always)]
+    fn finish(&mut self, body: &mut Body) -> Self::Output {
+        copy_read(body, self.buf);
+        let result = outcome(body);
+        if let (Err(e), true) = (&result, self.zero_failed) {
+            e.zero_fill(self.buf);
+        }
+        result
+    }
+}
+
 impl std::future::Future for Read<'_, '_> {
     type Output = Result<(), PartialError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if let Ticket::Unsent = this.req.ticket {
-            if this.buf.is_empty() {
-                this.req.ticket = Ticket::Finished;
-                return Poll::Ready(Ok(()));
-            }
-            this.req.send(
-                cx,
-                Submission::new(Kind::Read, this.addr, this.buf.len()),
-                Buffer::Engine,
-                |_| {},
-            );
-            return Poll::Pending;
-        }
-        let (buf, zero) = (&mut *this.buf, this.zero_failed);
-        this.req.poll_done(cx, |slot| {
-            copy_read(slot, buf);
-            let result = outcome(slot);
-            if let (Err(e), true) = (&result, zero) {
-                e.zero_fill(buf);
-            }
-            result
-        })
+        poll_request(self.get_mut(), cx)
     }
 }
 
@@ -218,28 +282,37 @@ impl<'m, T: Pod> ReadVal<'m, T> {
     }
 }
 
+impl<'m, T: Pod> Requesting<'m> for ReadVal<'m, T> {
+    type Output = Result<T, PartialError>;
+
+    #[inline(always)]
+    fn request(&mut self) -> &mut Request<'m> {
+        &mut self.req
+    }
+
+    #[inline(always)] // into `poll_cold`, the one call of a first poll
+    fn send(&mut self, cx: &Context<'_>) -> Option<Self::Output> {
+        let len = std::mem::size_of::<T>();
+        if len == 0 {
+            return Some(Ok(T::zeroed()));
+        }
+        let sub = Submission::new(Kind::Read, self.addr, len);
+        self.req.send(cx, sub, Buffer::Engine, |_| {});
+        None
+    }
+
+    #[inline(always)]
+    fn finish(&mut self, body: &mut Body) -> Self::Output {
+        outcome(body).map(|()| bytemuck::pod_read_unaligned(body.bytes()))
+    }
+}
+
 impl<T: Pod> std::future::Future for ReadVal<'_, T> {
     type Output = Result<T, PartialError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        let len = std::mem::size_of::<T>();
-        if let Ticket::Unsent = this.req.ticket {
-            if len == 0 {
-                this.req.ticket = Ticket::Finished;
-                return Poll::Ready(Ok(T::zeroed()));
-            }
-            this.req.send(
-                cx,
-                Submission::new(Kind::Read, this.addr, len),
-                Buffer::Engine,
-                |_| {},
-            );
-            return Poll::Pending;
-        }
-        this.req.poll_done(cx, |slot| {
-            outcome(slot).map(|()| bytemuck::pod_read_unaligned(&slot.data[..len]))
-        })
+        poll_request(self.get_mut(), cx)
     }
 }
 
@@ -263,25 +336,38 @@ impl<'m> ReadOwned<'m> {
     }
 }
 
+impl<'m> Requesting<'m> for ReadOwned<'m> {
+    type Output = (Vec<u8>, Result<(), PartialError>);
+
+    #[inline(always)]
+    fn request(&mut self) -> &mut Request<'m> {
+        &mut self.req
+    }
+
+    #[inline(always)] // into `poll_cold`, the one call of a first poll
+    fn send(&mut self, cx: &Context<'_>) -> Option<Self::Output> {
+        let buf = self.buf.take().unwrap_or_default();
+        if buf.is_empty() {
+            return Some((buf, Ok(())));
+        }
+        let sub = Submission::new(Kind::Read, self.addr, buf.len());
+        self.req.send(cx, sub, Buffer::Owned(buf), |_| {});
+        None
+    }
+
+    #[inline(always)]
+    fn finish(&mut self, body: &mut Body) -> Self::Output {
+        let result = outcome(body);
+        (std::mem::take(&mut body.data), result)
+    }
+}
+
 impl std::future::Future for ReadOwned<'_> {
     type Output = (Vec<u8>, Result<(), PartialError>);
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if let Ticket::Unsent = this.req.ticket {
-            let buf = this.buf.take().unwrap_or_default();
-            if buf.is_empty() {
-                this.req.ticket = Ticket::Finished;
-                return Poll::Ready((buf, Ok(())));
-            }
-            let sub = Submission::new(Kind::Read, this.addr, buf.len());
-            this.req.send(cx, sub, Buffer::Owned(buf), |_| {});
-            return Poll::Pending;
-        }
-        this.req.poll_done(cx, |slot| {
-            let result = outcome(slot);
-            (std::mem::take(&mut slot.data), result)
-        })
+        poll_request(self.get_mut(), cx)
     }
 }
 
@@ -305,23 +391,38 @@ impl<'m, 'b> Write<'m, 'b> {
     }
 }
 
+impl<'m> Requesting<'m> for Write<'m, '_> {
+    type Output = Result<(), PartialError>;
+
+    #[inline(always)]
+    fn request(&mut self) -> &mut Request<'m> {
+        &mut self.req
+    }
+
+    #[inline(always)] // into `poll_cold`, the one call of a first poll
+    fn send(&mut self, cx: &Context<'_>) -> Option<Self::Output> {
+        let data = self.data;
+        if data.is_empty() {
+            return Some(Ok(()));
+        }
+        let sub = Submission::new(Kind::Write, self.addr, data.len());
+        self.req
+            .send(cx, sub, Buffer::Engine, |buf| buf.copy_from_slice(data));
+        None
+    }
+
+    #[inline(always)]
+    fn finish(&mut self, body: &mut Body) -> Self::Output {
+        outcome(body)
+    }
+}
+
 impl std::future::Future for Write<'_, '_> {
     type Output = Result<(), PartialError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if let Ticket::Unsent = this.req.ticket {
-            if this.data.is_empty() {
-                this.req.ticket = Ticket::Finished;
-                return Poll::Ready(Ok(()));
-            }
-            let data = this.data;
-            let sub = Submission::new(Kind::Write, this.addr, data.len());
-            this.req
-                .send(cx, sub, Buffer::Engine, |buf| buf.copy_from_slice(data));
-            return Poll::Pending;
-        }
-        this.req.poll_done(cx, |slot| outcome(slot))
+        poll_request(self.get_mut(), cx)
     }
 }
 
@@ -345,25 +446,38 @@ impl<'m> WriteOwned<'m> {
     }
 }
 
+impl<'m> Requesting<'m> for WriteOwned<'m> {
+    type Output = (Vec<u8>, Result<(), PartialError>);
+
+    #[inline(always)]
+    fn request(&mut self) -> &mut Request<'m> {
+        &mut self.req
+    }
+
+    #[inline(always)] // into `poll_cold`, the one call of a first poll
+    fn send(&mut self, cx: &Context<'_>) -> Option<Self::Output> {
+        let data = self.data.take().unwrap_or_default();
+        if data.is_empty() {
+            return Some((data, Ok(())));
+        }
+        let sub = Submission::new(Kind::Write, self.addr, data.len());
+        self.req.send(cx, sub, Buffer::Owned(data), |_| {});
+        None
+    }
+
+    #[inline(always)]
+    fn finish(&mut self, body: &mut Body) -> Self::Output {
+        let result = outcome(body);
+        (std::mem::take(&mut body.data), result)
+    }
+}
+
 impl std::future::Future for WriteOwned<'_> {
     type Output = (Vec<u8>, Result<(), PartialError>);
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if let Ticket::Unsent = this.req.ticket {
-            let data = this.data.take().unwrap_or_default();
-            if data.is_empty() {
-                this.req.ticket = Ticket::Finished;
-                return Poll::Ready((data, Ok(())));
-            }
-            let sub = Submission::new(Kind::Write, this.addr, data.len());
-            this.req.send(cx, sub, Buffer::Owned(data), |_| {});
-            return Poll::Pending;
-        }
-        this.req.poll_done(cx, |slot| {
-            let result = outcome(slot);
-            (std::mem::take(&mut slot.data), result)
-        })
+        poll_request(self.get_mut(), cx)
     }
 }
 
@@ -376,6 +490,8 @@ struct LentRequest<'s> {
     addr: u64,
     lent: Lent,
     len: usize,
+    /// Reads: write zeros over the bytes that could not be read.
+    zero_failed: bool,
 }
 
 // SAFETY: the pointer stands for a `&mut [u8]` (reads) or `&[u8]` (writes)
@@ -395,30 +511,39 @@ impl<'s> LentRequest<'s> {
             addr,
             lent: Lent { ptr, scope },
             len,
+            zero_failed: false,
         }
     }
+}
 
-    #[inline]
-    fn poll(&mut self, cx: &Context<'_>, zero_failed: bool) -> Poll<Result<(), PartialError>> {
-        if let Ticket::Unsent = self.req.ticket {
-            if self.len == 0 {
-                self.req.ticket = Ticket::Finished;
-                return Poll::Ready(Ok(()));
-            }
-            let sub = Submission::new(self.kind, self.addr, self.len);
-            self.req.send(cx, sub, Buffer::Lent(self.lent), |_| {});
-            return Poll::Pending;
+impl<'s> Requesting<'s> for LentRequest<'s> {
+    type Output = Result<(), PartialError>;
+
+    #[inline(always)]
+    fn request(&mut self) -> &mut Request<'s> {
+        &mut self.req
+    }
+
+    #[inline(always)] // into `poll_cold`, the one call of a first poll
+    fn send(&mut self, cx: &Context<'_>) -> Option<Self::Output> {
+        if self.len == 0 {
+            return Some(Ok(()));
         }
-        let (lent, len) = (self.lent, self.len);
-        self.req.poll_done(cx, |slot| {
-            let result = outcome(slot);
-            if let (Err(e), true) = (&result, zero_failed) {
-                // SAFETY: the request is done, so no flush uses the buffer
-                // any more; this future holds its borrow.
-                e.zero_fill(unsafe { std::slice::from_raw_parts_mut(lent.ptr.as_ptr(), len) });
-            }
-            result
-        })
+        let sub = Submission::new(self.kind, self.addr, self.len);
+        self.req.send(cx, sub, Buffer::Lent(self.lent), |_| {});
+        None
+    }
+
+    #[inline(always)]
+    fn finish(&mut self, body: &mut Body) -> Self::Output {
+        let result = outcome(body);
+        if let (Err(e), true) = (&result, self.zero_failed) {
+            // SAFETY: the request is done, so no flush uses the buffer any
+            // more; this future holds its borrow.
+            let buf = unsafe { std::slice::from_raw_parts_mut(self.lent.ptr.as_ptr(), self.len) };
+            e.zero_fill(buf);
+        }
+        result
     }
 }
 
@@ -428,7 +553,6 @@ impl<'s> LentRequest<'s> {
 #[derive(Debug)]
 pub struct ScopedRead<'s> {
     inner: LentRequest<'s>,
-    zero_failed: bool,
     _buf: PhantomData<&'s mut [u8]>,
 }
 
@@ -436,7 +560,6 @@ impl<'s> ScopedRead<'s> {
     pub(super) fn new(mem: &'s Memory, scope: u64, addr: u64, buf: &'s mut [u8]) -> Self {
         ScopedRead {
             inner: LentRequest::new(mem, scope, Kind::Read, addr, buf.as_mut_ptr(), buf.len()),
-            zero_failed: false,
             _buf: PhantomData,
         }
     }
@@ -444,7 +567,7 @@ impl<'s> ScopedRead<'s> {
     /// Writes zeros over the bytes that could not be read (they are still
     /// reported as failed).
     pub fn zero_failed(mut self) -> Self {
-        self.zero_failed = true;
+        self.inner.zero_failed = true;
         self
     }
 }
@@ -452,9 +575,9 @@ impl<'s> ScopedRead<'s> {
 impl std::future::Future for ScopedRead<'_> {
     type Output = Result<(), PartialError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        this.inner.poll(cx, this.zero_failed)
+        poll_request(&mut self.get_mut().inner, cx)
     }
 }
 
@@ -480,8 +603,9 @@ impl<'s> ScopedWrite<'s> {
 impl std::future::Future for ScopedWrite<'_> {
     type Output = Result<(), PartialError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.get_mut().inner.poll(cx, false)
+        poll_request(&mut self.get_mut().inner, cx)
     }
 }
 
@@ -563,7 +687,7 @@ impl Stream for Fragments<'_, '_> {
                 };
                 if let (Ok(()), FragmentBuffer::Read(buf)) = (fragment.result, &mut this.buf) {
                     let range = fragment.offset..fragment.offset + fragment.len;
-                    buf[range.clone()].copy_from_slice(&body.data[range]);
+                    buf[range.clone()].copy_from_slice(&body.bytes()[range]);
                 }
                 this.next += 1;
                 Poll::Ready(Some(fragment))

@@ -545,6 +545,169 @@ fn dropped_and_leaked_futures_never_have_their_buffers_written() {
     assert_eq!(backend.read_calls(), 2);
 }
 
+/// A backend whose reads wait, once they have begun, until the test lets
+/// them go on: what happens while a flush is in the device can be tested.
+struct Gated {
+    inner: MemBackend,
+    entered: std::sync::mpsc::SyncSender<()>,
+    go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Backend for Gated {
+    fn read_scatter(&self, entries: &mut [crate::ScatterEntry<'_>]) {
+        self.entered.send(()).unwrap();
+        self.go.lock().unwrap().recv().unwrap();
+        self.inner.read_scatter(entries)
+    }
+    fn write_scatter(&self, entries: &mut [crate::WriteEntry<'_>]) {
+        self.inner.write_scatter(entries)
+    }
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+    fn max_address(&self) -> u64 {
+        self.inner.max_address()
+    }
+    fn memory_map(&self) -> crate::MemoryMap {
+        self.inner.memory_map()
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn futures_dropped_while_their_flush_is_in_the_device_are_let_go() {
+    let (entered, on_entry) = std::sync::mpsc::sync_channel(1);
+    let (go, gate) = std::sync::mpsc::sync_channel(1);
+    let mem = Memory::new(Gated {
+        inner: MemBackend::with_address_pattern(MIB),
+        entered,
+        go: std::sync::Mutex::new(gate),
+    });
+    let noop = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&noop);
+    let mut buf = [0xa5u8; 8];
+    let mut borrowed = Box::pin(mem.read(0x1000, &mut buf));
+    let mut owned = Box::pin(mem.read_into_owned(0x2000, vec![0; 0x1000]));
+    let mut kept = Box::pin(mem.read_val::<u64>(0x3008));
+    assert!(borrowed.as_mut().poll(&mut cx).is_pending());
+    assert!(owned.as_mut().poll(&mut cx).is_pending());
+    assert!(kept.as_mut().poll(&mut cx).is_pending());
+    std::thread::scope(|s| {
+        let flush = s.spawn(|| mem.flush());
+        on_entry.recv().unwrap();
+        // In the device now: the first two futures go away.
+        drop(borrowed);
+        drop(owned);
+        go.send(()).unwrap();
+        assert_eq!(flush.join().unwrap().map(|stats| stats.requests), Some(3));
+    });
+    assert_eq!(buf, [0xa5; 8], "a dropped read's buffer was written");
+    assert_eq!(kept.as_mut().poll(&mut cx), Poll::Ready(Ok(0x3008)));
+    // Their slots are the engine's again: more requests than the first
+    // batch had complete, in one call.
+    go.send(()).unwrap();
+    let reads = join_all((0..8u64).map(|i| mem.read_val::<u64>(i * 0x1000)));
+    let values = mem.block_on(reads);
+    on_entry.recv().unwrap();
+    assert!(values
+        .iter()
+        .enumerate()
+        .all(|(i, v)| *v == Ok(i as u64 * 0x1000)));
+}
+
+/// A device that wants its entries in address order, and notes the
+/// addresses of each read call's entries as they came.
+struct Ordered {
+    inner: MemBackend,
+    calls: std::sync::Mutex<Vec<Vec<u64>>>,
+}
+
+impl Backend for Ordered {
+    fn read_scatter(&self, entries: &mut [crate::ScatterEntry<'_>]) {
+        let addrs = entries.iter().map(|e| e.addr).collect();
+        self.calls.lock().unwrap().push(addrs);
+        self.inner.read_scatter(entries)
+    }
+    fn write_scatter(&self, entries: &mut [crate::WriteEntry<'_>]) {
+        self.inner.write_scatter(entries)
+    }
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+    fn max_address(&self) -> u64 {
+        self.inner.max_address()
+    }
+    fn memory_map(&self) -> crate::MemoryMap {
+        self.inner.memory_map()
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn prefers_address_order(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_device_that_prefers_address_order_gets_sorted_entries_and_results_stay_put() {
+    let inner = MemBackend::with_address_pattern(MIB).with_limits(Limits {
+        max_entries: 5,
+        ..Limits::LEECHCORE
+    });
+    inner.add_hole(0x7_0000..0x7_1000, PageError::Unspecified);
+    let backend = Arc::new(Ordered {
+        inner,
+        calls: Default::default(),
+    });
+    let mem = Memory::with_config(backend.clone(), EngineConfig::default());
+    // Pages in no order, one of them a hole; then the same with a second
+    // read of a page and an unaligned one, which take the general plan.
+    let pages = [
+        0x9_0000u64,
+        0x1_0000,
+        0x7_0000,
+        0x3_0000,
+        0xc_0000,
+        0x2_0000,
+        0x8_0000,
+    ];
+    for extra in [None, Some((0x3_0100u64, 3usize)), Some((0x9_0008, 16))] {
+        backend.calls.lock().unwrap().clear();
+        let mut ops: Vec<(u64, usize)> = pages.iter().map(|&p| (p + 0x10, 8)).collect();
+        ops.extend(extra);
+        let mem = &mem;
+        let results = mem.block_on(join_all(ops.iter().map(|&(addr, len)| async move {
+            let mut buf = vec![0xa5u8; len];
+            (mem.read(addr, &mut buf).await, buf)
+        })));
+        for (&(addr, len), (result, buf)) in ops.iter().zip(&results) {
+            if addr & !0xfff == 0x7_0000 {
+                assert_eq!(
+                    result.as_ref().unwrap_err().failed_bytes(),
+                    len,
+                    "{addr:#x}"
+                );
+                assert_eq!(buf, &vec![0xa5; len], "{addr:#x}");
+            } else {
+                assert_eq!(result, &Ok(()), "{addr:#x}");
+                assert_eq!(buf, &backend.inner.bytes(addr, len), "{addr:#x}");
+            }
+        }
+        let calls = backend.calls.lock().unwrap().clone();
+        let all: Vec<u64> = calls.concat();
+        assert!(all.windows(2).all(|w| w[0] < w[1]), "{extra:?}: {calls:x?}");
+        assert!(calls.iter().all(|c| c.len() <= 5), "{calls:x?}");
+        assert_eq!(all.len(), pages.len(), "one entry a page: {calls:x?}");
+    }
+    // A device that does not ask gets the entries as they come.
+    let (plain, plain_backend) = engine(MemBackend::with_address_pattern(MIB));
+    let reads = pages.iter().map(|&p| plain.read_val::<u64>(p));
+    assert!(plain.block_on(join_all(reads)).iter().all(Result::is_ok));
+    assert_eq!(plain_backend.read_call_sizes(), [pages.len()]);
+}
+
 #[test]
 fn drive_works_under_futures_and_tokio_executors() {
     let (mem, backend) = engine(MemBackend::with_address_pattern(16 * MIB));
