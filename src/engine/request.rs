@@ -316,27 +316,29 @@ impl<T: Pod> std::future::Future for ReadVal<'_, T> {
     }
 }
 
-/// A read into a buffer the engine owns until it completes; see
-/// [`Memory::read_into_owned`].
-#[must_use = "futures do nothing unless polled"]
+/// A read or write through a buffer that moves into the engine and back:
+/// what [`ReadOwned`] and [`WriteOwned`] are.
 #[derive(Debug)]
-pub struct ReadOwned<'m> {
+struct OwnedRequest<'m> {
     req: Request<'m>,
+    kind: Kind,
     addr: u64,
+    /// The buffer, until the request is sent.
     buf: Option<Vec<u8>>,
 }
 
-impl<'m> ReadOwned<'m> {
-    pub(super) fn new(mem: &'m Memory, addr: u64, buf: Vec<u8>) -> Self {
-        ReadOwned {
+impl<'m> OwnedRequest<'m> {
+    fn new(mem: &'m Memory, kind: Kind, addr: u64, buf: Vec<u8>) -> Self {
+        OwnedRequest {
             req: Request::new(mem),
+            kind,
             addr,
             buf: Some(buf),
         }
     }
 }
 
-impl<'m> Requesting<'m> for ReadOwned<'m> {
+impl<'m> Requesting<'m> for OwnedRequest<'m> {
     type Output = (Vec<u8>, Result<(), PartialError>);
 
     #[inline(always)]
@@ -350,7 +352,7 @@ impl<'m> Requesting<'m> for ReadOwned<'m> {
         if buf.is_empty() {
             return Some((buf, Ok(())));
         }
-        let sub = Submission::new(Kind::Read, self.addr, buf.len());
+        let sub = Submission::new(self.kind, self.addr, buf.len());
         self.req.send(cx, sub, Buffer::Owned(buf), |_| {});
         None
     }
@@ -362,12 +364,24 @@ impl<'m> Requesting<'m> for ReadOwned<'m> {
     }
 }
 
+/// A read into a buffer the engine owns until it completes; see
+/// [`Memory::read_into_owned`].
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct ReadOwned<'m>(OwnedRequest<'m>);
+
+impl<'m> ReadOwned<'m> {
+    pub(super) fn new(mem: &'m Memory, addr: u64, buf: Vec<u8>) -> Self {
+        ReadOwned(OwnedRequest::new(mem, Kind::Read, addr, buf))
+    }
+}
+
 impl std::future::Future for ReadOwned<'_> {
     type Output = (Vec<u8>, Result<(), PartialError>);
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        poll_request(self.get_mut(), cx)
+        poll_request(&mut self.get_mut().0, cx)
     }
 }
 
@@ -430,45 +444,11 @@ impl std::future::Future for Write<'_, '_> {
 /// [`Memory::write_from_owned`].
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
-pub struct WriteOwned<'m> {
-    req: Request<'m>,
-    addr: u64,
-    data: Option<Vec<u8>>,
-}
+pub struct WriteOwned<'m>(OwnedRequest<'m>);
 
 impl<'m> WriteOwned<'m> {
     pub(super) fn new(mem: &'m Memory, addr: u64, data: Vec<u8>) -> Self {
-        WriteOwned {
-            req: Request::new(mem),
-            addr,
-            data: Some(data),
-        }
-    }
-}
-
-impl<'m> Requesting<'m> for WriteOwned<'m> {
-    type Output = (Vec<u8>, Result<(), PartialError>);
-
-    #[inline(always)]
-    fn request(&mut self) -> &mut Request<'m> {
-        &mut self.req
-    }
-
-    #[inline(always)] // into `poll_cold`, the one call of a first poll
-    fn send(&mut self, cx: &Context<'_>) -> Option<Self::Output> {
-        let data = self.data.take().unwrap_or_default();
-        if data.is_empty() {
-            return Some((data, Ok(())));
-        }
-        let sub = Submission::new(Kind::Write, self.addr, data.len());
-        self.req.send(cx, sub, Buffer::Owned(data), |_| {});
-        None
-    }
-
-    #[inline(always)]
-    fn finish(&mut self, body: &mut Body) -> Self::Output {
-        let result = outcome(body);
-        (std::mem::take(&mut body.data), result)
+        WriteOwned(OwnedRequest::new(mem, Kind::Write, addr, data))
     }
 }
 
@@ -477,7 +457,7 @@ impl std::future::Future for WriteOwned<'_> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        poll_request(self.get_mut(), cx)
+        poll_request(&mut self.get_mut().0, cx)
     }
 }
 

@@ -545,18 +545,17 @@ fn dropped_and_leaked_futures_never_have_their_buffers_written() {
     assert_eq!(backend.read_calls(), 2);
 }
 
-/// A backend whose reads wait, once they have begun, until the test lets
-/// them go on: what happens while a flush is in the device can be tested.
-struct Gated {
+/// A `MemBackend` that runs `before_read` on each read call's entries
+/// before serving them: to note the calls, or to hold one in the device
+/// while the test does something else.
+struct Hooked<F> {
     inner: MemBackend,
-    entered: std::sync::mpsc::SyncSender<()>,
-    go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    before_read: F,
 }
 
-impl Backend for Gated {
+impl<F: Fn(&[crate::ScatterEntry<'_>]) + Send + Sync> Backend for Hooked<F> {
     fn read_scatter(&self, entries: &mut [crate::ScatterEntry<'_>]) {
-        self.entered.send(()).unwrap();
-        self.go.lock().unwrap().recv().unwrap();
+        (self.before_read)(entries);
         self.inner.read_scatter(entries)
     }
     fn write_scatter(&self, entries: &mut [crate::WriteEntry<'_>]) {
@@ -572,7 +571,10 @@ impl Backend for Gated {
         self.inner.memory_map()
     }
     fn read_only(&self) -> bool {
-        false
+        Backend::read_only(&self.inner)
+    }
+    fn prefers_address_order(&self) -> bool {
+        self.inner.prefers_address_order()
     }
 }
 
@@ -580,10 +582,14 @@ impl Backend for Gated {
 fn futures_dropped_while_their_flush_is_in_the_device_are_let_go() {
     let (entered, on_entry) = std::sync::mpsc::sync_channel(1);
     let (go, gate) = std::sync::mpsc::sync_channel(1);
-    let mem = Memory::new(Gated {
+    // Each read call, once in the device, waits for the test's go.
+    let gate = std::sync::Mutex::new(gate);
+    let mem = Memory::new(Hooked {
         inner: MemBackend::with_address_pattern(MIB),
-        entered,
-        go: std::sync::Mutex::new(gate),
+        before_read: move |_: &[crate::ScatterEntry<'_>]| {
+            entered.send(()).unwrap();
+            gate.lock().unwrap().recv().unwrap();
+        },
     });
     let noop = futures::task::noop_waker();
     let mut cx = Context::from_waker(&noop);
@@ -617,49 +623,24 @@ fn futures_dropped_while_their_flush_is_in_the_device_are_let_go() {
         .all(|(i, v)| *v == Ok(i as u64 * 0x1000)));
 }
 
-/// A device that wants its entries in address order, and notes the
-/// addresses of each read call's entries as they came.
-struct Ordered {
-    inner: MemBackend,
-    calls: std::sync::Mutex<Vec<Vec<u64>>>,
-}
-
-impl Backend for Ordered {
-    fn read_scatter(&self, entries: &mut [crate::ScatterEntry<'_>]) {
-        let addrs = entries.iter().map(|e| e.addr).collect();
-        self.calls.lock().unwrap().push(addrs);
-        self.inner.read_scatter(entries)
-    }
-    fn write_scatter(&self, entries: &mut [crate::WriteEntry<'_>]) {
-        self.inner.write_scatter(entries)
-    }
-    fn limits(&self) -> Limits {
-        self.inner.limits()
-    }
-    fn max_address(&self) -> u64 {
-        self.inner.max_address()
-    }
-    fn memory_map(&self) -> crate::MemoryMap {
-        self.inner.memory_map()
-    }
-    fn read_only(&self) -> bool {
-        false
-    }
-    fn prefers_address_order(&self) -> bool {
-        true
-    }
-}
-
 #[test]
 fn a_device_that_prefers_address_order_gets_sorted_entries_and_results_stay_put() {
-    let inner = MemBackend::with_address_pattern(MIB).with_limits(Limits {
-        max_entries: 5,
-        ..Limits::LEECHCORE
-    });
+    let inner = MemBackend::with_address_pattern(MIB)
+        .with_limits(Limits {
+            max_entries: 5,
+            ..Limits::LEECHCORE
+        })
+        .in_address_order();
     inner.add_hole(0x7_0000..0x7_1000, PageError::Unspecified);
-    let backend = Arc::new(Ordered {
+    // The addresses of each read call's entries, as they came.
+    let calls: Arc<std::sync::Mutex<Vec<Vec<u64>>>> = Default::default();
+    let noted = calls.clone();
+    let backend = Arc::new(Hooked {
         inner,
-        calls: Default::default(),
+        before_read: move |entries: &[crate::ScatterEntry<'_>]| {
+            let addrs = entries.iter().map(|e| e.addr).collect();
+            noted.lock().unwrap().push(addrs);
+        },
     });
     let mem = Memory::with_config(backend.clone(), EngineConfig::default());
     // Pages in no order, one of them a hole; then the same with a second
@@ -674,7 +655,7 @@ fn a_device_that_prefers_address_order_gets_sorted_entries_and_results_stay_put(
         0x8_0000,
     ];
     for extra in [None, Some((0x3_0100u64, 3usize)), Some((0x9_0008, 16))] {
-        backend.calls.lock().unwrap().clear();
+        calls.lock().unwrap().clear();
         let mut ops: Vec<(u64, usize)> = pages.iter().map(|&p| (p + 0x10, 8)).collect();
         ops.extend(extra);
         let mem = &mem;
@@ -695,11 +676,11 @@ fn a_device_that_prefers_address_order_gets_sorted_entries_and_results_stay_put(
                 assert_eq!(buf, &backend.inner.bytes(addr, len), "{addr:#x}");
             }
         }
-        let calls = backend.calls.lock().unwrap().clone();
-        let all: Vec<u64> = calls.concat();
-        assert!(all.windows(2).all(|w| w[0] < w[1]), "{extra:?}: {calls:x?}");
-        assert!(calls.iter().all(|c| c.len() <= 5), "{calls:x?}");
-        assert_eq!(all.len(), pages.len(), "one entry a page: {calls:x?}");
+        let seen = calls.lock().unwrap().clone();
+        let all: Vec<u64> = seen.concat();
+        assert!(all.windows(2).all(|w| w[0] < w[1]), "{extra:?}: {seen:x?}");
+        assert!(seen.iter().all(|c| c.len() <= 5), "{seen:x?}");
+        assert_eq!(all.len(), pages.len(), "one entry a page: {seen:x?}");
     }
     // A device that does not ask gets the entries as they come.
     let (plain, plain_backend) = engine(MemBackend::with_address_pattern(MIB));
