@@ -25,7 +25,9 @@ pub use engine::{
 pub use error::Error;
 pub use leechcore_sys;
 pub use memmap::{MemoryMap, MemoryMapError, MemoryRange};
-pub use vm::{AddressSpace, Mapping, PageSize, Translation, UnreadableRange, VmConfig, WalkError};
+pub use vm::{
+    AddressSpace, Alias, FailedRange, Mapping, Mappings, PageSize, Translation, VmConfig, WalkError,
+};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[doc = include_str!("../README.md")]

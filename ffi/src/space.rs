@@ -129,6 +129,7 @@ pub unsafe extern "C" fn leechio_space_new(
             VmConfig {
                 translations: cache(o.translation_ms, defaults.translations.capacity),
                 page_tables: cache(o.page_table_ms, defaults.page_tables.capacity),
+                ..defaults
             }
         };
         let space = AddressSpace::with_config(d.mem.clone(), dtb, config);
@@ -390,7 +391,7 @@ pub unsafe extern "C" fn leechio_space_mappings(
             // SAFETY: the caller vouches for the callback.
             unsafe { callback(context, &mapping) };
         }
-        for range in &found.unreadable {
+        for range in &found.failed {
             let mapping = leechio_mapping {
                 va: range.va,
                 pa: 0,
@@ -401,13 +402,13 @@ pub unsafe extern "C" fn leechio_space_mappings(
             // SAFETY: as above.
             unsafe { callback(context, &mapping) };
         }
-        match found.unreadable.first() {
+        match found.failed.first() {
             None => Ok(()),
             Some(first) => Err(Fail::new(
                 LEECHIO_INCOMPLETE,
                 format!(
                     "{} range(s) have unreadable page tables; first {:#x}, {:#x} bytes: {}",
-                    found.unreadable.len(),
+                    found.failed.len(),
                     first.va,
                     first.size,
                     first.reason

@@ -144,6 +144,11 @@ pub enum PageError {
     /// The virtual address is not canonical (bits 63..47 differ).
     #[error("virtual address not canonical")]
     NonCanonical,
+    /// A page-table entry on the way has a reserved bit set, so a CPU
+    /// would fault on it: an address bit at or above MAXPHYADDR, PS in a
+    /// PML4 entry, or a large page's bits between PAT and its alignment.
+    #[error("page-table entry with reserved bits set (a CPU would fault)")]
+    ReservedBits,
 }
 
 impl PageError {

@@ -6,11 +6,11 @@
 //! five round trips (four levels and the data), warm ones one.
 
 mod cache;
+mod mappings;
 mod paging;
 mod scan;
 
 use std::future::Future;
-use std::ops::{Bound, RangeBounds, RangeInclusive};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,15 +20,15 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Mutex;
 
 pub use cache::CacheConfig;
-pub use paging::{PageSize, Translation, WalkError, LEVEL_NAMES};
+pub use mappings::{Alias, FailedRange, Mapping, Mappings};
+pub use paging::{PageSize, Translation, WalkError, LEVEL_NAMES, MAX_PHYSICAL_ADDRESS_BITS};
 pub use scan::{find_address_spaces, SpaceCandidate};
 
 use crate::engine::{join_all, Failure, PartialError, Scope};
 use crate::{Memory, PageError};
 use cache::{TablePage, TimedCache};
 use paging::{
-    entry_span, is_canonical, sign_extend, step, table_index, Step, ADDR_MASK, ENTRIES,
-    LOWER_HALF_END, TABLE_SIZE, UPPER_HALF,
+    is_canonical, reserved_address_bits, step, table_index, Step, ADDR_MASK, TABLE_SIZE, UPPER_HALF,
 };
 
 /// Settings of an address space's caches.
@@ -38,6 +38,12 @@ pub struct VmConfig {
     pub translations: CacheConfig,
     /// Page-table pages. When disabled, walks read single 8-byte entries.
     pub page_tables: CacheConfig,
+    /// The target CPU's physical-address width (MAXPHYADDR, from CPUID
+    /// 0x80000008): entry address bits at and above it are reserved, and a
+    /// walk that meets one fails with [`PageError::ReservedBits`], as the
+    /// CPU would fault. 52 (the architecture's ceiling) unless the target
+    /// is known to have fewer; 12 to 52.
+    pub physical_address_bits: u8,
 }
 
 impl Default for VmConfig {
@@ -46,6 +52,7 @@ impl Default for VmConfig {
         VmConfig {
             translations: CacheConfig::valid_for(Duration::from_secs(1), 1 << 16),
             page_tables: CacheConfig::valid_for(Duration::from_secs(1), 4096),
+            physical_address_bits: MAX_PHYSICAL_ADDRESS_BITS,
         }
     }
 }
@@ -55,6 +62,7 @@ impl VmConfig {
     pub const UNCACHED: VmConfig = VmConfig {
         translations: CacheConfig::DISABLED,
         page_tables: CacheConfig::DISABLED,
+        physical_address_bits: MAX_PHYSICAL_ADDRESS_BITS,
     };
 }
 
@@ -85,6 +93,8 @@ struct Inner {
     translations: TimedCache<CachedPage>,
     tables: TimedCache<TablePage>,
     inflight: Mutex<Inflight>,
+    /// Entry bits that are reserved for the target's MAXPHYADDR.
+    reserved: u64,
     /// Page-table pages read since the caches were last emptied: what
     /// either cache holds was derived from these, so a write through this
     /// space to one of them empties both.
@@ -97,42 +107,6 @@ struct Inner {
 #[derive(Clone)]
 pub struct AddressSpace {
     inner: Arc<Inner>,
-}
-
-/// A mapped range of virtual memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Mapping {
-    /// First virtual address.
-    pub va: u64,
-    /// Physical address of `va`.
-    pub pa: u64,
-    /// Bytes mapped; `va..va+size` maps to `pa..pa+size`.
-    pub size: u64,
-    /// Size of the pages of this range.
-    pub page_size: PageSize,
-}
-
-/// The mapped ranges of a part of an address space.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Mappings {
-    /// Mapped ranges, sorted; adjacent pages contiguous in both virtual and
-    /// physical memory, of one page size, are merged.
-    pub mappings: Vec<Mapping>,
-    /// Virtual ranges whose page tables could not be read, level by level
-    /// from the root, by address within a level.
-    pub unreadable: Vec<UnreadableRange>,
-}
-
-/// A range of virtual memory whose page tables could not be read, so what
-/// it maps is unknown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct UnreadableRange {
-    /// First virtual address.
-    pub va: u64,
-    /// Bytes of address space, from `va`.
-    pub size: u64,
-    /// Why the table could not be read.
-    pub reason: PageError,
 }
 
 impl std::fmt::Debug for AddressSpace {
@@ -159,6 +133,7 @@ impl AddressSpace {
                 translations: TimedCache::new(config.translations),
                 tables: TimedCache::new(config.page_tables),
                 inflight: Mutex::default(),
+                reserved: reserved_address_bits(config.physical_address_bits),
                 tables_read: Mutex::default(),
             }),
         }
@@ -285,8 +260,9 @@ impl AddressSpace {
                 .await
                 .map_err(|reason| fail(reason, Some(level), entries))?;
             entries[level] = Some(entry);
-            match step(entry, level) {
+            match step(entry, level, self.inner.reserved) {
                 Step::NotPresent => return Err(fail(PageError::NotMapped, Some(level), entries)),
+                Step::Reserved => return Err(fail(PageError::ReservedBits, Some(level), entries)),
                 Step::Table(next) => table = next,
                 Step::Page(base, page_size) => {
                     let pa = base + (va & (page_size.bytes() - 1));
@@ -638,78 +614,6 @@ impl AddressSpace {
         }
         runs
     }
-
-    /// The mapped ranges within `range`, found by walking every present
-    /// entry level by level: each level is one batch of table reads. `..`
-    /// is the whole address space, its last byte included.
-    pub async fn mappings(&self, range: impl RangeBounds<u64>) -> Mappings {
-        struct Table {
-            pa: u64,
-            va: u64,
-        }
-        let mut out = Mappings::default();
-        // First and last byte: an exclusive end cannot name the last byte
-        // of the address space.
-        let Some(range) = inclusive(range) else {
-            return out;
-        };
-        let mut pages_found: Vec<(u64, u64, PageSize)> = Vec::new();
-        let mut tables = vec![Table {
-            pa: self.inner.dtb,
-            va: 0,
-        }];
-        for level in 0..4 {
-            let span = entry_span(level);
-            let pages = join_all(tables.iter().map(|t| self.table_page(t.pa))).await;
-            let mut next = Vec::new();
-            for (table, page) in tables.iter().zip(pages) {
-                let page = match page {
-                    Ok(page) => page,
-                    Err(reason) => {
-                        // What the table maps (first and last byte), clipped
-                        // to the range; the top table maps both halves.
-                        let covered = if level == 0 {
-                            vec![(0, LOWER_HALF_END - 1), (UPPER_HALF, u64::MAX)]
-                        } else {
-                            vec![(table.va, table.va + (span * ENTRIES as u64 - 1))]
-                        };
-                        for (first, last) in covered {
-                            let (first, last) = (first.max(*range.start()), last.min(*range.end()));
-                            if first <= last {
-                                out.unreadable.push(UnreadableRange {
-                                    va: first,
-                                    size: last - first + 1,
-                                    reason,
-                                });
-                            }
-                        }
-                        continue;
-                    }
-                };
-                for i in 0..ENTRIES {
-                    let entry =
-                        u64::from_le_bytes(page[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-                    let va = sign_extend(table.va + i as u64 * span);
-                    let last = va + (span - 1);
-                    if last < *range.start() || va > *range.end() {
-                        continue;
-                    }
-                    match step(entry, level) {
-                        Step::NotPresent => {}
-                        Step::Table(pa) => next.push(Table { pa, va }),
-                        Step::Page(pa, page_size) => pages_found.push((va, pa, page_size)),
-                    }
-                }
-            }
-            tables = next;
-        }
-        // Large pages were found on upper levels first: sort, then merge.
-        pages_found.sort_unstable_by_key(|&(va, ..)| va);
-        for (va, pa, page_size) in pages_found {
-            push_mapping(&mut out.mappings, va, pa, page_size, &range);
-        }
-        out
-    }
 }
 
 /// Runs `access` on each of `runs` with its part of `buf`, all in one
@@ -841,47 +745,6 @@ fn first_reason(e: PartialError) -> PageError {
     e.failed
         .first()
         .map_or(PageError::Unspecified, |f| f.reason)
-}
-
-/// Adds a page to the mappings, clipped to `range`, merging it with the
-/// previous one when both are contiguous.
-/// `range` as its first and last value; `None` when it is empty.
-fn inclusive(range: impl RangeBounds<u64>) -> Option<RangeInclusive<u64>> {
-    let first = match range.start_bound() {
-        Bound::Included(&a) => a,
-        Bound::Excluded(&a) => a.checked_add(1)?,
-        Bound::Unbounded => 0,
-    };
-    let last = match range.end_bound() {
-        Bound::Included(&b) => b,
-        Bound::Excluded(&b) => b.checked_sub(1)?,
-        Bound::Unbounded => u64::MAX,
-    };
-    (first <= last).then_some(first..=last)
-}
-
-fn push_mapping(
-    mappings: &mut Vec<Mapping>,
-    va: u64,
-    pa: u64,
-    page_size: PageSize,
-    range: &RangeInclusive<u64>,
-) {
-    let start = va.max(*range.start());
-    let end = (va + (page_size.bytes() - 1)).min(*range.end());
-    let (va, pa, size) = (start, pa + (start - va), end - start + 1);
-    if let Some(last) = mappings.last_mut() {
-        if last.page_size == page_size && last.va + last.size == va && last.pa + last.size == pa {
-            last.size += size;
-            return;
-        }
-    }
-    mappings.push(Mapping {
-        va,
-        pa,
-        size,
-        page_size,
-    });
 }
 
 #[cfg(test)]

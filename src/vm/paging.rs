@@ -13,8 +13,15 @@ const ADDR_MASK_2M: u64 = 0x000f_ffff_ffe0_0000;
 const ADDR_MASK_1G: u64 = 0x000f_ffff_c000_0000;
 /// Entry bit 0: present.
 pub(crate) const PRESENT: u64 = 1 << 0;
-/// Entry bit 7 in a PDPT or PD entry: maps a 1 GiB or 2 MiB page.
+/// Entry bit 7 in a PDPT or PD entry: maps a 1 GiB or 2 MiB page. In a
+/// PML4 entry it is reserved; in a PT entry it is PAT.
 const PAGE_SIZE_BIT: u64 = 1 << 7;
+/// Bits 20..13 of a 2 MiB page's entry: reserved (bit 12 is PAT).
+const RESERVED_2M: u64 = 0x001f_e000;
+/// Bits 29..13 of a 1 GiB page's entry: reserved (bit 12 is PAT).
+const RESERVED_1G: u64 = 0x3fff_e000;
+/// The most physical-address bits x86-64 defines (MAXPHYADDR's ceiling).
+pub const MAX_PHYSICAL_ADDRESS_BITS: u8 = 52;
 /// Entries in a table.
 pub(crate) const ENTRIES: usize = 512;
 /// Size of a table.
@@ -127,23 +134,45 @@ pub(crate) fn sign_extend(va: u64) -> u64 {
 }
 
 /// What an entry of `level` leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
     /// The walk ends: not present.
     NotPresent,
+    /// The walk ends: a CPU would fault on this entry (a reserved bit is
+    /// set), so it maps nothing.
+    Reserved,
     /// The next table, at this physical address.
     Table(u64),
     /// A page of this size at this physical address.
     Page(u64, PageSize),
 }
 
-/// Decodes `entry` found at `level`.
-pub(crate) fn step(entry: u64, level: usize) -> Step {
+/// The bits of an entry that must be zero for `physical_bits` of physical
+/// address (MAXPHYADDR): bits MAXPHYADDR..51. Bits 52..62 are ignored by
+/// the CPU (software's own, or protection keys) and bit 63 is NX, which
+/// every 64-bit OS turns on (EFER.NXE), so neither is reserved.
+pub(crate) fn reserved_address_bits(physical_bits: u8) -> u64 {
+    let bits = physical_bits.clamp(12, MAX_PHYSICAL_ADDRESS_BITS);
+    ADDR_MASK & !((1u64 << bits) - 1)
+}
+
+/// Decodes `entry` found at `level`, as a CPU with `reserved` (from
+/// [`reserved_address_bits`]) would: an entry with a reserved bit set is
+/// [`Step::Reserved`], not a mapping.
+pub(crate) fn step(entry: u64, level: usize, reserved: u64) -> Step {
     if entry & PRESENT == 0 {
         return Step::NotPresent;
     }
+    if entry & reserved != 0 {
+        return Step::Reserved;
+    }
+    let large = entry & PAGE_SIZE_BIT != 0;
     match level {
-        1 if entry & PAGE_SIZE_BIT != 0 => Step::Page(entry & ADDR_MASK_1G, PageSize::Size1G),
-        2 if entry & PAGE_SIZE_BIT != 0 => Step::Page(entry & ADDR_MASK_2M, PageSize::Size2M),
+        0 if large => Step::Reserved,
+        1 if large && entry & RESERVED_1G != 0 => Step::Reserved,
+        1 if large => Step::Page(entry & ADDR_MASK_1G, PageSize::Size1G),
+        2 if large && entry & RESERVED_2M != 0 => Step::Reserved,
+        2 if large => Step::Page(entry & ADDR_MASK_2M, PageSize::Size2M),
         3 => Step::Page(entry & ADDR_MASK, PageSize::Size4K),
         _ => Step::Table(entry & ADDR_MASK),
     }
@@ -190,23 +219,61 @@ mod tests {
         assert_eq!(unstarted.entry_address(0x500_0000), None);
     }
 
+    const ALL: u64 = 0; // no reserved address bits: MAXPHYADDR 52
+
     #[test]
     fn entries_decode_by_level() {
         let e = 0x8000_0000_1234_5067u64; // NX, present, address 0x12345000
-        assert!(matches!(
-            step(e, 3),
-            Step::Page(0x1234_5000, PageSize::Size4K)
-        ));
-        assert!(matches!(step(e, 0), Step::Table(0x1234_5000)));
+        assert_eq!(step(e, 3, ALL), Step::Page(0x1234_5000, PageSize::Size4K));
+        assert_eq!(step(e, 0, ALL), Step::Table(0x1234_5000));
         let large = 0x0000_0000_4060_10e3u64; // PS, PAT bit 12 set
-        assert!(matches!(
-            step(large, 2),
+        assert_eq!(
+            step(large, 2, ALL),
             Step::Page(0x4060_0000, PageSize::Size2M)
-        ));
-        assert!(matches!(
-            step(large, 1),
+        );
+        assert_eq!(
+            step(0x4000_10e3, 1, ALL),
             Step::Page(0x4000_0000, PageSize::Size1G)
-        ));
-        assert!(matches!(step(large & !PRESENT, 2), Step::NotPresent));
+        );
+        assert_eq!(step(large & !PRESENT, 2, ALL), Step::NotPresent);
+        // Bits 52..62 are the software's: ignored, not reserved.
+        assert_eq!(
+            step(0x7ff0_0000_0000_2063, 3, ALL),
+            Step::Page(0x2000, PageSize::Size4K)
+        );
+    }
+
+    #[test]
+    fn entries_a_cpu_faults_on_are_reserved_not_mappings() {
+        // PS in a PML4 entry is a reserved bit.
+        assert_eq!(step(0x1083, 0, ALL), Step::Reserved);
+        // A 1 GiB page with bits between PAT and its alignment (the
+        // issue's example: it mapped a 1 GiB page at 0).
+        assert_eq!(step(0x1234_5083, 1, ALL), Step::Reserved);
+        assert_eq!(step(u64::MAX, 1, ALL), Step::Reserved);
+        // A 2 MiB page likewise, for each of bits 13..20.
+        for bit in 13..=20 {
+            assert_eq!(step(0x20_0083 | 1 << bit, 2, ALL), Step::Reserved, "{bit}");
+        }
+        assert_eq!(
+            step(0x20_0083 | 1 << 22, 2, ALL),
+            Step::Page(0x60_0000, PageSize::Size2M)
+        );
+        // Address bits at and above MAXPHYADDR, at every level.
+        let reserved = reserved_address_bits(46);
+        assert_eq!(reserved, 0x000f_c000_0000_0000);
+        for level in 0..4 {
+            let e = 1u64 << 46 | 0x1003;
+            assert_eq!(step(e, level, reserved), Step::Reserved, "{level}");
+            assert_ne!(step(e, level, ALL), Step::Reserved, "{level}");
+            assert_ne!(step(1 << 45 | 0x1003, level, reserved), Step::Reserved);
+        }
+        // An all-ones 4 KiB entry only faults where MAXPHYADDR is below 52.
+        assert_eq!(
+            step(u64::MAX, 3, ALL),
+            Step::Page(ADDR_MASK, PageSize::Size4K)
+        );
+        assert_eq!(step(u64::MAX, 3, reserved_address_bits(39)), Step::Reserved);
+        assert_eq!(reserved_address_bits(MAX_PHYSICAL_ADDRESS_BITS), 0);
     }
 }

@@ -4,9 +4,8 @@
 
 use std::collections::HashMap;
 
-use crate::join_all;
-
-use super::paging::{ADDR_MASK, ENTRIES, LOWER_HALF_END, PRESENT, UPPER_HALF};
+use super::mappings::mapped_bytes;
+use super::paging::{ADDR_MASK, ENTRIES, PRESENT};
 use super::{AddressSpace, VmConfig};
 use crate::Memory;
 
@@ -152,17 +151,12 @@ pub fn find_address_spaces(
         })
         .collect();
 
-    // Mapped sizes: every candidate's walk in the same batches.
-    let spaces: Vec<AddressSpace> = candidates
-        .iter()
-        .map(|c| AddressSpace::with_config(mem.clone(), c.dtb, VmConfig::UNCACHED))
-        .collect();
-    let sizes = mem.block_on(join_all(spaces.iter().map(|s| async move {
-        let user = s.mappings(0..LOWER_HALF_END).await;
-        let kernel = s.mappings(UPPER_HALF..).await;
-        let total = |m: &super::Mappings| m.mappings.iter().map(|m| m.size).sum::<u64>();
-        (total(&user), total(&kernel))
-    })));
+    // Mapped sizes: the tables of every candidate walked together, each
+    // distinct table page once (kernel halves are shared, and a garbage
+    // candidate's tables cost what they hold, not their paths).
+    let reader = AddressSpace::with_config(mem.clone(), 0, VmConfig::UNCACHED);
+    let dtbs: Vec<u64> = candidates.iter().map(|c| c.dtb).collect();
+    let sizes = mem.block_on(mapped_bytes(&reader, &dtbs));
     for (c, (user, kernel)) in candidates.iter_mut().zip(sizes) {
         c.user_mapped = user;
         c.kernel_mapped = kernel;

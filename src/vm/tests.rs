@@ -8,23 +8,24 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
+use super::paging::LOWER_HALF_END;
 use super::*;
 use crate::{EngineConfig, Failure, MemBackend};
 
-const MIB: u64 = 1 << 20;
-const PRESENT_RW: u64 = 0x3;
-const PS: u64 = 1 << 7;
+pub(super) const MIB: u64 = 1 << 20;
+pub(super) const PRESENT_RW: u64 = 0x3;
+pub(super) const PS: u64 = 1 << 7;
 
 /// Page tables written into a [`MemBackend`], tables taken from a bump
 /// allocator at `tables_at`.
-struct Tables {
-    backend: Arc<MemBackend>,
-    dtb: u64,
-    next_table: u64,
+pub(super) struct Tables {
+    pub(super) backend: Arc<MemBackend>,
+    pub(super) dtb: u64,
+    pub(super) next_table: u64,
 }
 
 impl Tables {
-    fn new(backend: Arc<MemBackend>, tables_at: u64) -> Self {
+    pub(super) fn new(backend: Arc<MemBackend>, tables_at: u64) -> Self {
         Tables {
             backend,
             dtb: tables_at,
@@ -32,12 +33,12 @@ impl Tables {
         }
     }
 
-    fn entry(&self, addr: u64) -> u64 {
+    pub(super) fn entry(&self, addr: u64) -> u64 {
         u64::from_le_bytes(self.backend.bytes(addr, 8).try_into().unwrap())
     }
 
     /// Maps `va` to `pa` with a page of `size`, creating tables as needed.
-    fn map(&mut self, va: u64, pa: u64, size: PageSize) {
+    pub(super) fn map(&mut self, va: u64, pa: u64, size: PageSize) {
         let leaf_level = match size {
             PageSize::Size1G => 1,
             PageSize::Size2M => 2,
@@ -68,15 +69,15 @@ impl Tables {
 
 /// 64 MiB of address-pattern memory with tables at 48 MiB; the engine, the
 /// backend's counters, and the tables.
-fn setup() -> (Memory, Arc<MemBackend>, Tables) {
+pub(super) fn setup() -> (Memory, Arc<MemBackend>, Tables) {
     let backend = Arc::new(MemBackend::with_address_pattern(64 * MIB as usize));
     let mem = Memory::with_config(backend.clone(), EngineConfig::default());
     let tables = Tables::new(backend.clone(), 48 * MIB);
     (mem, backend, tables)
 }
 
-const KERNEL: u64 = 0xffff_ffff_8000_0000;
-const USER: u64 = 0x0000_7f00_0000_0000;
+pub(super) const KERNEL: u64 = 0xffff_ffff_8000_0000;
+pub(super) const USER: u64 = 0x0000_7f00_0000_0000;
 
 #[test]
 fn translates_4k_2m_and_1g_pages_with_the_entries_of_each_level() {
@@ -316,6 +317,7 @@ fn never_trusting(mem: &Memory, dtb: u64) -> AddressSpace {
     let config = VmConfig {
         translations: zero,
         page_tables: zero,
+        ..VmConfig::default()
     };
     AddressSpace::with_config(mem.clone(), dtb, config)
 }
@@ -596,100 +598,6 @@ fn a_table_write_dropped_by_try_join_after_it_landed_leaves_nothing_old_cached()
     assert!(r.is_err());
     assert_eq!(t.entry(pte), 0x20_0000 | PRESENT_RW, "the write landed");
     assert_eq!(mem.block_on(space.read_val::<u64>(USER + 8)), Ok(0x20_0008));
-}
-
-#[test]
-fn mappings_lists_every_mapped_range_merged_and_clipped() {
-    let (mem, backend, mut t) = setup();
-    for i in 0..3 {
-        t.map(USER + i * 0x1000, 0x40_0000 + i * 0x1000, PageSize::Size4K);
-    }
-    t.map(USER + 0x5000, 0x10_0000, PageSize::Size4K);
-    t.map(USER + 0x20_0000, 0x60_0000, PageSize::Size2M);
-    t.map(0xffff_8880_0000_0000, 0x4000_0000, PageSize::Size1G);
-    t.map(KERNEL, 0x80_0000, PageSize::Size2M);
-    t.map(KERNEL + 0x20_0000, 0xa0_0000, PageSize::Size2M);
-    // The last page of the address space, its last byte included.
-    let top = u64::MAX - 0xfff;
-    t.map(top, 0x20_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
-    let calls = backend.read_calls();
-    let all = mem.block_on(space.mappings(..));
-    assert!(backend.read_calls() - calls <= 4, "one batch per level");
-    let m = |va, pa, size, page_size| Mapping {
-        va,
-        pa,
-        size,
-        page_size,
-    };
-    assert_eq!(
-        all.mappings,
-        vec![
-            m(USER, 0x40_0000, 0x3000, PageSize::Size4K),
-            m(USER + 0x5000, 0x10_0000, 0x1000, PageSize::Size4K),
-            m(USER + 0x20_0000, 0x60_0000, 0x20_0000, PageSize::Size2M),
-            m(
-                0xffff_8880_0000_0000,
-                0x4000_0000,
-                1 << 30,
-                PageSize::Size1G
-            ),
-            m(KERNEL, 0x80_0000, 0x40_0000, PageSize::Size2M),
-            m(top, 0x20_0000, 0x1000, PageSize::Size4K),
-        ]
-    );
-    assert!(all.unreadable.is_empty());
-    let tail = mem.block_on(space.mappings(u64::MAX - 0x7ff..=u64::MAX));
-    assert_eq!(
-        tail.mappings,
-        vec![m(u64::MAX - 0x7ff, 0x20_0800, 0x800, PageSize::Size4K)]
-    );
-    // An exclusive end stops before it, as it says.
-    let short = mem.block_on(space.mappings(top..u64::MAX));
-    assert_eq!(
-        short.mappings,
-        vec![m(top, 0x20_0000, 0xfff, PageSize::Size4K)]
-    );
-    let clipped = mem.block_on(space.mappings(USER + 0x1800..USER + 0x20_1000));
-    assert_eq!(
-        clipped.mappings,
-        vec![
-            m(USER + 0x1800, 0x40_1800, 0x1800, PageSize::Size4K),
-            m(USER + 0x5000, 0x10_0000, 0x1000, PageSize::Size4K),
-            m(USER + 0x20_0000, 0x60_0000, 0x1000, PageSize::Size2M),
-        ]
-    );
-}
-
-#[test]
-fn mappings_name_the_ranges_of_unreadable_tables_exactly() {
-    let (mem, _backend, t) = setup();
-    // A top table outside memory: both canonical halves, clipped.
-    let lost = AddressSpace::new(mem.clone(), 100 * MIB);
-    let all = mem.block_on(lost.mappings(..));
-    assert!(all.mappings.is_empty());
-    let lost_range = |va, size| UnreadableRange {
-        va,
-        size,
-        reason: PageError::OutOfRange,
-    };
-    let half = 0x8000_0000_0000;
-    assert_eq!(
-        all.unreadable,
-        vec![lost_range(0, half), lost_range(0xffff_8000_0000_0000, half)]
-    );
-    let part = mem.block_on(lost.mappings(KERNEL..KERNEL + 0x1000));
-    assert_eq!(part.unreadable, vec![lost_range(KERNEL, 0x1000)]);
-    // A top-table entry pointing outside memory: its 512 GiB, clipped.
-    t.backend.poke(
-        t.dtb + table_index(USER, 0) * 8,
-        &((100 * MIB) | PRESENT_RW).to_le_bytes(),
-    );
-    let space = AddressSpace::new(mem.clone(), t.dtb);
-    let all = mem.block_on(space.mappings(..));
-    assert_eq!(all.unreadable, vec![lost_range(0x7f00_0000_0000, 1 << 39)]);
-    let part = mem.block_on(space.mappings(USER + 0x1000..USER + 0x3000));
-    assert_eq!(part.unreadable, vec![lost_range(USER + 0x1000, 0x2000)]);
 }
 
 #[test]

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::numbers::{parse_number, parse_range, show_range};
 use super::Failure;
-use leechio::{AddressSpace, Memory, UnreadableRange};
+use leechio::{AddressSpace, Alias, FailedRange, Memory, PageError};
 
 /// The alignment of an ELF dump's segments (p_align).
 const PAGE: u64 = 0x1000;
@@ -668,7 +668,8 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
             }
             let range = args.range.clone().unwrap_or(0..=u64::MAX);
             let found = mem.block_on(space.mappings(range));
-            report_unreadable(&found.unreadable);
+            report_failed(&found.failed);
+            report_aliases(&found.aliases);
             Ok(found
                 .mappings
                 .iter()
@@ -685,24 +686,49 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
 /// Says which parts of the address space could not be walked: the first
 /// few ranges, then how many more and how much they cover (a wrong `--dtb`
 /// makes hundreds, which would bury the message that matters).
-fn report_unreadable(unreadable: &[UnreadableRange]) {
+fn report_failed(failed: &[FailedRange]) {
     const SHOWN: usize = 3;
-    for r in unreadable.iter().take(SHOWN) {
+    for r in failed.iter().take(SHOWN) {
+        let what = match r.reason {
+            PageError::ReservedBits => "map nothing",
+            _ => "unreadable",
+        };
         errln!(
-            "leechio: page tables for {:#x}..{:#x} unreadable: {}",
+            "leechio: page tables for {:#x}..{:#x} {what}: {}",
             r.va,
             u128::from(r.va) + u128::from(r.size),
             r.reason
         );
     }
-    if let Some(rest) = unreadable.get(SHOWN..).filter(|rest| !rest.is_empty()) {
+    if let Some(rest) = failed.get(SHOWN..).filter(|rest| !rest.is_empty()) {
         let bytes = rest.iter().fold(0u64, |sum, r| sum.saturating_add(r.size));
         errln!(
-            "leechio: page tables for {} more ranges ({} of address space) unreadable too",
+            "leechio: page tables for {} more ranges ({} of address space) unreadable or mapping nothing too",
             rest.len(),
             human_size(bytes)
         );
     }
+}
+
+/// Says which ranges were left out because their page tables are ones
+/// already dumped for an earlier range (they map the same memory).
+fn report_aliases(aliases: &[Alias]) {
+    let Some(first) = aliases.first() else {
+        return;
+    };
+    let bytes = aliases
+        .iter()
+        .fold(0u64, |sum, a| sum.saturating_add(a.size));
+    errln!(
+        "leechio: {} ranges ({} of address space) left out: their page tables are ones \
+         already dumped for an earlier range, so they map the same memory (first: {:#x}..{:#x} \
+         as {:#x}..)",
+        aliases.len(),
+        human_size(bytes),
+        first.va,
+        u128::from(first.va) + u128::from(first.size),
+        first.same_as
+    );
 }
 
 /// Bytes of the ELF headers of a dump of `ranges` ranges: the file

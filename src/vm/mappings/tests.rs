@@ -1,0 +1,620 @@
+//! The walk of every mapping, on tables built here: against a plain
+//! recursive walker that follows every path, and on tables whose paths
+//! outnumber their pages by far (loops, shared tables, garbage).
+
+use std::sync::Arc;
+
+use super::*;
+use crate::vm::paging::table_index;
+use crate::vm::tests::{setup, Tables, KERNEL, MIB, PRESENT_RW, PS, USER};
+use crate::vm::VmConfig;
+use crate::{EngineConfig, MemBackend, Memory};
+
+fn m(va: u64, pa: u64, size: u64, page_size: PageSize) -> Mapping {
+    Mapping {
+        va,
+        pa,
+        size,
+        page_size,
+    }
+}
+
+#[test]
+fn mappings_lists_every_mapped_range_merged_and_clipped() {
+    let (mem, backend, mut t) = setup();
+    for i in 0..3 {
+        t.map(USER + i * 0x1000, 0x40_0000 + i * 0x1000, PageSize::Size4K);
+    }
+    t.map(USER + 0x5000, 0x10_0000, PageSize::Size4K);
+    t.map(USER + 0x20_0000, 0x60_0000, PageSize::Size2M);
+    t.map(0xffff_8880_0000_0000, 0x4000_0000, PageSize::Size1G);
+    t.map(KERNEL, 0x80_0000, PageSize::Size2M);
+    t.map(KERNEL + 0x20_0000, 0xa0_0000, PageSize::Size2M);
+    // The last page of the address space, its last byte included.
+    let top = u64::MAX - 0xfff;
+    t.map(top, 0x20_0000, PageSize::Size4K);
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let calls = backend.read_calls();
+    let all = mem.block_on(space.mappings(..));
+    assert!(backend.read_calls() - calls <= 4, "one batch per level");
+    assert_eq!(
+        all.mappings,
+        vec![
+            m(USER, 0x40_0000, 0x3000, PageSize::Size4K),
+            m(USER + 0x5000, 0x10_0000, 0x1000, PageSize::Size4K),
+            m(USER + 0x20_0000, 0x60_0000, 0x20_0000, PageSize::Size2M),
+            m(
+                0xffff_8880_0000_0000,
+                0x4000_0000,
+                1 << 30,
+                PageSize::Size1G
+            ),
+            m(KERNEL, 0x80_0000, 0x40_0000, PageSize::Size2M),
+            m(top, 0x20_0000, 0x1000, PageSize::Size4K),
+        ]
+    );
+    assert!(all.failed.is_empty() && all.aliases.is_empty());
+    let tail = mem.block_on(space.mappings(u64::MAX - 0x7ff..=u64::MAX));
+    assert_eq!(
+        tail.mappings,
+        vec![m(u64::MAX - 0x7ff, 0x20_0800, 0x800, PageSize::Size4K)]
+    );
+    // An exclusive end stops before it, as it says.
+    let short = mem.block_on(space.mappings(top..u64::MAX));
+    assert_eq!(
+        short.mappings,
+        vec![m(top, 0x20_0000, 0xfff, PageSize::Size4K)]
+    );
+    let clipped = mem.block_on(space.mappings(USER + 0x1800..USER + 0x20_1000));
+    assert_eq!(
+        clipped.mappings,
+        vec![
+            m(USER + 0x1800, 0x40_1800, 0x1800, PageSize::Size4K),
+            m(USER + 0x5000, 0x10_0000, 0x1000, PageSize::Size4K),
+            m(USER + 0x20_0000, 0x60_0000, 0x1000, PageSize::Size2M),
+        ]
+    );
+}
+
+#[test]
+fn mappings_name_the_ranges_of_unreadable_tables_exactly() {
+    let (mem, _backend, t) = setup();
+    // A top table outside memory: both canonical halves, clipped.
+    let lost = AddressSpace::new(mem.clone(), 100 * MIB);
+    let all = mem.block_on(lost.mappings(..));
+    assert!(all.mappings.is_empty());
+    let lost_range = |va, size| FailedRange {
+        va,
+        size,
+        reason: PageError::OutOfRange,
+    };
+    let half = 0x8000_0000_0000;
+    assert_eq!(
+        all.failed,
+        vec![lost_range(0, half), lost_range(0xffff_8000_0000_0000, half)]
+    );
+    let part = mem.block_on(lost.mappings(KERNEL..KERNEL + 0x1000));
+    assert_eq!(part.failed, vec![lost_range(KERNEL, 0x1000)]);
+    // A top-table entry pointing outside memory: its 512 GiB, clipped.
+    t.backend.poke(
+        t.dtb + table_index(USER, 0) * 8,
+        &((100 * MIB) | PRESENT_RW).to_le_bytes(),
+    );
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let all = mem.block_on(space.mappings(..));
+    assert_eq!(all.failed, vec![lost_range(0x7f00_0000_0000, 1 << 39)]);
+    let part = mem.block_on(space.mappings(USER + 0x1000..USER + 0x3000));
+    assert_eq!(part.failed, vec![lost_range(USER + 0x1000, 0x2000)]);
+}
+
+/// 16 MiB of memory whose page at `at` is a table with every entry `entry`.
+fn filled_table(backend: &MemBackend, at: u64, entry: u64) {
+    backend.poke(at, &entry.to_le_bytes().repeat(ENTRIES));
+}
+
+fn small_memory() -> (Memory, Arc<MemBackend>) {
+    let backend = Arc::new(MemBackend::with_address_pattern(16 * MIB as usize));
+    (
+        Memory::with_config(backend.clone(), EngineConfig::default()),
+        backend,
+    )
+}
+
+/// The aliases the walk reports for a table reached by all 512 entries
+/// of the table above it, one level below the top: entries 1..512 of
+/// each level.
+fn every_entry_aliased(table: u64, levels: std::ops::Range<usize>) -> Vec<Alias> {
+    let mut aliases: Vec<Alias> = levels
+        .flat_map(|level| {
+            let span = entry_span(level - 1);
+            (1..ENTRIES as u64).map(move |i| Alias {
+                va: if level == 1 {
+                    sign_extend(i * span)
+                } else {
+                    i * span
+                },
+                size: span,
+                same_as: 0,
+                table,
+            })
+        })
+        .collect();
+    aliases.sort_unstable_by_key(|a| a.va);
+    aliases
+}
+
+#[test]
+fn a_table_whose_entries_all_point_at_itself_is_walked_once_a_level() {
+    let (mem, backend) = small_memory();
+    let p = 8 * MIB;
+    filled_table(&backend, p, p | PRESENT_RW);
+    // 512^4 paths lead to a page; the walk reads one page a level, or
+    // once with the table cache.
+    let uncached = AddressSpace::with_config(mem.clone(), p, VmConfig::UNCACHED);
+    let calls = backend.read_calls();
+    let found = mem.block_on(uncached.mappings(..));
+    assert_eq!(backend.read_calls() - calls, 4);
+    let space = AddressSpace::new(mem.clone(), p);
+    let calls = backend.read_calls();
+    assert_eq!(mem.block_on(space.mappings(..)), found);
+    assert_eq!(backend.read_calls() - calls, 1);
+    // The table itself, as the 512 pages of the first 2 MiB: a CPU maps
+    // them so too.
+    let pages: Vec<Mapping> = (0..512)
+        .map(|i| m(i * 0x1000, p, 0x1000, PageSize::Size4K))
+        .collect();
+    assert_eq!(found.mappings, pages);
+    assert_eq!(found.aliases, every_entry_aliased(p, 1..4));
+    assert!(found.failed.is_empty());
+    // Counted as a CPU sees it: both halves wholly mapped.
+    let sizes = mem.block_on(mapped_bytes(&space, &[p]));
+    assert_eq!(sizes, vec![(1 << 47, 1 << 47)]);
+}
+
+#[test]
+fn two_tables_pointing_at_each_other_end_in_aliases_and_pages_of_each_other() {
+    let (mem, backend) = small_memory();
+    let (a, b) = (8 * MIB, 8 * MIB + 0x1000);
+    filled_table(&backend, a, b | PRESENT_RW);
+    filled_table(&backend, b, a | PRESENT_RW);
+    let space = AddressSpace::new(mem.clone(), a);
+    let found = mem.block_on(space.mappings(..));
+    // Levels: a, b, a, b; the last maps a's page 512 times.
+    let pages: Vec<Mapping> = (0..512)
+        .map(|i| m(i * 0x1000, a, 0x1000, PageSize::Size4K))
+        .collect();
+    assert_eq!(found.mappings, pages);
+    let mut aliases = every_entry_aliased(b, 1..2);
+    aliases.extend(every_entry_aliased(a, 2..3));
+    aliases.extend(every_entry_aliased(b, 3..4));
+    aliases.sort_unstable_by_key(|a| a.va);
+    assert_eq!(found.aliases, aliases);
+    // A clipped walk walks the tables at its ends for their part only.
+    let part = mem.block_on(space.mappings(0x1800..0x20_0000 + 0x2800));
+    assert_eq!(
+        part.mappings,
+        vec![
+            m(0x1800, a + 0x800, 0x800, PageSize::Size4K),
+            m(0x2000, a, 0x1000, PageSize::Size4K),
+            m(0x3000, a, 0x1000, PageSize::Size4K),
+        ]
+        .into_iter()
+        .chain((4..512).map(|i| m(i * 0x1000, a, 0x1000, PageSize::Size4K)))
+        .chain([
+            m(0x20_0000, a, 0x1000, PageSize::Size4K),
+            m(0x20_1000, a, 0x1000, PageSize::Size4K),
+            m(0x20_2000, a, 0x800, PageSize::Size4K),
+        ])
+        .collect::<Vec<_>>()
+    );
+    assert!(part.aliases.is_empty(), "{:x?}", part.aliases);
+}
+
+#[test]
+fn shared_tables_like_linux_espfix_are_listed_once_and_counted_in_full() {
+    // Linux's espfix area: 4 PDPT entries share a PD whose 512 entries
+    // share a PT that maps one stack page in every 16th entry.
+    let (mem, backend) = small_memory();
+    let mut t = Tables::new(backend.clone(), 8 * MIB);
+    let stack = 0x30_0000u64;
+    let espfix = 0xffff_ff00_0000_0000u64;
+    t.map(espfix, stack, PageSize::Size4K);
+    let pdpt = t.entry(t.dtb + table_index(espfix, 0) * 8) & !0xfff;
+    let pd = t.entry(pdpt) & !0xfff;
+    let pt = t.entry(pd) & !0xfff;
+    for i in 1..4 {
+        backend.poke(pdpt + i * 8, &(pd | PRESENT_RW).to_le_bytes());
+    }
+    filled_table(&backend, pd, pt | PRESENT_RW);
+    backend.poke(pt, &[0; 0x1000]);
+    for i in (0..512).step_by(16) {
+        backend.poke(pt + i * 8, &(stack | PRESENT_RW).to_le_bytes());
+    }
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let found = mem.block_on(space.mappings(..));
+    let pages: Vec<Mapping> = (0..512)
+        .step_by(16)
+        .map(|i| m(espfix + i * 0x1000, stack, 0x1000, PageSize::Size4K))
+        .collect();
+    assert_eq!(found.mappings, pages);
+    assert_eq!(found.aliases.len(), 3 + 511);
+    assert_eq!(
+        found.aliases[0],
+        Alias {
+            va: espfix + 0x20_0000,
+            size: 0x20_0000,
+            same_as: espfix,
+            table: pt
+        }
+    );
+    assert_eq!(
+        found.aliases[511],
+        Alias {
+            va: espfix + (1 << 30),
+            size: 1 << 30,
+            same_as: espfix,
+            table: pd
+        }
+    );
+    // 65536 pages mapped, as the CPU sees it.
+    let sizes = mem.block_on(mapped_bytes(&space, &[t.dtb]));
+    assert_eq!(sizes, vec![(0, 65536 * 0x1000)]);
+}
+
+#[test]
+fn entries_a_cpu_faults_on_are_failed_ranges_and_failed_walks() {
+    let (mem, backend, mut t) = setup();
+    t.map(USER, 0x40_0000, PageSize::Size4K);
+    t.map(KERNEL, 0x80_0000, PageSize::Size2M);
+    // The table of `level` on the way to `va`.
+    let table = |va: u64, level: usize| {
+        (0..level).fold(t.dtb, |table, l| {
+            t.entry(table + table_index(va, l) * 8) & !0xfff
+        })
+    };
+    let poke = |at: u64, entry: u64| backend.poke(at, &entry.to_le_bytes());
+    // PS in a PML4 entry; a 1 GiB page with a bit below its alignment
+    // (the example); a 2 MiB page with bit 13; a 4 KiB page at
+    // bit 46, reserved where MAXPHYADDR is 46.
+    poke(t.dtb + 8, 0x1234_5083);
+    poke(table(USER, 1) + 8, 0x1234_5083);
+    poke(table(KERNEL, 2) + 8, 0x20_0000 | 1 << 13 | PRESENT_RW | PS);
+    poke(table(USER, 3) + 8, 1 << 46 | PRESENT_RW);
+    let config = VmConfig {
+        physical_address_bits: 46,
+        ..VmConfig::default()
+    };
+    let space = AddressSpace::with_config(mem.clone(), t.dtb, config);
+    let fail = |va: u64, size: u64| FailedRange {
+        va,
+        size,
+        reason: PageError::ReservedBits,
+    };
+    let pdpt_base = USER & !((1 << 39) - 1);
+    let found = mem.block_on(space.mappings(..));
+    assert_eq!(
+        found.failed,
+        vec![
+            fail(1 << 39, 1 << 39),
+            fail(USER + 0x1000, 0x1000),
+            fail(pdpt_base + (1 << 30), 1 << 30),
+            fail(KERNEL + 0x20_0000, 0x20_0000),
+        ]
+    );
+    assert_eq!(
+        found.mappings,
+        vec![
+            m(USER, 0x40_0000, 0x1000, PageSize::Size4K),
+            m(KERNEL, 0x80_0000, 0x20_0000, PageSize::Size2M),
+        ]
+    );
+    for (va, level) in [
+        (1 << 39, 0),
+        (pdpt_base + (1 << 30) + 0x1234, 1),
+        (KERNEL + 0x20_0008, 2),
+        (USER + 0x1010, 3),
+    ] {
+        let e = mem.block_on(space.translate(va)).unwrap_err();
+        assert_eq!((e.reason, e.level), (PageError::ReservedBits, Some(level)));
+        let mut buf = [0u8; 16];
+        let r = mem.block_on(space.read(va, &mut buf)).unwrap_err();
+        assert_eq!(r.failed[0].reason, PageError::ReservedBits);
+    }
+    // With the architecture's 52 bits, bit 46 is an address bit.
+    let wide = AddressSpace::new(mem.clone(), t.dtb);
+    assert_eq!(
+        mem.block_on(wide.translate(USER + 0x1010)).map(|t| t.pa),
+        Ok((1 << 46) + 0x10)
+    );
+}
+
+/// A plain walker for the tests: it follows every path (nothing shared,
+/// nothing remembered) and decodes entries from the bit layout of the
+/// Intel SDM, written apart from `paging::step`. Mappings merged as the
+/// walk merges them; failed ranges of unreadable tables and of entries
+/// with reserved bits.
+struct Reference<'a> {
+    backend: &'a MemBackend,
+    memory_end: u64,
+    physical_bits: u8,
+    lo: u64,
+    hi: u64,
+    pages: Vec<(u64, u64, PageSize)>,
+    failed: Vec<FailedRange>,
+}
+
+impl Reference<'_> {
+    fn fail(&mut self, first: u64, last: u64, reason: PageError) {
+        let (first, last) = (first.max(self.lo), last.min(self.hi));
+        if first <= last {
+            self.failed.push(FailedRange {
+                va: first,
+                size: last - first + 1,
+                reason,
+            });
+        }
+    }
+
+    fn table(&mut self, pa: u64, level: u32, first: u64) {
+        let shift = 39 - 9 * level;
+        if pa + 0x1000 > self.memory_end {
+            if level == 0 {
+                self.fail(0, (1 << 47) - 1, PageError::OutOfRange);
+                self.fail(0xffff_8000_0000_0000, u64::MAX, PageError::OutOfRange);
+            } else {
+                self.fail(
+                    first,
+                    first + ((1u64 << (shift + 9)) - 1),
+                    PageError::OutOfRange,
+                );
+            }
+            return;
+        }
+        let bytes = self.backend.bytes(pa, 0x1000);
+        for i in 0..512u64 {
+            let e = u64::from_le_bytes(bytes[i as usize * 8..][..8].try_into().unwrap());
+            let va = match level {
+                0 if i >= 256 => 0xffff_0000_0000_0000 | i << shift,
+                0 => i << shift,
+                _ => first + (i << shift),
+            };
+            let last = va + ((1u64 << shift) - 1);
+            if last < self.lo || va > self.hi || e & 1 == 0 {
+                continue;
+            }
+            let address = e & 0x000f_ffff_ffff_f000;
+            let too_high = self.physical_bits < 52 && address >> self.physical_bits != 0;
+            let large = e & 0x80 != 0;
+            let (reserved, leaf) = match level {
+                0 => (too_high || large, None),
+                1 if large => (
+                    too_high || (e >> 13) & 0x1_ffff != 0,
+                    Some(PageSize::Size1G),
+                ),
+                2 if large => (too_high || (e >> 13) & 0xff != 0, Some(PageSize::Size2M)),
+                3 => (too_high, Some(PageSize::Size4K)),
+                _ => (too_high, None),
+            };
+            match leaf {
+                _ if reserved => self.fail(va, last, PageError::ReservedBits),
+                Some(size) => self.pages.push((va, address & !(size.bytes() - 1), size)),
+                None => self.table(address, level + 1, va),
+            }
+        }
+    }
+}
+
+/// Every mapping and failure of `found` with its aliases written out in
+/// full, as a plain walk would list them.
+fn expand(found: &Mappings) -> (Vec<Mapping>, Vec<FailedRange>) {
+    fn within(found: &Mappings, first: u64, last: u64, shift: u64, out: &mut Mappings) {
+        for m in &found.mappings {
+            let (a, b) = (m.va.max(first), (m.va + (m.size - 1)).min(last));
+            if a <= b {
+                out.mappings.push(Mapping {
+                    va: a.wrapping_add(shift),
+                    pa: m.pa + (a - m.va),
+                    size: b - a + 1,
+                    page_size: m.page_size,
+                });
+            }
+        }
+        for f in &found.failed {
+            let (a, b) = (f.va.max(first), (f.va + (f.size - 1)).min(last));
+            if a <= b {
+                out.failed.push(FailedRange {
+                    va: a.wrapping_add(shift),
+                    size: b - a + 1,
+                    reason: f.reason,
+                });
+            }
+        }
+        for alias in &found.aliases {
+            if first <= alias.va && alias.va + (alias.size - 1) <= last {
+                let from = alias.same_as;
+                let to = alias.va.wrapping_add(shift);
+                within(
+                    found,
+                    from,
+                    from + (alias.size - 1),
+                    to.wrapping_sub(from),
+                    out,
+                );
+            }
+        }
+    }
+    let mut out = Mappings::default();
+    within(found, 0, u64::MAX, 0, &mut out);
+    normalized(out.mappings, out.failed)
+}
+
+/// Mappings and failures sorted, with neighbours that continue each other
+/// merged: one form for two lists of the same memory.
+fn normalized(
+    mut mappings: Vec<Mapping>,
+    mut failed: Vec<FailedRange>,
+) -> (Vec<Mapping>, Vec<FailedRange>) {
+    mappings.sort_unstable_by_key(|m| m.va);
+    let mut merged: Vec<Mapping> = Vec::new();
+    for m in mappings {
+        match merged.last_mut() {
+            Some(l)
+                if l.page_size == m.page_size && l.va + l.size == m.va && l.pa + l.size == m.pa =>
+            {
+                l.size += m.size
+            }
+            _ => merged.push(m),
+        }
+    }
+    failed.sort_unstable_by_key(|f| f.va);
+    let mut failures: Vec<FailedRange> = Vec::new();
+    for f in failed {
+        match failures.last_mut() {
+            Some(l) if l.reason == f.reason && l.va.wrapping_add(l.size) == f.va => {
+                l.size += f.size
+            }
+            _ => failures.push(f),
+        }
+    }
+    (merged, failures)
+}
+
+/// A random entry: tables (of `tables`), pages, garbage and the faulty.
+fn random_entry(rng: &mut fastrand::Rng, tables: &[u64]) -> u64 {
+    let table = tables[rng.usize(..tables.len())];
+    match rng.u8(0..11) {
+        0..=4 => table | PRESENT_RW,
+        5 => table | PRESENT_RW | PS,
+        6 => (rng.u64(0..64) << 21) | PRESENT_RW | PS | ((rng.u64(0..4)) << 13),
+        7 => (rng.u64(0..8192) << 12) | PRESENT_RW,
+        8 => table | 1 << rng.u64(38..52) | PRESENT_RW,
+        9 => 64 * MIB | PRESENT_RW,
+        _ => rng.u64(..) | 1,
+    }
+}
+
+#[test]
+fn random_tables_map_what_a_plain_walk_of_every_path_maps() {
+    let mut rng = fastrand::Rng::with_seed(0x7ab1e5);
+    let (mem, backend) = small_memory();
+    // Cases with mappings, aliases, reserved entries, unreadable tables:
+    // the generator must make each often.
+    let mut seen = [0; 4];
+    for case in 0..300 {
+        let tables: Vec<u64> = (0..6).map(|k| 8 * MIB + k * 0x1000).collect();
+        for &t in &tables {
+            backend.poke(t, &[0; 0x1000]);
+            for _ in 0..rng.usize(1..=5) {
+                let i = [0, 1, 255, 256, 511, rng.u64(0..512)][rng.usize(0..6)];
+                backend.poke(t + i * 8, &random_entry(&mut rng, &tables).to_le_bytes());
+            }
+        }
+        let physical_bits = [52, 46, 39][rng.usize(0..3)];
+        let (lo, hi) = if rng.bool() {
+            (0, u64::MAX)
+        } else {
+            let mut ends = [rng.u64(..), rng.u64(..)].map(|a| sign_extend(a >> 16 << 12));
+            ends.sort_unstable();
+            (ends[0] + rng.u64(0..0x1000), ends[1])
+        };
+        let config = VmConfig {
+            physical_address_bits: physical_bits,
+            ..[VmConfig::default(), VmConfig::UNCACHED][rng.usize(0..2)]
+        };
+        let space = AddressSpace::with_config(mem.clone(), tables[0], config);
+        let found = mem.block_on(space.mappings(lo..=hi));
+        let mut reference = Reference {
+            backend: &backend,
+            memory_end: 16 * MIB,
+            physical_bits,
+            lo,
+            hi,
+            pages: Vec::new(),
+            failed: Vec::new(),
+        };
+        reference.table(tables[0], 0, 0);
+        reference.pages.sort_unstable_by_key(|p| p.0);
+        let mut pages = Vec::new();
+        for &(va, pa, size) in &reference.pages {
+            push_mapping(&mut pages, va, pa, size, &(lo..=hi));
+        }
+        let expected = normalized(pages, reference.failed);
+        assert_eq!(expand(&found), expected, "case {case}: {found:x?}");
+        for (n, shows) in [
+            !found.mappings.is_empty(),
+            !found.aliases.is_empty(),
+            found
+                .failed
+                .iter()
+                .any(|f| f.reason == PageError::ReservedBits),
+            found
+                .failed
+                .iter()
+                .any(|f| f.reason == PageError::OutOfRange),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            seen[n] += usize::from(shows);
+        }
+        // Aliases name a range walked before, which no alias of its size
+        // or larger holds (so writing them out ends).
+        for a in &found.aliases {
+            assert!(a.same_as < a.va, "case {case}: {a:x?}");
+            assert!(!found
+                .aliases
+                .iter()
+                .any(|b| b.size >= a.size && b.va <= a.same_as && a.same_as - b.va < b.size));
+        }
+        if (lo, hi) == (0, u64::MAX) {
+            let half = |upper: bool| {
+                reference
+                    .pages
+                    .iter()
+                    .filter(|p| (p.0 >> 63 == 1) == upper)
+                    .map(|p| p.2.bytes())
+                    .sum::<u64>()
+            };
+            assert_eq!(
+                mem.block_on(mapped_bytes(&space, &[tables[0]])),
+                vec![(half(false), half(true))],
+                "case {case}"
+            );
+        }
+    }
+    assert!(seen.iter().all(|&n| n >= 30), "{seen:?}");
+}
+
+#[test]
+fn memory_full_of_table_like_pages_is_read_once_a_level_with_bounded_results() {
+    // 4 MiB where every page is a table of present entries pointing at
+    // pages of the same memory: 512^4 paths, 1024 pages.
+    let pages = 1024u64;
+    let backend = Arc::new(MemBackend::with_address_pattern((pages * 0x1000) as usize));
+    let mem = Memory::with_config(backend.clone(), EngineConfig::default());
+    let mut rng = fastrand::Rng::with_seed(11);
+    for p in 0..pages {
+        let table: Vec<u8> = (0..512)
+            .flat_map(|_| (rng.u64(0..pages) << 12 | PRESENT_RW).to_le_bytes())
+            .collect();
+        backend.poke(p * 0x1000, &table);
+    }
+    let space = AddressSpace::with_config(mem.clone(), 0, VmConfig::UNCACHED);
+    let found = mem.block_on(space.mappings(..));
+    let read: usize = backend.read_call_sizes().iter().sum();
+    // Each page at most once a level (the top table once).
+    assert!(read as u64 <= 1 + 3 * pages, "{read} pages read");
+    let records = found.mappings.len() + found.aliases.len() + found.failed.len();
+    assert!(
+        records <= 512 * read,
+        "{records} records from {read} tables"
+    );
+    // Every level-3 table's 512 pages are listed; everything else is an
+    // alias of a table walked once.
+    assert_eq!(
+        found.mappings.iter().map(|m| m.size).sum::<u64>() % 0x1000,
+        0
+    );
+    let sizes = mem.block_on(mapped_bytes(&space, &[0]));
+    assert_eq!(sizes, vec![(1 << 47, 1 << 47)]);
+}

@@ -1,0 +1,284 @@
+//! Page tables a target can hold to make a walk explode: a table whose
+//! entries point at itself, tables that point at each other, and memory
+//! where every page looks like a table. `leechio spaces`, `translate` and
+//! `dump --dtb` must finish within seconds, within a memory cap, with a
+//! result or a one-line error, as the README states.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+/// Present, writable.
+const PRESENT_RW: u64 = 0x3;
+
+/// What a bounded run of `leechio` did.
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    /// Peak resident memory, KiB.
+    max_rss_kib: i64,
+}
+
+/// Runs `leechio ARGS`, killing it and failing the test when it has not
+/// ended within `deadline`; reports its peak memory.
+// The child is reaped with wait4, which std's `wait` does not offer, for
+// its peak memory.
+#[allow(clippy::zombie_processes)]
+fn run_bounded(args: &[&str], deadline: Duration) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leechio"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run leechio");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let pid = child.id() as libc::pid_t;
+    let start = Instant::now();
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: plain out-parameters for wait4.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `pid` is our child, not yet reaped; valid pointers.
+        let done = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if done == pid {
+            break (status, usage);
+        }
+        assert_eq!(done, 0, "wait4: {}", std::io::Error::last_os_error());
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            panic!("leechio {args:?} still ran after {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    eprintln!(
+        "leechio {args:?}: {:.1} s, peak {} MiB",
+        start.elapsed().as_secs_f64(),
+        usage.ru_maxrss >> 10
+    );
+    Run {
+        status: ExitStatus::from_raw(status),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        max_rss_kib: usage.ru_maxrss,
+    }
+}
+
+/// A raw image of `size` bytes of a filler pattern, with `tables`
+/// (address, 512 entries) written in.
+struct Image {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Image {
+    fn new(size: u64, tables: &[(u64, Vec<u64>)]) -> Image {
+        let mut bytes: Vec<u8> = (0..size / 8)
+            .flat_map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) & !1).to_le_bytes())
+            .collect();
+        for (at, entries) in tables {
+            for (i, e) in entries.iter().enumerate() {
+                let o = *at as usize + i * 8;
+                bytes[o..o + 8].copy_from_slice(&e.to_le_bytes());
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hostile.raw");
+        std::fs::write(&path, bytes).unwrap();
+        Image { _dir: dir, path }
+    }
+
+    fn device(&self) -> String {
+        format!("file://{}", self.path.display())
+    }
+}
+
+/// Time and memory every run here must stay within (a debug build on a
+/// loaded 2-core machine; the README's figures are a release build's).
+const DEADLINE: Duration = Duration::from_secs(30);
+const MEMORY_CAP_KIB: i64 = 256 << 10;
+
+/// A clean end: success, or a failure with a one-line message; no abort,
+/// no panic, within the memory cap.
+fn assert_clean(run: &Run, what: &str) {
+    assert!(
+        run.status.code().is_some(),
+        "{what}: killed by a signal ({:?}): {}",
+        run.status,
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("panicked")
+            && !run.stderr.contains("internal error")
+            && !run.stderr.contains("memory allocation"),
+        "{what}: {}",
+        run.stderr
+    );
+    assert!(
+        run.max_rss_kib < MEMORY_CAP_KIB,
+        "{what}: peak memory {} MiB",
+        run.max_rss_kib >> 10
+    );
+}
+
+fn spaces(image: &Image) -> Vec<serde_json::Value> {
+    let run = run_bounded(&["-d", &image.device(), "spaces", "--json"], DEADLINE);
+    assert_clean(&run, "spaces");
+    assert!(run.status.success(), "{}", run.stderr);
+    run.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Loads of the ELF file at `path`: (vaddr, filesz).
+fn loads(path: &Path) -> Vec<(u64, u64)> {
+    let elf = std::fs::read(path).unwrap();
+    let word = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
+    let phoff = word(0x20) as usize;
+    let count = u16::from_le_bytes([elf[0x38], elf[0x39]]) as usize;
+    (0..count)
+        .map(|i| phoff + i * 56)
+        .filter(|&h| u32::from_le_bytes(elf[h..h + 4].try_into().unwrap()) == 1)
+        .map(|h| (word(h + 16), word(h + 32)))
+        .collect()
+}
+
+#[test]
+fn a_table_pointing_at_itself_everywhere_is_walked_once() {
+    let p = 4 * MIB;
+    let image = Image::new(16 * MIB, &[(p, vec![p | PRESENT_RW; 512])]);
+    // 512^4 paths; as a CPU sees it both halves are wholly mapped.
+    let found = spaces(&image);
+    let c = found
+        .iter()
+        .find(|c| c["dtb"] == format!("{p:#x}"))
+        .expect("the table is a root");
+    assert_eq!(c["user_mapped"], 1u64 << 47);
+    assert_eq!(c["kernel_mapped"], 1u64 << 47);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("space.elf");
+    let dtb = format!("{p:#x}");
+    let run = run_bounded(
+        &[
+            "-d",
+            &image.device(),
+            "dump",
+            "--dtb",
+            &dtb,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        DEADLINE,
+    );
+    assert_clean(&run, "dump");
+    assert!(run.status.success(), "{}", run.stderr);
+    // The table's 512 pages at 0 once; the 3 x 511 ranges that alias them
+    // are named, not dumped.
+    let l = loads(&out);
+    assert_eq!(l.len(), 512, "{l:x?}");
+    assert!(l
+        .iter()
+        .enumerate()
+        .all(|(i, &(va, size))| va == i as u64 * 0x1000 && size == 0x1000));
+    assert!(
+        run.stderr.contains("1533 ranges") && run.stderr.contains("left out"),
+        "{}",
+        run.stderr
+    );
+    // A translation is four reads, whatever the tables.
+    let run = run_bounded(
+        &[
+            "-d",
+            &image.device(),
+            "translate",
+            "--dtb",
+            &dtb,
+            "0xffffffffffffffff",
+        ],
+        DEADLINE,
+    );
+    assert_clean(&run, "translate");
+    assert!(
+        run.stdout.contains(&format!("{:#x}", p + 0xfff)),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn tables_pointing_at_each_other_are_walked_once() {
+    let (a, b) = (4 * MIB, 4 * MIB + 0x1000);
+    let image = Image::new(
+        16 * MIB,
+        &[
+            (a, vec![b | PRESENT_RW; 512]),
+            (b, vec![a | PRESENT_RW; 512]),
+        ],
+    );
+    let found = spaces(&image);
+    for root in [a, b] {
+        let c = found
+            .iter()
+            .find(|c| c["dtb"] == format!("{root:#x}"))
+            .expect("both are roots");
+        assert_eq!(c["user_mapped"], 1u64 << 47);
+        assert_eq!(c["sharing_kernel_half"], 0);
+    }
+}
+
+#[test]
+fn memory_where_every_page_looks_like_a_table_stays_cheap() {
+    // 32 MiB, every page 512 present entries pointing at random pages of
+    // the image: each page a root candidate, 512^4 paths from each.
+    let pages = 32 * MIB / 0x1000;
+    let mut rng = fastrand::Rng::with_seed(28);
+    let tables: Vec<(u64, Vec<u64>)> = (0..pages)
+        .map(|p| {
+            let entries = (0..512)
+                .map(|_| rng.u64(0..pages) << 12 | PRESENT_RW)
+                .collect();
+            (p * 0x1000, entries)
+        })
+        .collect();
+    let image = Image::new(32 * MIB, &tables);
+    let found = spaces(&image);
+    assert_eq!(found.len() as u64, pages);
+    // Every root maps both halves wholly, as a CPU sees them.
+    assert!(found
+        .iter()
+        .all(|c| c["user_mapped"] == 1u64 << 47 && c["kernel_mapped"] == 1u64 << 47));
+    // A dump of one root's first 64 MiB of address space: its tables
+    // walked once each.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("space.elf");
+    let run = run_bounded(
+        &[
+            "-d",
+            &image.device(),
+            "dump",
+            "--dtb",
+            "0x0",
+            "--range",
+            "0-0x4000000",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        DEADLINE,
+    );
+    assert_clean(&run, "dump");
+    assert!(run.status.success(), "{}", run.stderr);
+    let dumped: u64 = loads(&out).iter().map(|l| l.1).sum();
+    assert!(dumped > 0 && dumped <= 64 * MIB, "{dumped:#x}");
+}
