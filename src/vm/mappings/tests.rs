@@ -488,7 +488,7 @@ fn random_entry(rng: &mut fastrand::Rng, tables: &[u64]) -> u64 {
         6 => (rng.u64(0..64) << 21) | PRESENT_RW | PS | ((rng.u64(0..4)) << 13),
         7 => (rng.u64(0..8192) << 12) | PRESENT_RW,
         8 => table | 1 << rng.u64(38..52) | PRESENT_RW,
-        9 => 64 * MIB | PRESENT_RW,
+        9 => (64 * MIB) | PRESENT_RW,
         _ => rng.u64(..) | 1,
     }
 }
