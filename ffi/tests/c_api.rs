@@ -286,8 +286,14 @@ fn dummy_os_image(path: &Path) -> String {
     lines
 }
 
+/// The sources of the C test program `name` (with the helpers they share).
+fn c_program(name: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    vec![dir.join(name), dir.join("common.c")]
+}
+
 fn c_test() -> Vec<PathBuf> {
-    vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/api_test.c")]
+    c_program("api_test.c")
 }
 
 fn assert_passed(out: &Output, what: &str) {
