@@ -76,7 +76,8 @@ ffi:
 header:
 	LEECHIO_WRITE_HEADER=1 $(CARGO) test -p leechio-ffi --test header
 
-## install-c: headers into PREFIX/include, libleechio and LeechCore into PREFIX/lib
+## install-c: headers into PREFIX/include, libleechio and LeechCore into PREFIX/lib,
+## valgrind suppressions into PREFIX/share/leechio
 install-c: setup ffi
 	scripts/install-c.sh "$(PREFIX)"
 

@@ -316,13 +316,14 @@ fn a_failed_reopen_leaves_no_handle_to_use() {
     let image = Image::new(16 * MIB);
     let config = DeviceConfig::new(format!("file://file={},write=1", image.path.display()));
     let device = LeechCore::open(&config).unwrap();
+    // The image goes: the write still reaches the open file, opening it
+    // again right after the write fails, and every later access fails
+    // without a handle (valgrind showed the closed one used, then closed
+    // twice on drop).
+    std::fs::remove_file(&image.path).unwrap();
     let mut writes = [WriteEntry::new(0x2000, &[0x11; 8])];
     device.write_scatter(&mut writes);
     assert_eq!(writes[0].result, Ok(()));
-    // The image goes: opening it again after the write fails, and every
-    // later access fails without a handle (valgrind showed the closed one
-    // used, then closed twice on drop).
-    std::fs::remove_file(&image.path).unwrap();
     for _ in 0..3 {
         let words = read_words(&device, &[0x3000], 0);
         assert_eq!(words[0].result, Err(PageError::NotIssued));
@@ -518,6 +519,33 @@ fn writes_to_a_file_device_are_read_back_at_once_and_land_in_order() {
         first_difference, None,
         "the file differs from the writes made"
     );
+}
+
+/// A write that returned is in the file for every reader, with the device
+/// still open and no call after it: another program reading the image
+/// sees what was written.
+#[test]
+fn a_returned_write_is_in_the_file_for_other_readers() {
+    let image = Image::new(16 * MIB);
+    let config = DeviceConfig::new(format!("file://file={},write=1", image.path.display()));
+    let device = LeechCore::open(&config).unwrap();
+    let page = vec![0x3cu8; PAGE as usize];
+    let small: Vec<u8> = (1..=12).collect();
+    for (addr, data) in [
+        (0x7000, &page[..]),
+        (0x9004, &small[..]),
+        (0x7000, &small[..8]),
+    ] {
+        let mut entries = [WriteEntry::new(addr, data)];
+        device.write_scatter(&mut entries);
+        assert_eq!(entries[0].result, Ok(()));
+        let in_file = read_file_at(&image.path, addr, data.len());
+        assert_eq!(
+            in_file, data,
+            "the write at {addr:#x} is not in the file yet"
+        );
+    }
+    assert_eq!(device.call_count(Call::WriteScatter), 3);
 }
 
 #[test]

@@ -41,7 +41,11 @@ enum leechio_status
   LEECHIO_OPEN_FAILED = 5,
   // The device refused a command or cannot do what was asked.
   LEECHIO_DEVICE_ERROR = 6,
-  // Some bytes of a read or write failed: the fragments say which, and why.
+  // Part of the work failed, and the call's results say which part and
+  // why: for reads and writes, the fragments; for
+  // `leechio_space_translate_many`, each translation's `status`; for
+  // `leechio_space_mappings`, the unreadable ranges it reports; for a
+  // queued read, its fragments.
   LEECHIO_INCOMPLETE = 7,
   // The call is not allowed here, e.g. flushing a queue from one of its
   // own completion callbacks.
@@ -151,6 +155,9 @@ typedef struct leechio_device_info {
   bool is_volatile;
   // The device is reached through a remote agent.
   bool remote;
+  // Always 0: explicit padding, so that every byte of the struct is
+  // defined (it may be compared with `memcmp` or hashed).
+  uint8_t padding[5];
 } leechio_device_info;
 
 // One range of the physical memory map.
@@ -188,10 +195,19 @@ typedef struct leechio_fragment {
   size_t length;
   // `LEECHIO_OK`, or why these bytes failed (a code from 100 on).
   leechio_status status;
+  // Always 0: explicit padding, so that every byte of the struct is
+  // defined (it may be compared with `memcmp` or hashed).
+  uint32_t padding;
 } leechio_fragment;
 
 // Called once per fragment of a batch, after the whole batch is done, in
 // order of operation then offset. `fragment` is valid only during the call.
+//
+// It runs on the thread that made the call, before the call returns, and
+// may call any function of this library, on the same handles too, except
+// closing or freeing the handle the running call was given. When the
+// running call fails, its message replaces any that calls made from the
+// callback left for `leechio_last_error_message`.
 typedef void (*leechio_fragment_fn)(void *context, const struct leechio_fragment *fragment);
 
 // One write of a batch: `length` bytes from `data` to `address`.
@@ -217,6 +233,9 @@ typedef struct leechio_completion {
   // `LEECHIO_OK` when every byte was read, else `LEECHIO_INCOMPLETE`
   // (or `LEECHIO_NOT_ISSUED` for a read cancelled by `leechio_queue_free`).
   leechio_status status;
+  // Always 0: explicit padding, so that every byte of the struct is
+  // defined (it may be compared with `memcmp` or hashed).
+  uint32_t padding;
   // The fragments of the read, covering it in order (`op` is 0).
   const struct leechio_fragment *fragments;
   // Number of fragments.
@@ -227,6 +246,12 @@ typedef struct leechio_completion {
 // queue, on which the callback may queue more reads (they go in the next
 // flush); it is NULL when the read is cancelled because the queue is being
 // freed. `completion` and its fragments are valid only during the call.
+//
+// It runs on the thread that flushes (or frees) the queue, and may call
+// any function of this library, on the same device and spaces too (a
+// synchronous read, a translation, closing a handle: the queue keeps what
+// it uses), except flushing, running or freeing its own queue
+// (`LEECHIO_BUSY`; nothing happens).
 typedef void (*leechio_completion_fn)(void *context,
                                       struct leechio_queue *queue,
                                       const struct leechio_completion *completion);
@@ -248,6 +273,9 @@ typedef struct leechio_translation {
   // `LEECHIO_OK`, or why there is no translation: `LEECHIO_NOT_MAPPED`,
   // `LEECHIO_NON_CANONICAL`, or the failure of reading a table.
   leechio_status status;
+  // Always 0: explicit padding, so that every byte of the struct is
+  // defined (it may be compared with `memcmp` or hashed).
+  uint32_t padding;
   // The physical address (0 when `status` is not `LEECHIO_OK`).
   uint64_t pa;
   // Size of the page in bytes: 4096, 2 MiB or 1 GiB (0 on failure).
@@ -275,10 +303,20 @@ typedef struct leechio_mapping {
   // `LEECHIO_OK` for a mapping; otherwise the tables for this range
   // could not be read, and why.
   leechio_status status;
+  // Always 0: explicit padding, so that every byte of the struct is
+  // defined (it may be compared with `memcmp` or hashed).
+  uint32_t padding;
 } leechio_mapping;
 
 // Called once per mapping (sorted by address), then once per unreadable
-// range. `mapping` is valid only during the call.
+// range, after the whole walk is done. `mapping` is valid only during the
+// call.
+//
+// It runs on the thread that made the call, before the call returns, and
+// may call any function of this library, on the same handles too, except
+// closing or freeing the handle the running call was given. When the
+// running call fails, its message replaces any that calls made from the
+// callback left for `leechio_last_error_message`.
 typedef void (*leechio_mapping_fn)(void *context, const struct leechio_mapping *mapping);
 
 #ifdef __cplusplus
@@ -295,16 +333,24 @@ const char *leechio_version(void);
 //   `"file://file=/tmp/mem.raw,write=1"`, `"fpga"`,
 //   `"qemu://shm=NAME,qmp=SOCKET"`.
 // - `remote`: a LeechCore remote string (`"rpc://..."`), or NULL.
-// - `library`: the `leechcore.so` to load, or NULL to search for it
-//   (`LEECHCORE_LIB`, beside libleechio or the program, the dynamic
-//   linker, the build tree's `target/leechcore/`).
+// - `library`: the path of the `leechcore.so` file to load (the only one
+//   tried then), or NULL to search: the file the environment variable
+//   `LEECHCORE_LIB` names (a file path, not a folder; when it is set and
+//   not empty, nothing else is tried), else `leechcore.so` beside libleechio.so
+//   (beside the program, for the static library), the dynamic linker's
+//   `leechcore.so` and `libleechcore.so`, and the build tree's
+//   `target/leechcore/`. Keep `leechcore.so` beside its
+//   `leechcore_device_*.so` plugins.
 // - `out`: receives the handle, or NULL on failure.
 //
 // Returns `LEECHIO_OK`, `LEECHIO_NULL_ARGUMENT`, `LEECHIO_INVALID_ARGUMENT`,
 // `LEECHIO_LOAD_FAILED` or `LEECHIO_OPEN_FAILED` (the message says why).
 //
+// NULL: `remote` and `library` may be NULL; `device` and `out` may not
+// (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// Strings must be NULL or NUL-terminated; `out` must be NULL or valid.
+// Non-NULL strings must be NUL-terminated; `out` must be writable.
 leechio_status leechio_device_open(const char *device,
                                    const char *remote,
                                    const char *library,
@@ -315,14 +361,16 @@ leechio_status leechio_device_open(const char *device,
 //
 // # Safety
 // `device` must be NULL or a handle from `leechio_device_open`, not used
-// again afterwards.
+// again afterwards (nor closed from a callback of a call on it).
 void leechio_device_close(struct leechio_device *device);
 
 // Fills `*out` with what the device reports: max address (read now),
 // LeechCore's version, read-only, volatile and remote flags.
 //
+// NULL: neither `device` nor `out` may be NULL (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `device` must be NULL or a live handle; `out` NULL or valid.
+// `device` must be a live handle; `out` writable.
 leechio_status leechio_device_get_info(const struct leechio_device *device,
                                        struct leechio_device_info *out);
 
@@ -332,9 +380,12 @@ leechio_status leechio_device_get_info(const struct leechio_device *device,
 // `buf` may be NULL when `len` is 0, to ask for the length: that query
 // returns `LEECHIO_OK` and is no failure (the last error stays).
 //
+// NULL: `out_len` may be NULL, and `buf` when `len` is 0; `device` may
+// not (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `device` must be NULL or a live handle; `buf` NULL or valid for `len`
-// bytes; `out_len` NULL or valid.
+// `device` must be a live handle; a non-NULL `buf` writable for `len`
+// bytes; a non-NULL `out_len` writable.
 leechio_status leechio_device_name(const struct leechio_device *device,
                                    char *buf,
                                    size_t len,
@@ -360,15 +411,20 @@ leechio_status leechio_device_library_path(const struct leechio_device *device,
                                            size_t *out_len);
 
 // Copies the device's physical memory map, as LeechCore holds it now:
-// `*count` gets the number of ranges, and the first `capacity` of them go
-// to `ranges`. Returns `LEECHIO_BUFFER_TOO_SMALL` when `capacity` is less
-// than `*count`, except for a query of the count alone (`ranges` NULL and
-// `capacity` 0), which returns `LEECHIO_OK`; `LEECHIO_DEVICE_ERROR` when
-// LeechCore's map is unreadable.
+// `*count` (if `count` is not NULL) gets the number of ranges, and the
+// first `capacity` of them go to `ranges`. Returns
+// `LEECHIO_BUFFER_TOO_SMALL` when `capacity` is less than that number,
+// except for a query of the count alone (`ranges` NULL and `capacity` 0),
+// which returns `LEECHIO_OK`; `LEECHIO_DEVICE_ERROR` when LeechCore's map
+// is unreadable. No range has size 0, so with `count` NULL a zeroed
+// `ranges` array ends at its first range of size 0 (or at `capacity`).
+//
+// NULL: `count` may be NULL, and `ranges` when `capacity` is 0; `device`
+// may not (`LEECHIO_NULL_ARGUMENT`).
 //
 // # Safety
-// `device` must be NULL or a live handle; `ranges` NULL or valid for
-// `capacity` elements; `count` NULL or valid.
+// `device` must be a live handle; a non-NULL `ranges` writable for
+// `capacity` elements; a non-NULL `count` writable.
 leechio_status leechio_device_memory_map(const struct leechio_device *device,
                                          struct leechio_memory_range *ranges,
                                          size_t capacity,
@@ -378,8 +434,10 @@ leechio_status leechio_device_memory_map(const struct leechio_device *device,
 // LeechCore has counted on this device. `LEECHIO_CALL_READ_SCATTER` is
 // the number of device round trips made for reads.
 //
+// NULL: neither `device` nor `out` may be NULL (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `device` must be NULL or a live handle; `out` NULL or valid.
+// `device` must be a live handle; `out` writable.
 leechio_status leechio_device_call_count(const struct leechio_device *device,
                                          uint32_t kind,
                                          uint64_t *out);
@@ -398,8 +456,11 @@ const char *leechio_status_message(uint32_t status);
 // `LEECHIO_BUFFER_TOO_SMALL` (the truncated text is still written) or
 // `LEECHIO_NULL_ARGUMENT` (`buf` NULL with `len` > 0).
 //
+// NULL: `out_len` may be NULL, and `buf` when `len` is 0.
+//
 // # Safety
-// `buf` must be NULL or valid for `len` bytes; `out_len` NULL or valid.
+// A non-NULL `buf` must be writable for `len` bytes; a non-NULL
+// `out_len` writable.
 leechio_status leechio_last_error_message(char *buf, size_t len, size_t *out_len);
 
 // Reads every op of `ops` (`count` of them) from physical memory in one
@@ -415,10 +476,15 @@ leechio_status leechio_last_error_message(char *buf, size_t len, size_t *out_len
 // some failed (the fragments say which), or an argument error before any
 // I/O (`LEECHIO_NULL_ARGUMENT`, `LEECHIO_INVALID_ARGUMENT`).
 //
+// NULL: `on_fragment` may be NULL (no fragments are reported), `ops`
+// when `count` is 0, an op's `buffer` when its `length` is 0, and
+// `context` always (it is only passed on); `device` may not
+// (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `device` must be NULL or a live handle; `ops` NULL (only when `count` is
-// 0) or valid for `count` elements, each buffer valid for `length` bytes;
-// `on_fragment` must be safe to call with `context`.
+// `device` must be a live handle; `ops` readable for `count` elements,
+// each non-NULL buffer writable for `length` bytes; `on_fragment` safe
+// to call with `context`.
 leechio_status leechio_read(const struct leechio_device *device,
                             const struct leechio_read_op *ops,
                             size_t count,
@@ -433,8 +499,15 @@ leechio_status leechio_read(const struct leechio_device *device,
 // reason it could not be written anyway (`LEECHIO_OUT_OF_RANGE`,
 // `LEECHIO_ADDRESS_OVERFLOW`).
 //
+// Ops may overlap: they land in the order given, so where two ops write
+// the same byte, memory holds the later op's byte afterwards (such a
+// batch may take more than one device call).
+//
+// NULL: as for `leechio_read`, with `data` for `buffer`.
+//
 // # Safety
-// As for `leechio_read`, with each `data` valid for `length` bytes.
+// As for `leechio_read`, with each non-NULL `data` readable for `length`
+// bytes.
 leechio_status leechio_write(const struct leechio_device *device,
                              const struct leechio_write_op *ops,
                              size_t count,
@@ -444,8 +517,10 @@ leechio_status leechio_write(const struct leechio_device *device,
 // Creates an empty queue of reads on `device`'s engine. The queue keeps
 // the device open until it is freed.
 //
+// NULL: neither `device` nor `out` may be NULL (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `device` must be NULL or a live handle; `out` NULL or valid.
+// `device` must be a live handle; `out` writable.
 leechio_status leechio_queue_new(const struct leechio_device *device, struct leechio_queue **out);
 
 // Frees a queue. Reads still queued are cancelled: each callback is
@@ -468,9 +543,14 @@ void leechio_queue_free(struct leechio_queue *queue);
 // queued reads may share or overlap buffers (bytes are copied in just
 // before each callback).
 //
+// NULL: `buffer` may be NULL when `length` is 0, and `context` always (it
+// is only passed on); `queue` and `callback` may not
+// (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `queue` must be NULL or a live handle; `buffer` valid for `length`
-// bytes until the callback; `callback` safe to call with `context`.
+// `queue` must be a live handle; a non-NULL `buffer` writable for
+// `length` bytes until the callback; `callback` safe to call with
+// `context`.
 leechio_status leechio_queue_read(struct leechio_queue *queue,
                                   uint64_t address,
                                   uint8_t *buffer,
@@ -484,8 +564,10 @@ leechio_status leechio_queue_read(struct leechio_queue *queue,
 // read completes after up to five flushes, a cached one after one.
 // `space` must come from the same device handle as the queue.
 //
+// NULL: as for `leechio_queue_read`; `space` may not be NULL either.
+//
 // # Safety
-// As for `leechio_queue_read`; `space` NULL or a live handle.
+// As for `leechio_queue_read`; `space` must be a live handle.
 leechio_status leechio_queue_read_virtual(struct leechio_queue *queue,
                                           const struct leechio_space *space,
                                           uint64_t address,
@@ -500,8 +582,10 @@ leechio_status leechio_queue_read_virtual(struct leechio_queue *queue,
 // `*completed` (if not NULL) gets the number of callbacks called. Calling
 // this from a callback of the same queue returns `LEECHIO_BUSY`.
 //
+// NULL: `completed` may be NULL; `queue` may not (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `queue` must be NULL or a live handle; `completed` NULL or valid.
+// `queue` must be a live handle; a non-NULL `completed` writable.
 leechio_status leechio_queue_flush(struct leechio_queue *queue, size_t *completed);
 
 // Flushes until no read is left (callbacks that keep queuing keep it
@@ -509,8 +593,10 @@ leechio_status leechio_queue_flush(struct leechio_queue *queue, size_t *complete
 // which is the number of device calls when only reads are queued.
 // Calling this from a callback of the same queue returns `LEECHIO_BUSY`.
 //
+// NULL: `flushes` may be NULL; `queue` may not (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// As for `leechio_queue_flush`.
+// `queue` must be a live handle; a non-NULL `flushes` writable.
 leechio_status leechio_queue_run(struct leechio_queue *queue, size_t *flushes);
 
 // The number of queued reads whose callbacks have not run yet (0 for a
@@ -526,9 +612,12 @@ size_t leechio_queue_pending(const struct leechio_queue *queue);
 // both caches for one second. The space keeps the device open until it
 // is freed, even if the device handle is closed first.
 //
+// NULL: `options` may be NULL; `device` and `out` may not
+// (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `device` must be NULL or a live handle; `options` NULL or valid; `out`
-// NULL or valid.
+// `device` must be a live handle; a non-NULL `options` readable; `out`
+// writable.
 leechio_status leechio_space_new(const struct leechio_device *device,
                                  uint64_t dtb,
                                  const struct leechio_cache_options *options,
@@ -538,14 +627,16 @@ leechio_status leechio_space_new(const struct leechio_device *device,
 //
 // # Safety
 // `space` must be NULL or a handle from `leechio_space_new`, not used
-// again afterwards.
+// again afterwards (nor freed from a callback of a call on it).
 void leechio_space_free(struct leechio_space *space);
 
 // Forgets every cached translation and page-table page, so the next
 // access sees the target's tables as they are now.
 //
+// NULL: `space` may not be NULL (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `space` must be NULL or a live handle.
+// `space` must be a live handle.
 leechio_status leechio_space_invalidate(const struct leechio_space *space);
 
 // Translates `count` virtual addresses at once (their walks share each
@@ -553,10 +644,12 @@ leechio_status leechio_space_invalidate(const struct leechio_space *space);
 // all translated, `LEECHIO_INCOMPLETE` when some did not (each
 // `out[i].status` says why).
 //
+// NULL: `vas` and `out` may be NULL when `count` is 0; `space` may not
+// (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `space` must be NULL or a live handle; `vas` valid for `count`
-// addresses and `out` for `count` translations (either may be NULL only
-// when `count` is 0).
+// `space` must be a live handle; `vas` readable for `count` addresses;
+// `out` writable for `count` translations.
 leechio_status leechio_space_translate_many(const struct leechio_space *space,
                                             const uint64_t *vas,
                                             size_t count,
@@ -566,8 +659,10 @@ leechio_status leechio_space_translate_many(const struct leechio_space *space,
 // (`LEECHIO_OK`, `LEECHIO_NOT_MAPPED`, `LEECHIO_NON_CANONICAL`, or why a
 // table could not be read); `*out` is filled either way.
 //
+// NULL: neither `space` nor `out` may be NULL (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `space` must be NULL or a live handle; `out` NULL or valid.
+// `space` must be a live handle; `out` writable.
 leechio_status leechio_space_translate(const struct leechio_space *space,
                                        uint64_t va,
                                        struct leechio_translation *out);
@@ -575,6 +670,8 @@ leechio_status leechio_space_translate(const struct leechio_space *space,
 // Reads every op of `ops` from virtual memory in one batch, reporting
 // fragments like `leechio_read`: pages that are unmapped, non-canonical,
 // or whose tables or data cannot be read fail; the rest is read.
+//
+// NULL: as for `leechio_read`, with `space` for `device`.
 //
 // # Safety
 // As for `leechio_read`, with `space` instead of `device`.
@@ -586,6 +683,10 @@ leechio_status leechio_space_read(const struct leechio_space *space,
 
 // Writes every op of `ops` to virtual memory in one batch, reporting
 // fragments like `leechio_write`.
+//
+// Ops may overlap, as for `leechio_write`: they land in the order given.
+//
+// NULL: as for `leechio_write`, with `space` for `device`.
 //
 // # Safety
 // As for `leechio_write`, with `space` instead of `device`.
@@ -604,9 +705,12 @@ leechio_status leechio_space_write(const struct leechio_space *space,
 // tables could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start`
 // is past `last`.
 //
+// NULL: `context` may be NULL (it is only passed on); `space` and
+// `on_mapping` may not (`LEECHIO_NULL_ARGUMENT`).
+//
 // # Safety
-// `space` must be NULL or a live handle; `on_mapping` must be safe to
-// call with `context`.
+// `space` must be a live handle; `on_mapping` safe to call with
+// `context`.
 leechio_status leechio_space_mappings(const struct leechio_space *space,
                                       uint64_t start,
                                       uint64_t last,

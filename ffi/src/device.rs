@@ -34,6 +34,9 @@ pub struct leechio_device_info {
     pub is_volatile: bool,
     /// The device is reached through a remote agent.
     pub remote: bool,
+    /// Always 0: explicit padding, so that every byte of the struct is
+    /// defined (it may be compared with `memcmp` or hashed).
+    pub padding: [u8; 5],
 }
 
 /// One range of the physical memory map.
@@ -111,16 +114,24 @@ pub(crate) unsafe fn device_ref<'a>(p: *const leechio_device) -> Result<&'a leec
 ///   `"file://file=/tmp/mem.raw,write=1"`, `"fpga"`,
 ///   `"qemu://shm=NAME,qmp=SOCKET"`.
 /// - `remote`: a LeechCore remote string (`"rpc://..."`), or NULL.
-/// - `library`: the `leechcore.so` to load, or NULL to search for it
-///   (`LEECHCORE_LIB`, beside libleechio or the program, the dynamic
-///   linker, the build tree's `target/leechcore/`).
+/// - `library`: the path of the `leechcore.so` file to load (the only one
+///   tried then), or NULL to search: the file the environment variable
+///   `LEECHCORE_LIB` names (a file path, not a folder; when it is set and
+///   not empty, nothing else is tried), else `leechcore.so` beside libleechio.so
+///   (beside the program, for the static library), the dynamic linker's
+///   `leechcore.so` and `libleechcore.so`, and the build tree's
+///   `target/leechcore/`. Keep `leechcore.so` beside its
+///   `leechcore_device_*.so` plugins.
 /// - `out`: receives the handle, or NULL on failure.
 ///
 /// Returns `LEECHIO_OK`, `LEECHIO_NULL_ARGUMENT`, `LEECHIO_INVALID_ARGUMENT`,
 /// `LEECHIO_LOAD_FAILED` or `LEECHIO_OPEN_FAILED` (the message says why).
 ///
+/// NULL: `remote` and `library` may be NULL; `device` and `out` may not
+/// (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// Strings must be NULL or NUL-terminated; `out` must be NULL or valid.
+/// Non-NULL strings must be NUL-terminated; `out` must be writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_device_open(
     device: *const c_char,
@@ -160,7 +171,7 @@ pub unsafe extern "C" fn leechio_device_open(
 ///
 /// # Safety
 /// `device` must be NULL or a handle from `leechio_device_open`, not used
-/// again afterwards.
+/// again afterwards (nor closed from a callback of a call on it).
 #[no_mangle]
 pub unsafe extern "C" fn leechio_device_close(device: *mut leechio_device) {
     guard("leechio_device_close", || {
@@ -176,8 +187,10 @@ pub unsafe extern "C" fn leechio_device_close(device: *mut leechio_device) {
 /// Fills `*out` with what the device reports: max address (read now),
 /// LeechCore's version, read-only, volatile and remote flags.
 ///
+/// NULL: neither `device` nor `out` may be NULL (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `device` must be NULL or a live handle; `out` NULL or valid.
+/// `device` must be a live handle; `out` writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_device_get_info(
     device: *const leechio_device,
@@ -196,6 +209,7 @@ pub unsafe extern "C" fn leechio_device_get_info(
             read_only: info.read_only,
             is_volatile: info.volatile,
             remote: info.remote,
+            padding: [0; 5],
         };
         // SAFETY: checked non-NULL; the caller passes a valid pointer.
         unsafe { *out = filled };
@@ -230,9 +244,12 @@ unsafe fn device_text(
 /// `buf` may be NULL when `len` is 0, to ask for the length: that query
 /// returns `LEECHIO_OK` and is no failure (the last error stays).
 ///
+/// NULL: `out_len` may be NULL, and `buf` when `len` is 0; `device` may
+/// not (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `device` must be NULL or a live handle; `buf` NULL or valid for `len`
-/// bytes; `out_len` NULL or valid.
+/// `device` must be a live handle; a non-NULL `buf` writable for `len`
+/// bytes; a non-NULL `out_len` writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_device_name(
     device: *const leechio_device,
@@ -298,15 +315,20 @@ pub unsafe extern "C" fn leechio_device_library_path(
 }
 
 /// Copies the device's physical memory map, as LeechCore holds it now:
-/// `*count` gets the number of ranges, and the first `capacity` of them go
-/// to `ranges`. Returns `LEECHIO_BUFFER_TOO_SMALL` when `capacity` is less
-/// than `*count`, except for a query of the count alone (`ranges` NULL and
-/// `capacity` 0), which returns `LEECHIO_OK`; `LEECHIO_DEVICE_ERROR` when
-/// LeechCore's map is unreadable.
+/// `*count` (if `count` is not NULL) gets the number of ranges, and the
+/// first `capacity` of them go to `ranges`. Returns
+/// `LEECHIO_BUFFER_TOO_SMALL` when `capacity` is less than that number,
+/// except for a query of the count alone (`ranges` NULL and `capacity` 0),
+/// which returns `LEECHIO_OK`; `LEECHIO_DEVICE_ERROR` when LeechCore's map
+/// is unreadable. No range has size 0, so with `count` NULL a zeroed
+/// `ranges` array ends at its first range of size 0 (or at `capacity`).
+///
+/// NULL: `count` may be NULL, and `ranges` when `capacity` is 0; `device`
+/// may not (`LEECHIO_NULL_ARGUMENT`).
 ///
 /// # Safety
-/// `device` must be NULL or a live handle; `ranges` NULL or valid for
-/// `capacity` elements; `count` NULL or valid.
+/// `device` must be a live handle; a non-NULL `ranges` writable for
+/// `capacity` elements; a non-NULL `count` writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_device_memory_map(
     device: *const leechio_device,
@@ -317,7 +339,6 @@ pub unsafe extern "C" fn leechio_device_memory_map(
     guard("leechio_device_memory_map", || {
         // SAFETY: the caller's contract.
         let d = unsafe { device_ref(device)? };
-        non_null(count, "count")?;
         if ranges.is_null() && capacity > 0 {
             return Err(Fail::new(
                 LEECHIO_NULL_ARGUMENT,
@@ -326,8 +347,10 @@ pub unsafe extern "C" fn leechio_device_memory_map(
         }
         let map = d.device.memory_map()?;
         let all = map.ranges();
-        // SAFETY: checked non-NULL.
-        unsafe { *count = all.len() };
+        if !count.is_null() {
+            // SAFETY: non-NULL; the caller passes a valid pointer.
+            unsafe { *count = all.len() };
+        }
         for (i, r) in all.iter().take(capacity).enumerate() {
             let range = leechio_memory_range {
                 start: r.start,
@@ -354,8 +377,10 @@ pub unsafe extern "C" fn leechio_device_memory_map(
 /// LeechCore has counted on this device. `LEECHIO_CALL_READ_SCATTER` is
 /// the number of device round trips made for reads.
 ///
+/// NULL: neither `device` nor `out` may be NULL (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `device` must be NULL or a live handle; `out` NULL or valid.
+/// `device` must be a live handle; `out` writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_device_call_count(
     device: *const leechio_device,

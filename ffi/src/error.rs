@@ -37,7 +37,11 @@ pub enum leechio_status {
     LEECHIO_OPEN_FAILED = 5,
     /// The device refused a command or cannot do what was asked.
     LEECHIO_DEVICE_ERROR = 6,
-    /// Some bytes of a read or write failed: the fragments say which, and why.
+    /// Part of the work failed, and the call's results say which part and
+    /// why: for reads and writes, the fragments; for
+    /// `leechio_space_translate_many`, each translation's `status`; for
+    /// `leechio_space_mappings`, the unreadable ranges it reports; for a
+    /// queued read, its fragments.
     LEECHIO_INCOMPLETE = 7,
     /// The call is not allowed here, e.g. flushing a queue from one of its
     /// own completion callbacks.
@@ -148,7 +152,9 @@ impl leechio_status {
             LEECHIO_LOAD_FAILED => c"leechcore.so could not be loaded",
             LEECHIO_OPEN_FAILED => c"LeechCore could not open the device",
             LEECHIO_DEVICE_ERROR => c"the device refused the request",
-            LEECHIO_INCOMPLETE => c"some bytes failed; the fragments say which",
+            LEECHIO_INCOMPLETE => {
+                c"partly failed: the fragments, translations or mappings reported say which part and why"
+            }
             LEECHIO_BUSY => c"not allowed while the object is busy (from its own callback)",
             LEECHIO_NO_MEMORY => c"out of memory",
             LEECHIO_PANIC => c"internal error (leechio panicked)",
@@ -188,10 +194,20 @@ impl Fail {
     }
 }
 
+/// How a C program gets LeechCore and chooses the `leechcore.so` to load,
+/// ending a load failure's message.
+const C_LOAD_HINT: &str = "`make install-c` puts LeechCore's leechcore.so and its \
+leechcore_device_*.so plugins beside libleechio.so, where libleechio finds it (get them with \
+`make setup`); to load another, pass the path of its leechcore.so file (not of its folder) as \
+the `library` argument of leechio_device_open, or set the environment variable LEECHCORE_LIB to \
+that path";
+
 impl From<engine::Error> for Fail {
     fn from(e: engine::Error) -> Self {
+        if let engine::Error::Load(load) = &e {
+            return Fail::new(LEECHIO_LOAD_FAILED, load.message_with_hint(C_LOAD_HINT));
+        }
         let status = match &e {
-            engine::Error::Load(_) => LEECHIO_LOAD_FAILED,
             engine::Error::InvalidConfig(_) => LEECHIO_INVALID_ARGUMENT,
             engine::Error::Open { .. } => LEECHIO_OPEN_FAILED,
             _ => LEECHIO_DEVICE_ERROR,
@@ -335,8 +351,11 @@ pub extern "C" fn leechio_status_message(status: u32) -> *const c_char {
 /// `LEECHIO_BUFFER_TOO_SMALL` (the truncated text is still written) or
 /// `LEECHIO_NULL_ARGUMENT` (`buf` NULL with `len` > 0).
 ///
+/// NULL: `out_len` may be NULL, and `buf` when `len` is 0.
+///
 /// # Safety
-/// `buf` must be NULL or valid for `len` bytes; `out_len` NULL or valid.
+/// A non-NULL `buf` must be writable for `len` bytes; a non-NULL
+/// `out_len` writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_last_error_message(
     buf: *mut c_char,

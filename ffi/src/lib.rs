@@ -8,9 +8,15 @@
 //!   `leechio_queue_new` / `leechio_queue_free`;
 //! - functions return a `leechio_status`; on failure the thread's last
 //!   error message (`leechio_last_error_message`) says what went wrong;
-//! - every pointer argument is checked: NULL gives
+//! - each function says which pointer arguments may be NULL (and what NULL
+//!   means there); any other one that is NULL gives
 //!   `LEECHIO_NULL_ARGUMENT`, never a crash (dangling pointers cannot be
 //!   checked and are the caller's to avoid);
+//! - callbacks run on the calling thread, before the call returns, and may
+//!   call any function of the library, on the same handles too, except
+//!   closing or freeing the handle the running call was given (and a
+//!   queue's own rules, see `leechio_completion_fn`); when the running call
+//!   fails, its message replaces any their calls left;
 //! - no panic unwinds into C: one becomes `LEECHIO_PANIC`;
 //! - partial results are results: a read of which some bytes failed
 //!   returns `LEECHIO_INCOMPLETE` and reports every fragment, read or
@@ -35,3 +41,92 @@ pub use queue::{leechio_completion, leechio_completion_fn, leechio_queue};
 pub use space::{
     leechio_cache_options, leechio_mapping, leechio_mapping_fn, leechio_space, leechio_translation,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Asserts that the fields of `$t`, all of which must be listed (the
+    /// destructuring fails to compile otherwise), fill its every byte: no
+    /// padding whose bytes C would see undefined.
+    macro_rules! assert_no_padding {
+        ($t:ident { $($field:ident),* $(,)? }) => {{
+            // SAFETY: all zero bytes are a valid value of every field type
+            // of the C API's structs (integers, bools, raw pointers, NULL
+            // function pointers, and LEECHIO_OK = 0).
+            let value: $t = unsafe { std::mem::zeroed() };
+            let $t { $($field),* } = value;
+            let fields = 0 $(+ std::mem::size_of_val(&$field))*;
+            assert_eq!(
+                std::mem::size_of::<$t>(),
+                fields,
+                "{} has {} bytes of padding",
+                stringify!($t),
+                std::mem::size_of::<$t>() - fields
+            );
+        }};
+    }
+
+    #[test]
+    fn every_struct_of_the_api_is_its_fields_alone() {
+        assert_no_padding!(leechio_device_info {
+            max_address,
+            leechcore_major,
+            leechcore_minor,
+            leechcore_revision,
+            read_only,
+            is_volatile,
+            remote,
+            padding,
+        });
+        assert_no_padding!(leechio_memory_range { start, size, remap });
+        assert_no_padding!(leechio_read_op {
+            address,
+            buffer,
+            length
+        });
+        assert_no_padding!(leechio_write_op {
+            address,
+            data,
+            length
+        });
+        assert_no_padding!(leechio_fragment {
+            op,
+            offset,
+            length,
+            status,
+            padding,
+        });
+        assert_no_padding!(leechio_completion {
+            address,
+            buffer,
+            length,
+            status,
+            padding,
+            fragments,
+            fragment_count,
+        });
+        assert_no_padding!(leechio_cache_options {
+            translation_ms,
+            page_table_ms
+        });
+        assert_no_padding!(leechio_translation {
+            va,
+            status,
+            padding,
+            pa,
+            page_size,
+            entries,
+            levels,
+            failed_level,
+        });
+        assert_no_padding!(leechio_mapping {
+            va,
+            pa,
+            size,
+            page_size,
+            status,
+            padding,
+        });
+    }
+}

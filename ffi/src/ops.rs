@@ -49,10 +49,19 @@ pub struct leechio_fragment {
     pub length: usize,
     /// `LEECHIO_OK`, or why these bytes failed (a code from 100 on).
     pub status: leechio_status,
+    /// Always 0: explicit padding, so that every byte of the struct is
+    /// defined (it may be compared with `memcmp` or hashed).
+    pub padding: u32,
 }
 
 /// Called once per fragment of a batch, after the whole batch is done, in
 /// order of operation then offset. `fragment` is valid only during the call.
+///
+/// It runs on the thread that made the call, before the call returns, and
+/// may call any function of this library, on the same handles too, except
+/// closing or freeing the handle the running call was given. When the
+/// running call fails, its message replaces any that calls made from the
+/// callback left for `leechio_last_error_message`.
 pub type leechio_fragment_fn =
     Option<unsafe extern "C" fn(context: *mut c_void, fragment: *const leechio_fragment)>;
 
@@ -175,6 +184,7 @@ pub(crate) fn fragments(op: usize, len: usize, failed: &[Failure]) -> Vec<leechi
         offset,
         length,
         status,
+        padding: 0,
     };
     for f in failed {
         if f.offset > at {

@@ -24,10 +24,15 @@ use crate::ops::{
 /// some failed (the fragments say which), or an argument error before any
 /// I/O (`LEECHIO_NULL_ARGUMENT`, `LEECHIO_INVALID_ARGUMENT`).
 ///
+/// NULL: `on_fragment` may be NULL (no fragments are reported), `ops`
+/// when `count` is 0, an op's `buffer` when its `length` is 0, and
+/// `context` always (it is only passed on); `device` may not
+/// (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `device` must be NULL or a live handle; `ops` NULL (only when `count` is
-/// 0) or valid for `count` elements, each buffer valid for `length` bytes;
-/// `on_fragment` must be safe to call with `context`.
+/// `device` must be a live handle; `ops` readable for `count` elements,
+/// each non-NULL buffer writable for `length` bytes; `on_fragment` safe
+/// to call with `context`.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_read(
     device: *const leechio_device,
@@ -62,8 +67,15 @@ pub unsafe extern "C" fn leechio_read(
 /// reason it could not be written anyway (`LEECHIO_OUT_OF_RANGE`,
 /// `LEECHIO_ADDRESS_OVERFLOW`).
 ///
+/// Ops may overlap: they land in the order given, so where two ops write
+/// the same byte, memory holds the later op's byte afterwards (such a
+/// batch may take more than one device call).
+///
+/// NULL: as for `leechio_read`, with `data` for `buffer`.
+///
 /// # Safety
-/// As for `leechio_read`, with each `data` valid for `length` bytes.
+/// As for `leechio_read`, with each non-NULL `data` readable for `length`
+/// bytes.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_write(
     device: *const leechio_device,

@@ -59,6 +59,9 @@ pub struct leechio_completion {
     /// `LEECHIO_OK` when every byte was read, else `LEECHIO_INCOMPLETE`
     /// (or `LEECHIO_NOT_ISSUED` for a read cancelled by `leechio_queue_free`).
     pub status: leechio_status,
+    /// Always 0: explicit padding, so that every byte of the struct is
+    /// defined (it may be compared with `memcmp` or hashed).
+    pub padding: u32,
     /// The fragments of the read, covering it in order (`op` is 0).
     pub fragments: *const leechio_fragment,
     /// Number of fragments.
@@ -69,6 +72,12 @@ pub struct leechio_completion {
 /// queue, on which the callback may queue more reads (they go in the next
 /// flush); it is NULL when the read is cancelled because the queue is being
 /// freed. `completion` and its fragments are valid only during the call.
+///
+/// It runs on the thread that flushes (or frees) the queue, and may call
+/// any function of this library, on the same device and spaces too (a
+/// synchronous read, a translation, closing a handle: the queue keeps what
+/// it uses), except flushing, running or freeing its own queue
+/// (`LEECHIO_BUSY`; nothing happens).
 pub type leechio_completion_fn = Option<
     unsafe extern "C" fn(
         context: *mut c_void,
@@ -276,6 +285,7 @@ unsafe fn complete(
         buffer: read.buffer,
         length: read.length,
         status,
+        padding: 0,
         fragments: fragments.as_ptr(),
         fragment_count: fragments.len(),
     };
@@ -286,8 +296,10 @@ unsafe fn complete(
 /// Creates an empty queue of reads on `device`'s engine. The queue keeps
 /// the device open until it is freed.
 ///
+/// NULL: neither `device` nor `out` may be NULL (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `device` must be NULL or a live handle; `out` NULL or valid.
+/// `device` must be a live handle; `out` writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_queue_new(
     device: *const leechio_device,
@@ -354,6 +366,7 @@ pub unsafe extern "C" fn leechio_queue_free(queue: *mut leechio_queue) {
                 offset: 0,
                 length: target.length,
                 status: LEECHIO_NOT_ISSUED,
+                padding: 0,
             }];
             let fragments = if target.length == 0 {
                 &[][..]
@@ -376,9 +389,14 @@ pub unsafe extern "C" fn leechio_queue_free(queue: *mut leechio_queue) {
 /// queued reads may share or overlap buffers (bytes are copied in just
 /// before each callback).
 ///
+/// NULL: `buffer` may be NULL when `length` is 0, and `context` always (it
+/// is only passed on); `queue` and `callback` may not
+/// (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `queue` must be NULL or a live handle; `buffer` valid for `length`
-/// bytes until the callback; `callback` safe to call with `context`.
+/// `queue` must be a live handle; a non-NULL `buffer` writable for
+/// `length` bytes until the callback; `callback` safe to call with
+/// `context`.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_queue_read(
     queue: *mut leechio_queue,
@@ -404,8 +422,10 @@ pub unsafe extern "C" fn leechio_queue_read(
 /// read completes after up to five flushes, a cached one after one.
 /// `space` must come from the same device handle as the queue.
 ///
+/// NULL: as for `leechio_queue_read`; `space` may not be NULL either.
+///
 /// # Safety
-/// As for `leechio_queue_read`; `space` NULL or a live handle.
+/// As for `leechio_queue_read`; `space` must be a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_queue_read_virtual(
     queue: *mut leechio_queue,
@@ -445,8 +465,10 @@ pub unsafe extern "C" fn leechio_queue_read_virtual(
 /// `*completed` (if not NULL) gets the number of callbacks called. Calling
 /// this from a callback of the same queue returns `LEECHIO_BUSY`.
 ///
+/// NULL: `completed` may be NULL; `queue` may not (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `queue` must be NULL or a live handle; `completed` NULL or valid.
+/// `queue` must be a live handle; a non-NULL `completed` writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_queue_flush(
     queue: *mut leechio_queue,
@@ -468,8 +490,10 @@ pub unsafe extern "C" fn leechio_queue_flush(
 /// which is the number of device calls when only reads are queued.
 /// Calling this from a callback of the same queue returns `LEECHIO_BUSY`.
 ///
+/// NULL: `flushes` may be NULL; `queue` may not (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// As for `leechio_queue_flush`.
+/// `queue` must be a live handle; a non-NULL `flushes` writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_queue_run(
     queue: *mut leechio_queue,

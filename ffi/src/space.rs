@@ -48,6 +48,9 @@ pub struct leechio_translation {
     /// `LEECHIO_OK`, or why there is no translation: `LEECHIO_NOT_MAPPED`,
     /// `LEECHIO_NON_CANONICAL`, or the failure of reading a table.
     pub status: leechio_status,
+    /// Always 0: explicit padding, so that every byte of the struct is
+    /// defined (it may be compared with `memcmp` or hashed).
+    pub padding: u32,
     /// The physical address (0 when `status` is not `LEECHIO_OK`).
     pub pa: u64,
     /// Size of the page in bytes: 4096, 2 MiB or 1 GiB (0 on failure).
@@ -77,10 +80,20 @@ pub struct leechio_mapping {
     /// `LEECHIO_OK` for a mapping; otherwise the tables for this range
     /// could not be read, and why.
     pub status: leechio_status,
+    /// Always 0: explicit padding, so that every byte of the struct is
+    /// defined (it may be compared with `memcmp` or hashed).
+    pub padding: u32,
 }
 
 /// Called once per mapping (sorted by address), then once per unreadable
-/// range. `mapping` is valid only during the call.
+/// range, after the whole walk is done. `mapping` is valid only during the
+/// call.
+///
+/// It runs on the thread that made the call, before the call returns, and
+/// may call any function of this library, on the same handles too, except
+/// closing or freeing the handle the running call was given. When the
+/// running call fails, its message replaces any that calls made from the
+/// callback left for `leechio_last_error_message`.
 pub type leechio_mapping_fn =
     Option<unsafe extern "C" fn(context: *mut c_void, mapping: *const leechio_mapping)>;
 
@@ -104,9 +117,12 @@ fn cache(ms: u64, capacity: usize) -> CacheConfig {
 /// both caches for one second. The space keeps the device open until it
 /// is freed, even if the device handle is closed first.
 ///
+/// NULL: `options` may be NULL; `device` and `out` may not
+/// (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `device` must be NULL or a live handle; `options` NULL or valid; `out`
-/// NULL or valid.
+/// `device` must be a live handle; a non-NULL `options` readable; `out`
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_space_new(
     device: *const leechio_device,
@@ -143,7 +159,7 @@ pub unsafe extern "C" fn leechio_space_new(
 ///
 /// # Safety
 /// `space` must be NULL or a handle from `leechio_space_new`, not used
-/// again afterwards.
+/// again afterwards (nor freed from a callback of a call on it).
 #[no_mangle]
 pub unsafe extern "C" fn leechio_space_free(space: *mut leechio_space) {
     guard("leechio_space_free", || {
@@ -158,8 +174,10 @@ pub unsafe extern "C" fn leechio_space_free(space: *mut leechio_space) {
 /// Forgets every cached translation and page-table page, so the next
 /// access sees the target's tables as they are now.
 ///
+/// NULL: `space` may not be NULL (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `space` must be NULL or a live handle.
+/// `space` must be a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_space_invalidate(space: *const leechio_space) -> leechio_status {
     guard("leechio_space_invalidate", || {
@@ -191,6 +209,7 @@ fn translation(va: u64, result: Result<engine::Translation, WalkError>) -> leech
     leechio_translation {
         va,
         status,
+        padding: 0,
         pa,
         page_size,
         entries,
@@ -204,10 +223,12 @@ fn translation(va: u64, result: Result<engine::Translation, WalkError>) -> leech
 /// all translated, `LEECHIO_INCOMPLETE` when some did not (each
 /// `out[i].status` says why).
 ///
+/// NULL: `vas` and `out` may be NULL when `count` is 0; `space` may not
+/// (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `space` must be NULL or a live handle; `vas` valid for `count`
-/// addresses and `out` for `count` translations (either may be NULL only
-/// when `count` is 0).
+/// `space` must be a live handle; `vas` readable for `count` addresses;
+/// `out` writable for `count` translations.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_space_translate_many(
     space: *const leechio_space,
@@ -235,7 +256,9 @@ pub unsafe extern "C" fn leechio_space_translate_many(
         if failed > 0 {
             return Err(Fail::new(
                 LEECHIO_INCOMPLETE,
-                format!("{failed} of {count} addresses have no translation"),
+                format!(
+                    "{failed} of {count} addresses have no translation (see each one's status)"
+                ),
             ));
         }
         Ok(())
@@ -246,8 +269,10 @@ pub unsafe extern "C" fn leechio_space_translate_many(
 /// (`LEECHIO_OK`, `LEECHIO_NOT_MAPPED`, `LEECHIO_NON_CANONICAL`, or why a
 /// table could not be read); `*out` is filled either way.
 ///
+/// NULL: neither `space` nor `out` may be NULL (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `space` must be NULL or a live handle; `out` NULL or valid.
+/// `space` must be a live handle; `out` writable.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_space_translate(
     space: *const leechio_space,
@@ -274,6 +299,8 @@ pub unsafe extern "C" fn leechio_space_translate(
 /// Reads every op of `ops` from virtual memory in one batch, reporting
 /// fragments like `leechio_read`: pages that are unmapped, non-canonical,
 /// or whose tables or data cannot be read fail; the rest is read.
+///
+/// NULL: as for `leechio_read`, with `space` for `device`.
 ///
 /// # Safety
 /// As for `leechio_read`, with `space` instead of `device`.
@@ -312,6 +339,10 @@ pub unsafe extern "C" fn leechio_space_read(
 
 /// Writes every op of `ops` to virtual memory in one batch, reporting
 /// fragments like `leechio_write`.
+///
+/// Ops may overlap, as for `leechio_write`: they land in the order given.
+///
+/// NULL: as for `leechio_write`, with `space` for `device`.
 ///
 /// # Safety
 /// As for `leechio_write`, with `space` instead of `device`.
@@ -354,9 +385,12 @@ pub unsafe extern "C" fn leechio_space_write(
 /// tables could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start`
 /// is past `last`.
 ///
+/// NULL: `context` may be NULL (it is only passed on); `space` and
+/// `on_mapping` may not (`LEECHIO_NULL_ARGUMENT`).
+///
 /// # Safety
-/// `space` must be NULL or a live handle; `on_mapping` must be safe to
-/// call with `context`.
+/// `space` must be a live handle; `on_mapping` safe to call with
+/// `context`.
 #[no_mangle]
 pub unsafe extern "C" fn leechio_space_mappings(
     space: *const leechio_space,
@@ -387,6 +421,7 @@ pub unsafe extern "C" fn leechio_space_mappings(
                 size: m.size,
                 page_size: m.page_size.bytes(),
                 status: LEECHIO_OK,
+                padding: 0,
             };
             // SAFETY: the caller vouches for the callback.
             unsafe { callback(context, &mapping) };
@@ -398,6 +433,7 @@ pub unsafe extern "C" fn leechio_space_mappings(
                 size: range.size,
                 page_size: 0,
                 status: leechio_status::from_page_error(range.reason),
+                padding: 0,
             };
             // SAFETY: as above.
             unsafe { callback(context, &mapping) };

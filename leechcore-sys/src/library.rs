@@ -100,22 +100,30 @@ pub enum LoadError {
     },
 }
 
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl LoadError {
+    /// The message, ending in `hint` (how to get LeechCore and make this
+    /// program load it) in place of [`SETUP_HINT`], which names the
+    /// command line's and the plugin's ways: a C caller has other ones.
+    pub fn message_with_hint(&self, hint: &str) -> String {
         match self {
             LoadError::NotFound { tried } => {
-                writeln!(f, "could not load LeechCore; looked in:")?;
+                let mut text = String::from("could not load LeechCore; looked in:\n");
                 for t in tried {
-                    writeln!(f, "  - {} ({}): {}", t.candidate, t.source, t.reason)?;
+                    text += &format!("  - {} ({}): {}\n", t.candidate, t.source, t.reason);
                 }
-                write!(f, "{SETUP_HINT}")
+                text + hint
             }
-            LoadError::MissingSymbol { path, symbol } => write!(
-                f,
-                "{} is not LeechCore: it has no function `{symbol}`; {SETUP_HINT}",
+            LoadError::MissingSymbol { path, symbol } => format!(
+                "{} is not LeechCore: it has no function `{symbol}`; {hint}",
                 path.display()
             ),
         }
+    }
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message_with_hint(SETUP_HINT))
     }
 }
 

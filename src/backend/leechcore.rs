@@ -192,9 +192,10 @@ struct Handle {
     raw: HANDLE,
     /// LeechCore's file device holds each write in the stdio buffer of one
     /// of its several handles on the file until it is closed: its other
-    /// handles read the old bytes, and two writes of the same bytes reach
-    /// the file in handle order, not in write order. So after a write the
-    /// device is closed and opened again before its next read or write.
+    /// handles read the old bytes, two writes of the same bytes reach the
+    /// file in handle order, not in write order, and no other reader of
+    /// the file sees them. So right after a write the device is closed
+    /// (which writes the bytes out) and opened again.
     unflushed: bool,
     /// Call counts of the handles closed by reopening, by statistics id.
     retired_calls: [u64; 8],
@@ -544,6 +545,9 @@ impl LeechCore {
                 Err(PageError::WriteFailed)
             };
         }
+        // The bytes are in the file when this returns, for every reader of
+        // it. A failed reopen fails the calls after this one (`settle`).
+        self.reopen_if_unflushed(state);
     }
 
     /// The device's memory map, as LeechCore holds it now, cut at the

@@ -20,101 +20,12 @@
  * mapping, translations against memflow, and device round trips against
  * LeechCore's own counter of scatter calls. Exits 1 on the first mismatch.
  */
-#include "leechio.h"
+#include "common.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- checking ---- */
-
-static unsigned checks;
-
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        checks++;                                                                        \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "%s:%d: check failed: %s\n  ", __FILE__, __LINE__, #cond);   \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fprintf(stderr, "\n  last error: %s\n", last_error());                       \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
-#define CHECK_STATUS(call, expected)                                                     \
-    do {                                                                                 \
-        leechio_status got_ = (call);                                                    \
-        CHECK(got_ == (expected), "%s returned %u (%s), expected %u", #call,             \
-              (unsigned)got_, leechio_status_message(got_), (unsigned)(expected));       \
-    } while (0)
-
-static const char *last_error(void) {
-    static char buf[1024];
-    leechio_last_error_message(buf, sizeof buf, NULL);
-    return buf;
-}
-
-/* ---- the images' contents ---- */
-
-static uint64_t pattern_word(uint64_t addr) {
-    uint64_t z = addr + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint8_t pattern_byte(uint64_t addr) {
-    return (uint8_t)(pattern_word(addr & ~7ull) >> (8 * (addr & 7)));
-}
-
-static uint8_t *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *bytes = malloc((size_t)n);
-    CHECK(bytes && fread(bytes, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
-    fclose(f);
-    *size = (size_t)n;
-    return bytes;
-}
-
-/* ---- parameters ---- */
-
-#define MAX_VTOP 256
-
-static struct {
-    char version[4096], phys[4096], virt[4096];
-    uint64_t dtb, vbase, vsize, vseed;
-    size_t nvtop;
-    uint64_t vtop_va[MAX_VTOP], vtop_pa[MAX_VTOP];
-    int vtop_mapped[MAX_VTOP];
-} P;
-
-static void read_params(const char *path) {
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL, "cannot open %s", path);
-    char key[32], value[4096], pa[64];
-    while (fscanf(f, "%31s %4095s", key, value) == 2) {
-        if (!strcmp(key, "version")) snprintf(P.version, sizeof P.version, "%s", value);
-        else if (!strcmp(key, "phys")) snprintf(P.phys, sizeof P.phys, "%s", value);
-        else if (!strcmp(key, "virt")) snprintf(P.virt, sizeof P.virt, "%s", value);
-        else if (!strcmp(key, "dtb")) P.dtb = strtoull(value, NULL, 0);
-        else if (!strcmp(key, "vbase")) P.vbase = strtoull(value, NULL, 0);
-        else if (!strcmp(key, "vsize")) P.vsize = strtoull(value, NULL, 0);
-        else if (!strcmp(key, "vseed")) P.vseed = strtoull(value, NULL, 0);
-        else if (!strcmp(key, "vtop")) {
-            CHECK(P.nvtop < MAX_VTOP && fscanf(f, "%63s", pa) == 1, "bad vtop line");
-            P.vtop_va[P.nvtop] = strtoull(value, NULL, 0);
-            P.vtop_mapped[P.nvtop] = strcmp(pa, "none") != 0;
-            P.vtop_pa[P.nvtop] = P.vtop_mapped[P.nvtop] ? strtoull(pa, NULL, 0) : 0;
-            P.nvtop++;
-        } else CHECK(0, "unknown parameter %s", key);
-    }
-    fclose(f);
-}
 
 /* ---- small helpers ---- */
 
@@ -122,60 +33,6 @@ static uint64_t rng_state = 0x1eec;
 static uint64_t rng(uint64_t bound) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (rng_state >> 33) % bound;
-}
-
-static uint64_t scatter_calls(const leechio_device *d, uint32_t kind) {
-    uint64_t n = 0;
-    CHECK_STATUS(leechio_device_call_count(d, kind, &n), LEECHIO_OK);
-    return n;
-}
-
-static leechio_device *open_device(const char *fmt, const char *path) {
-    char spec[4200];
-    snprintf(spec, sizeof spec, fmt, path);
-    leechio_device *d = NULL;
-    CHECK_STATUS(leechio_device_open(spec, NULL, NULL, &d), LEECHIO_OK);
-    CHECK(d != NULL, "open returned no handle");
-    return d;
-}
-
-/* Fragments gathered by a callback. */
-#define MAX_FRAGS 1024
-typedef struct {
-    size_t n;
-    leechio_fragment f[MAX_FRAGS];
-} frags;
-
-static void collect(void *context, const leechio_fragment *fragment) {
-    frags *fs = context;
-    CHECK(fs->n < MAX_FRAGS, "too many fragments");
-    fs->f[fs->n++] = *fragment;
-}
-
-/* Checks that op `op` of `len` bytes is covered in order by fragments
- * whose statuses are `expect` (a run-length list of {length, status}
- * pairs, ended by length 0), and returns how many fragments it had. */
-typedef struct {
-    size_t len;
-    leechio_status status;
-} run;
-
-static void check_fragments(const frags *fs, size_t op, size_t len, const run *expect) {
-    size_t at = 0, k = 0;
-    for (size_t i = 0; i < fs->n; i++) {
-        const leechio_fragment *f = &fs->f[i];
-        if (f->op != op) continue;
-        CHECK(f->offset == at, "op %zu: fragment at +%#zx, expected +%#zx", op, f->offset, at);
-        CHECK(expect[k].len != 0, "op %zu: more fragments than expected", op);
-        CHECK(f->length == expect[k].len && f->status == expect[k].status,
-              "op %zu fragment %zu: +%#zx len %#zx status %u, expected len %#zx status %u", op,
-              k, f->offset, f->length, (unsigned)f->status, expect[k].len,
-              (unsigned)expect[k].status);
-        at += f->length;
-        k++;
-    }
-    CHECK(expect[k].len == 0, "op %zu: only %zu fragments", op, k);
-    CHECK(at == len, "op %zu: fragments cover %#zx of %#zx bytes", op, at, len);
 }
 
 /* ---- A: information and errors ---- */
