@@ -54,6 +54,11 @@ enum leechio_status
   LEECHIO_NO_MEMORY = 9,
   // A bug in leechio: it panicked. The message says where.
   LEECHIO_PANIC = 10,
+  // Not a failure, and only in `leechio_mapping.status`: the range goes
+  // through a page table already walked for an earlier range, so it
+  // maps exactly what that range (`leechio_mapping.same_as`) maps, and
+  // its mappings are not reported again.
+  LEECHIO_ALIAS = 11,
   // Nothing answered at the address (PCIe unsupported request).
   LEECHIO_UNSUPPORTED_REQUEST = 100,
   // The target aborted the request (PCIe completer abort).
@@ -84,6 +89,10 @@ enum leechio_status
   LEECHIO_NOT_MAPPED = 113,
   // The virtual address is not canonical (bits 63..47 differ).
   LEECHIO_NON_CANONICAL = 114,
+  // A page-table entry on the way has reserved bits set, so a CPU would
+  // fault: an address bit at or above MAXPHYADDR, PS in a PML4 entry,
+  // or a large page's bits between PAT and its alignment.
+  LEECHIO_RESERVED_BITS = 115,
   // A reason this version of the C API does not know yet.
   LEECHIO_UNKNOWN_REASON = 199,
 };
@@ -290,26 +299,32 @@ typedef struct leechio_translation {
   int32_t failed_level;
 } leechio_translation;
 
-// A mapped range, or a range whose page tables could not be read.
+// A mapped range, a range that maps what an earlier one maps, or a range
+// that maps nothing a CPU could use.
 typedef struct leechio_mapping {
   // First virtual address.
   uint64_t va;
-  // Physical address of `va` (0 for an unreadable range).
+  // Physical address of `va` (0 unless `status` is `LEECHIO_OK`).
   uint64_t pa;
   // Bytes: `va..va+size` maps to `pa..pa+size`.
   uint64_t size;
-  // Size of the pages of this range (0 for an unreadable range).
+  // Size of the pages of this range (0 unless `status` is `LEECHIO_OK`).
   uint64_t page_size;
-  // `LEECHIO_OK` for a mapping; otherwise the tables for this range
-  // could not be read, and why.
+  // For `LEECHIO_ALIAS`: the first virtual address of the earlier range
+  // that this one maps as (`same_as..same_as+size`); otherwise 0.
+  uint64_t same_as;
+  // `LEECHIO_OK` for a mapping; `LEECHIO_ALIAS` for a range whose page
+  // table was already walked for `same_as`; otherwise the range maps
+  // nothing usable, and why: its tables could not be read, or an entry
+  // has reserved bits set (`LEECHIO_RESERVED_BITS`).
   leechio_status status;
   // Always 0: explicit padding, so that every byte of the struct is
   // defined (it may be compared with `memcmp` or hashed).
   uint32_t padding;
 } leechio_mapping;
 
-// Called once per mapping (sorted by address), then once per unreadable
-// range, after the whole walk is done. `mapping` is valid only during the
+// Called once per mapping (sorted by address), then once per range that
+// maps nothing usable, then once per alias, after the whole walk is done. `mapping` is valid only during the
 // call.
 //
 // It runs on the thread that made the call, before the call returns, and
@@ -701,9 +716,12 @@ leechio_status leechio_space_write(const struct leechio_space *space,
 // walking every present table entry, one device call per level, and
 // calls `on_mapping` for each (merged where virtually and physically
 // contiguous with one page size), then for each range whose tables could
-// not be read. Returns `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some
-// tables could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start`
-// is past `last`.
+// not be read or hold reserved bits, then for each alias. Each table page
+// is walked once a level: a range whose table was already walked for an
+// earlier range is reported as `LEECHIO_ALIAS` of it (a table whose
+// entries point at itself costs four reads, not 512^4). Returns
+// `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some ranges map nothing usable,
+// or `LEECHIO_INVALID_ARGUMENT` when `start` is past `last`.
 //
 // NULL: `context` may be NULL (it is only passed on); `space` and
 // `on_mapping` may not (`LEECHIO_NULL_ARGUMENT`).

@@ -50,6 +50,11 @@ pub enum leechio_status {
     LEECHIO_NO_MEMORY = 9,
     /// A bug in leechio: it panicked. The message says where.
     LEECHIO_PANIC = 10,
+    /// Not a failure, and only in `leechio_mapping.status`: the range goes
+    /// through a page table already walked for an earlier range, so it
+    /// maps exactly what that range (`leechio_mapping.same_as`) maps, and
+    /// its mappings are not reported again.
+    LEECHIO_ALIAS = 11,
     /// Nothing answered at the address (PCIe unsupported request).
     LEECHIO_UNSUPPORTED_REQUEST = 100,
     /// The target aborted the request (PCIe completer abort).
@@ -80,6 +85,10 @@ pub enum leechio_status {
     LEECHIO_NOT_MAPPED = 113,
     /// The virtual address is not canonical (bits 63..47 differ).
     LEECHIO_NON_CANONICAL = 114,
+    /// A page-table entry on the way has reserved bits set, so a CPU would
+    /// fault: an address bit at or above MAXPHYADDR, PS in a PML4 entry,
+    /// or a large page's bits between PAT and its alignment.
+    LEECHIO_RESERVED_BITS = 115,
     /// A reason this version of the C API does not know yet.
     LEECHIO_UNKNOWN_REASON = 199,
 }
@@ -87,7 +96,7 @@ pub enum leechio_status {
 use leechio_status::*;
 
 /// Every status, for the message table and the tests.
-pub(crate) const ALL_STATUSES: [leechio_status; 27] = [
+pub(crate) const ALL_STATUSES: [leechio_status; 29] = [
     LEECHIO_OK,
     LEECHIO_NULL_ARGUMENT,
     LEECHIO_INVALID_ARGUMENT,
@@ -99,6 +108,7 @@ pub(crate) const ALL_STATUSES: [leechio_status; 27] = [
     LEECHIO_BUSY,
     LEECHIO_NO_MEMORY,
     LEECHIO_PANIC,
+    LEECHIO_ALIAS,
     LEECHIO_UNSUPPORTED_REQUEST,
     LEECHIO_COMPLETER_ABORT,
     LEECHIO_NO_COMPLETION,
@@ -114,6 +124,7 @@ pub(crate) const ALL_STATUSES: [leechio_status; 27] = [
     LEECHIO_ADDRESS_OVERFLOW,
     LEECHIO_NOT_MAPPED,
     LEECHIO_NON_CANONICAL,
+    LEECHIO_RESERVED_BITS,
     LEECHIO_UNKNOWN_REASON,
 ];
 
@@ -136,6 +147,7 @@ impl leechio_status {
             PageError::AddressOverflow => LEECHIO_ADDRESS_OVERFLOW,
             PageError::NotMapped => LEECHIO_NOT_MAPPED,
             PageError::NonCanonical => LEECHIO_NON_CANONICAL,
+            PageError::ReservedBits => LEECHIO_RESERVED_BITS,
             // PageError is non-exhaustive: a reason added later still
             // reaches C as a failure, never as success.
             _ => LEECHIO_UNKNOWN_REASON,
@@ -158,6 +170,7 @@ impl leechio_status {
             LEECHIO_BUSY => c"not allowed while the object is busy (from its own callback)",
             LEECHIO_NO_MEMORY => c"out of memory",
             LEECHIO_PANIC => c"internal error (leechio panicked)",
+            LEECHIO_ALIAS => c"maps what an earlier range maps (a shared page table)",
             LEECHIO_UNSUPPORTED_REQUEST => c"unsupported request: nothing answers at this address",
             LEECHIO_COMPLETER_ABORT => c"completer abort",
             LEECHIO_NO_COMPLETION => c"no completion",
@@ -173,6 +186,9 @@ impl leechio_status {
             LEECHIO_ADDRESS_OVERFLOW => c"range wraps past the end of the address space",
             LEECHIO_NOT_MAPPED => c"virtual address not mapped",
             LEECHIO_NON_CANONICAL => c"virtual address not canonical",
+            LEECHIO_RESERVED_BITS => {
+                c"page-table entry with reserved bits set (a CPU would fault)"
+            }
             LEECHIO_UNKNOWN_REASON => c"failed for a reason this leechio does not know",
         }
     }

@@ -125,6 +125,7 @@ mod tests {
             pa,
             size,
             page_size,
+            same_as,
             status,
             padding,
         });

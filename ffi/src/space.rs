@@ -65,28 +65,34 @@ pub struct leechio_translation {
     pub failed_level: i32,
 }
 
-/// A mapped range, or a range whose page tables could not be read.
+/// A mapped range, a range that maps what an earlier one maps, or a range
+/// that maps nothing a CPU could use.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct leechio_mapping {
     /// First virtual address.
     pub va: u64,
-    /// Physical address of `va` (0 for an unreadable range).
+    /// Physical address of `va` (0 unless `status` is `LEECHIO_OK`).
     pub pa: u64,
     /// Bytes: `va..va+size` maps to `pa..pa+size`.
     pub size: u64,
-    /// Size of the pages of this range (0 for an unreadable range).
+    /// Size of the pages of this range (0 unless `status` is `LEECHIO_OK`).
     pub page_size: u64,
-    /// `LEECHIO_OK` for a mapping; otherwise the tables for this range
-    /// could not be read, and why.
+    /// For `LEECHIO_ALIAS`: the first virtual address of the earlier range
+    /// that this one maps as (`same_as..same_as+size`); otherwise 0.
+    pub same_as: u64,
+    /// `LEECHIO_OK` for a mapping; `LEECHIO_ALIAS` for a range whose page
+    /// table was already walked for `same_as`; otherwise the range maps
+    /// nothing usable, and why: its tables could not be read, or an entry
+    /// has reserved bits set (`LEECHIO_RESERVED_BITS`).
     pub status: leechio_status,
     /// Always 0: explicit padding, so that every byte of the struct is
     /// defined (it may be compared with `memcmp` or hashed).
     pub padding: u32,
 }
 
-/// Called once per mapping (sorted by address), then once per unreadable
-/// range, after the whole walk is done. `mapping` is valid only during the
+/// Called once per mapping (sorted by address), then once per range that
+/// maps nothing usable, then once per alias, after the whole walk is done. `mapping` is valid only during the
 /// call.
 ///
 /// It runs on the thread that made the call, before the call returns, and
@@ -381,9 +387,12 @@ pub unsafe extern "C" fn leechio_space_write(
 /// walking every present table entry, one device call per level, and
 /// calls `on_mapping` for each (merged where virtually and physically
 /// contiguous with one page size), then for each range whose tables could
-/// not be read. Returns `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some
-/// tables could not be read, or `LEECHIO_INVALID_ARGUMENT` when `start`
-/// is past `last`.
+/// not be read or hold reserved bits, then for each alias. Each table page
+/// is walked once a level: a range whose table was already walked for an
+/// earlier range is reported as `LEECHIO_ALIAS` of it (a table whose
+/// entries point at itself costs four reads, not 512^4). Returns
+/// `LEECHIO_OK`, `LEECHIO_INCOMPLETE` when some ranges map nothing usable,
+/// or `LEECHIO_INVALID_ARGUMENT` when `start` is past `last`.
 ///
 /// NULL: `context` may be NULL (it is only passed on); `space` and
 /// `on_mapping` may not (`LEECHIO_NULL_ARGUMENT`).
@@ -414,28 +423,35 @@ pub unsafe extern "C" fn leechio_space_mappings(
             ));
         }
         let found = s.space.memory().block_on(s.space.mappings(start..=last));
-        for m in &found.mappings {
-            let mapping = leechio_mapping {
-                va: m.va,
-                pa: m.pa,
-                size: m.size,
-                page_size: m.page_size.bytes(),
-                status: LEECHIO_OK,
-                padding: 0,
-            };
+        let records = found.mappings.iter().map(|m| leechio_mapping {
+            va: m.va,
+            pa: m.pa,
+            size: m.size,
+            page_size: m.page_size.bytes(),
+            same_as: 0,
+            status: LEECHIO_OK,
+            padding: 0,
+        });
+        let failed = found.failed.iter().map(|f| leechio_mapping {
+            va: f.va,
+            pa: 0,
+            size: f.size,
+            page_size: 0,
+            same_as: 0,
+            status: leechio_status::from_page_error(f.reason),
+            padding: 0,
+        });
+        let aliases = found.aliases.iter().map(|a| leechio_mapping {
+            va: a.va,
+            pa: 0,
+            size: a.size,
+            page_size: 0,
+            same_as: a.same_as,
+            status: LEECHIO_ALIAS,
+            padding: 0,
+        });
+        for mapping in records.chain(failed).chain(aliases) {
             // SAFETY: the caller vouches for the callback.
-            unsafe { callback(context, &mapping) };
-        }
-        for range in &found.failed {
-            let mapping = leechio_mapping {
-                va: range.va,
-                pa: 0,
-                size: range.size,
-                page_size: 0,
-                status: leechio_status::from_page_error(range.reason),
-                padding: 0,
-            };
-            // SAFETY: as above.
             unsafe { callback(context, &mapping) };
         }
         match found.failed.first() {
@@ -443,7 +459,7 @@ pub unsafe extern "C" fn leechio_space_mappings(
             Some(first) => Err(Fail::new(
                 LEECHIO_INCOMPLETE,
                 format!(
-                    "{} range(s) have unreadable page tables; first {:#x}, {:#x} bytes: {}",
+                    "{} range(s) map nothing usable; first {:#x}, {:#x} bytes: {}",
                     found.failed.len(),
                     first.va,
                     first.size,

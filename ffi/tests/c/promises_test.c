@@ -3,8 +3,8 @@
  * sees it: a returned write is in the file for every reader, overlapping
  * writes land in the order given, every byte of every struct the library
  * fills is defined, optional pointers may be NULL, callbacks may call back
- * into the library, and the load error tells a C caller how to choose the
- * library. Compiled and run by ffi/tests/c_api.rs like api_test.c (same
+ * into the library, the load error tells a C caller how to choose the
+ * library, and page tables built to explode a walk are walked once. Compiled and run by ffi/tests/c_api.rs like api_test.c (same
  * parameter file), also under valgrind, where a byte left undefined fails
  * the run.
  */
@@ -57,7 +57,7 @@ _Static_assert(sizeof(leechio_translation) ==
                        FIELD(leechio_translation, entries) + sizeof(uint32_t) +
                        sizeof(int32_t),
                "leechio_translation has padding");
-_Static_assert(sizeof(leechio_mapping) == 4 * sizeof(uint64_t) + sizeof(leechio_status) +
+_Static_assert(sizeof(leechio_mapping) == 5 * sizeof(uint64_t) + sizeof(leechio_status) +
                                               FIELD(leechio_mapping, padding),
                "leechio_mapping has padding");
 
@@ -412,6 +412,73 @@ static void test_messages(void) {
           "%s", leechio_status_message(LEECHIO_INCOMPLETE));
 }
 
+/* ---- hostile page tables: walked once, faults named ---- */
+
+typedef struct {
+    size_t ok, alias, reserved, other;
+    leechio_mapping first_ok, first_alias, first_reserved;
+} mapping_counts;
+
+static void count_kinds(void *context, const leechio_mapping *m) {
+    mapping_counts *c = context;
+    switch (m->status) {
+    case LEECHIO_OK:
+        if (!c->ok++) c->first_ok = *m;
+        break;
+    case LEECHIO_ALIAS:
+        if (!c->alias++) c->first_alias = *m;
+        break;
+    case LEECHIO_RESERVED_BITS:
+        if (!c->reserved++) c->first_reserved = *m;
+        break;
+    default:
+        c->other++;
+    }
+}
+
+/* A table whose entries all point at itself but the last, which is a
+ * faulting entry at levels 0-2 (PS in a PML4E; reserved bits in a large
+ * page) and a 4 KiB page at level 3: 512^4 paths, four table reads. */
+static void test_hostile_tables(void) {
+    const uint64_t table = 0x400000, size = 16 << 20, last = 0x12345083;
+    char path[] = "/tmp/leechio-hostile-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)size) == 0, "temporary image");
+    uint64_t entries[512];
+    for (int i = 0; i < 511; i++) entries[i] = table | 3;
+    entries[511] = last;
+    CHECK(pwrite(fd, entries, sizeof entries, (off_t)table) == (ssize_t)sizeof entries, "pwrite");
+    close(fd);
+    leechio_device *d = open_device("file://%s", path);
+    leechio_space *s = NULL;
+    CHECK_STATUS(leechio_space_new(d, table, NULL, &s), LEECHIO_OK);
+    mapping_counts c = {0};
+    CHECK_STATUS(leechio_space_mappings(s, 0, UINT64_MAX, count_kinds, &c), LEECHIO_INCOMPLETE);
+    CHECK(c.ok == 512 && c.alias == 3 * 510 && c.reserved == 3 && c.other == 0,
+          "%zu mappings, %zu aliases, %zu reserved, %zu other", c.ok, c.alias, c.reserved,
+          c.other);
+    CHECK(c.first_ok.va == 0 && c.first_ok.pa == table && c.first_ok.size == 0x1000,
+          "first mapping %#" PRIx64 " -> %#" PRIx64, c.first_ok.va, c.first_ok.pa);
+    /* The first alias: entry 1 of the level-2 table, 2 MiB, as 0. */
+    CHECK(c.first_alias.va == 0x200000 && c.first_alias.size == 0x200000 &&
+              c.first_alias.same_as == 0 && c.first_alias.pa == 0,
+          "first alias %#" PRIx64 " (%#" PRIx64 ") as %#" PRIx64, c.first_alias.va,
+          c.first_alias.size, c.first_alias.same_as);
+    /* The first faulting range: entry 511 of the level-2 table (2 MiB). */
+    CHECK(c.first_reserved.va == 511ull << 21 && c.first_reserved.size == 0x200000,
+          "first reserved %#" PRIx64, c.first_reserved.va);
+    leechio_translation t;
+    CHECK_STATUS(leechio_space_translate(s, 0xffffff8000000000ull, &t), LEECHIO_RESERVED_BITS);
+    CHECK(t.status == LEECHIO_RESERVED_BITS && t.failed_level == 0 && t.entries[0] == last,
+          "translation: %u at level %d", (unsigned)t.status, t.failed_level);
+    CHECK(!strcmp(leechio_status_message(LEECHIO_RESERVED_BITS),
+                  "page-table entry with reserved bits set (a CPU would fault)"),
+          "%s", leechio_status_message(LEECHIO_RESERVED_BITS));
+    leechio_space_free(s);
+    leechio_device_close(d);
+    unlink(path);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s PARAMS_FILE\n", argv[0]);
@@ -424,6 +491,7 @@ int main(int argc, char **argv) {
     test_messages();
     test_writes_reach_the_file();
     test_virtual_writes_overlap_in_order();
+    test_hostile_tables();
     printf("leechio C API promises: %u checks passed\n", checks);
     return 0;
 }
