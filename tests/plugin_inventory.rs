@@ -334,6 +334,37 @@ fn bad_arguments_and_a_missing_leechcore_give_errors_and_log_why() {
 }
 
 #[test]
+fn a_repeated_key_reaches_the_host_as_an_error_naming_it() {
+    // A host that keeps its connector settings in memflow's serde form:
+    // the repeat reaches the plugin, as it does not through memflow's
+    // string parser, which keeps only the last `verbosity`.
+    let image = Image::new(16 * MIB);
+    let once: ConnectorArgs = format!("\"{}\":verbosity=0", image.device())
+        .parse()
+        .unwrap();
+    let mut settings = serde_json::to_value(&once).unwrap();
+    settings["extra_args"]["args"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({ "key": "verbosity", "value": "4" }));
+    let twice: ConnectorArgs = serde_json::from_value(settings).unwrap();
+    let err = inventory()
+        .instantiate_connector("leechcore", None, Some(&twice))
+        .err()
+        .expect("a repeated key was accepted");
+    assert_eq!(err.1, ErrorKind::Configuration);
+    assert!(
+        logged("leechcore: `verbosity` is given twice (`0` and `4`); give each argument once"),
+        "{:?}",
+        LOG.lock().unwrap_or_else(|e| e.into_inner())
+    );
+    // The same arguments once each open the image.
+    inventory()
+        .instantiate_connector("leechcore", None, Some(&once))
+        .unwrap();
+}
+
+#[test]
 fn help_and_target_list_come_through_the_inventory() {
     let mut inv = inventory();
     let help = inv.connector_help("leechcore").unwrap();
