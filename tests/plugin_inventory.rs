@@ -7,98 +7,17 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
-
+use common::plugin::{
+    assert_refused, connect, connect_with_cache, inventory, logged, read_split, refused, with_map,
+    LOG,
+};
 use common::{read_file_at, Image};
 use leechio::{Call, DeviceConfig, LeechCore};
-use memflow::cglue::{CTup2, CTup3};
+use memflow::cglue::CTup2;
 use memflow::dummy::{DummyMemory, DummyOs};
 use memflow::prelude::v1::*;
 
 const MIB: u64 = 1 << 20;
-
-/// Log lines the plugin sent to the host.
-static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl log::Log for Capture {
-    fn enabled(&self, _: &log::Metadata) -> bool {
-        true
-    }
-    fn log(&self, record: &log::Record) {
-        // Called from inside the plugin: must not panic.
-        LOG.lock().unwrap_or_else(|e| e.into_inner()).push(format!(
-            "{} {}",
-            record.level(),
-            record.args()
-        ));
-    }
-    fn flush(&self) {}
-}
-
-fn plugin_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release");
-    assert!(
-        dir.join("libmemflow_leechcore.so").exists(),
-        "{}/libmemflow_leechcore.so is missing: build it with `make plugin`",
-        dir.display()
-    );
-    dir
-}
-
-/// One inventory per test process, as a memflow tool has.
-fn inventory() -> std::sync::MutexGuard<'static, Inventory> {
-    static INVENTORY: OnceLock<Mutex<Inventory>> = OnceLock::new();
-    INVENTORY
-        .get_or_init(|| {
-            let _ = log::set_logger(&Capture);
-            log::set_max_level(log::LevelFilter::Info);
-            let mut inventory = Inventory::empty();
-            inventory
-                .add_dir(plugin_dir())
-                .expect("load the plugin folder");
-            Mutex::new(inventory)
-        })
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
-
-/// Connects as a memflow tool does for `-c leechcore:ARGS`: memflow parses
-/// the part after the connector's name.
-fn connect(chain: &str) -> Result<ConnectorInstanceArcBox<'static>> {
-    let args: ConnectorArgs = chain
-        .strip_prefix("leechcore:")
-        .expect("leechcore:…")
-        .parse()?;
-    inventory().instantiate_connector("leechcore", None, Some(&args))
-}
-
-/// The arguments for `image` with the memory map file `map`.
-fn with_map(image: &Image, map: &std::path::Path) -> String {
-    format!("leechcore:\"{}\":memmap={}", image.device(), map.display())
-}
-
-/// The error of a connection that must fail.
-fn refused(args: &str) -> Error {
-    match connect(args) {
-        Ok(_) => panic!("`{args}` was accepted"),
-        Err(e) => e,
-    }
-}
-
-fn connect_with_cache(chain: &str, cache: bool) -> ConnectorInstanceArcBox<'static> {
-    let mut args: ConnectorArgs = chain
-        .strip_prefix("leechcore:")
-        .expect("leechcore:…")
-        .parse()
-        .unwrap();
-    args.middleware_args = ConnectorMiddlewareArgs::new().cache(cache);
-    inventory()
-        .instantiate_connector("leechcore", None, Some(&args))
-        .unwrap()
-}
 
 #[test]
 fn the_plugin_exports_only_the_leechcore_connector() {
@@ -165,37 +84,6 @@ fn a_batch_is_one_leechcore_call() {
         .collect();
     conn.phys_view().read_raw_list(&mut list).unwrap();
     assert_eq!(spy.call_count(Call::ReadScatter) - before, 1);
-}
-
-/// Runs of bytes as (meta address, length).
-type Runs = Vec<(u64, usize)>;
-
-/// Reads through `phys_read_raw_iter`, returning the bytes reported
-/// through `out` and through `out_fail`, each as (meta address, length).
-fn read_split(
-    conn: &mut ConnectorInstanceArcBox<'static>,
-    addr: u64,
-    buf: &mut [u8],
-) -> (Runs, Runs) {
-    let (mut ok, mut failed) = (Vec::new(), Vec::new());
-    let meta = Address::from(0x5000_0000u64);
-    let items = [CTup3(PhysicalAddress::from(addr), meta, buf.into())];
-    let mut on_ok = |CTup2(a, d): ReadData| {
-        ok.push((a.to_umem(), d.len()));
-        true
-    };
-    let mut on_fail = |CTup2(a, d): ReadData| {
-        failed.push((a.to_umem(), d.len()));
-        true
-    };
-    MemOps::with_raw(
-        items.into_iter(),
-        Some(&mut (&mut on_ok).into()),
-        Some(&mut (&mut on_fail).into()),
-        |ops| conn.phys_read_raw_iter(ops),
-    )
-    .unwrap();
-    (ok, failed)
 }
 
 #[test]
@@ -275,105 +163,6 @@ fn memflow_virtual_reads_over_the_plugin_match_dummy_os() {
             assert_eq!(ours, theirs, "{va:x} (cache {cache})");
         }
     }
-}
-
-#[test]
-fn the_users_memory_map_wins_over_the_os_layers() {
-    let image = Image::new(16 * MIB);
-    let dir = tempfile::tempdir().unwrap();
-    let toml = dir.path().join("map.toml");
-    std::fs::write(
-        &toml,
-        "[[range]]\nbase=0x100000\nlength=0x100000\nreal_base=0x200000\n",
-    )
-    .unwrap();
-    let mut fixed = connect(&with_map(&image, &toml)).unwrap();
-    let os_map = [PhysicalMemoryMapping {
-        base: Address::from(0u64),
-        size: 0x1000,
-        real_base: Address::from(0u64),
-    }];
-    fixed.set_mem_map(&os_map);
-    let mut buf = [0u8; 16];
-    fixed
-        .phys_view()
-        .read_raw_into(Address::from(0x10_0010u64), &mut buf)
-        .unwrap();
-    assert_eq!(
-        buf[..],
-        image.bytes(0x20_0010, 16)[..],
-        "the file's remap applies"
-    );
-    assert!(fixed
-        .phys_view()
-        .read_raw_into(Address::from(0x10u64), &mut buf)
-        .is_err());
-
-    // Without a user map the OS layer's map is applied.
-    let mut free = connect(&format!(
-        "leechcore:\"file://file={},\"",
-        image.path.display()
-    ))
-    .unwrap();
-    free.set_mem_map(&os_map);
-    assert_eq!(free.metadata().max_address.to_umem(), 0xfff);
-    assert!(free
-        .phys_view()
-        .read_raw_into(Address::from(0x2000u64), &mut buf)
-        .is_err());
-    free.phys_view()
-        .read_raw_into(Address::from(0x10u64), &mut buf)
-        .unwrap();
-    assert_eq!(buf[..], image.bytes(0x10, 16)[..]);
-}
-
-#[test]
-fn an_os_layers_map_reaches_every_clone() {
-    let image = Image::new(16 * MIB);
-    let mut conn = connect(&format!("leechcore:\"{}\"", image.device())).unwrap();
-    let mut clone = conn.clone();
-    assert_eq!(clone.metadata().max_address.to_umem(), 16 * MIB - 1);
-    // Physical 0x1000 is at the connector's 0x5000: the page moves.
-    conn.set_mem_map(&[PhysicalMemoryMapping {
-        base: Address::from(0x1000u64),
-        size: 0x1000,
-        real_base: Address::from(0x5000u64),
-    }]);
-    for c in [&mut conn, &mut clone] {
-        let meta = c.metadata();
-        assert_eq!(
-            (meta.max_address.to_umem(), meta.real_size),
-            (0x1fff, 0x1000)
-        );
-        let mut buf = [0u8; 16];
-        c.phys_view()
-            .read_raw_into(Address::from(0x1010u64), &mut buf)
-            .unwrap();
-        assert_eq!(buf[..], image.bytes(0x5010, 16)[..]);
-        assert!(c
-            .phys_view()
-            .read_raw_into(Address::from(0x10u64), &mut buf)
-            .is_err());
-    }
-}
-
-/// Whether the plugin logged a line holding `needle`.
-fn logged(needle: &str) -> bool {
-    LOG.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .any(|l| l.contains(needle))
-}
-
-/// Refuses `args` with an error of `kind` and a logged line holding `needle`.
-fn assert_refused(args: &str, kind: ErrorKind, needle: &str) {
-    let err = refused(args);
-    assert_eq!(err.1, kind, "`{args}`");
-    assert!(
-        logged(needle),
-        "`{args}`: no log line holds {needle:?}: {:?}",
-        LOG.lock().unwrap_or_else(|e| e.into_inner())
-    );
 }
 
 #[test]
@@ -542,6 +331,37 @@ fn bad_arguments_and_a_missing_leechcore_give_errors_and_log_why() {
         assert_eq!(err.1, ErrorKind::Configuration, "{name}");
         assert!(logged(&format!("memory map {}: no ranges", path.display())));
     }
+}
+
+#[test]
+fn a_repeated_key_reaches_the_host_as_an_error_naming_it() {
+    // A host that keeps its connector settings in memflow's serde form:
+    // the repeat reaches the plugin, as it does not through memflow's
+    // string parser, which keeps only the last `verbosity`.
+    let image = Image::new(16 * MIB);
+    let once: ConnectorArgs = format!("\"{}\":verbosity=0", image.device())
+        .parse()
+        .unwrap();
+    let mut settings = serde_json::to_value(&once).unwrap();
+    settings["extra_args"]["args"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({ "key": "verbosity", "value": "4" }));
+    let twice: ConnectorArgs = serde_json::from_value(settings).unwrap();
+    let err = inventory()
+        .instantiate_connector("leechcore", None, Some(&twice))
+        .err()
+        .expect("a repeated key was accepted");
+    assert_eq!(err.1, ErrorKind::Configuration);
+    assert!(
+        logged("leechcore: `verbosity` is given twice (`0` and `4`); give each argument once"),
+        "{:?}",
+        LOG.lock().unwrap_or_else(|e| e.into_inner())
+    );
+    // The same arguments once each open the image.
+    inventory()
+        .instantiate_connector("leechcore", None, Some(&once))
+        .unwrap();
 }
 
 #[test]

@@ -46,9 +46,12 @@ pub struct Settings {
 /// Reads the arguments; the error says what is wrong and what is valid.
 pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
     let target = args.target.as_deref().map(unquote);
-    let pairs = pairs_of(&args.extra_args);
+    let pairs = pairs_of(&args.extra_args)?;
     if let Some(hint) = split_device_hint(target.as_deref(), &pairs) {
         return Err(hint);
+    }
+    if let Some(repeated) = repeated_key(&pairs) {
+        return Err(repeated);
     }
     for (key, value) in &pairs {
         if key == "default" {
@@ -151,30 +154,43 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
     })
 }
 
-/// The arguments memflow parsed, as (key, value), the default argument
-/// (memflow's bare first value) as `default`, first.
+/// Every argument memflow handed over, as (key, value) in its order, the
+/// default argument (memflow's bare first value) under `default`; the error
+/// says why they could not be listed.
 ///
-/// memflow's `Args` lists its keys only through its `Display`, which writes
-/// values as they are unless they hold `,` or `=`: a value with a `'` (a
-/// path like `/home/o'brien/map.toml`) would read as the start of a quote
-/// if that text were split again, swallowing the arguments after it. So the
-/// text only names candidate keys (cut at every `,`), each kept if memflow
-/// has it, and every value comes from memflow itself.
-fn pairs_of(args: &Args) -> Vec<(String, String)> {
+/// memflow's `Args` has no public way to list its entries (its `Display`
+/// quotes only some values, so its text cannot be split back reliably);
+/// its serde form lists each entry as it is, repeated keys included.
+fn pairs_of(args: &Args) -> Result<Vec<(String, String)>, String> {
+    let listed = serde_json::to_value(args).map_err(|e| format!("arguments unreadable: {e}"))?;
+    let entries = listed
+        .get("args")
+        .and_then(|a| a.as_array())
+        .ok_or("arguments unreadable: memflow's `Args` has no `args` list")?;
     let mut pairs = Vec::new();
-    if let Some(default) = args.get_default().filter(|d| !d.is_empty()) {
-        pairs.push(("default".to_string(), unquote(default)));
-    }
-    for piece in args.to_string().split(',') {
-        let key = piece.split_once('=').map_or(piece, |(k, _)| k);
-        if key == "default" || pairs.iter().any(|(k, _)| k == key) {
+    for entry in entries {
+        let (Some(key), Some(value)) = (
+            entry.get("key").and_then(|k| k.as_str()),
+            entry.get("value").and_then(|v| v.as_str()),
+        ) else {
+            return Err(format!("arguments unreadable: entry {entry}"));
+        };
+        if key == "default" && value.is_empty() {
             continue;
         }
-        if let Some(value) = args.get(key) {
-            pairs.push((key.to_string(), unquote(value)));
-        }
+        pairs.push((key.to_string(), unquote(value)));
     }
-    pairs
+    Ok(pairs)
+}
+
+/// The first key given twice, as an error naming it and both values.
+fn repeated_key(pairs: &[(String, String)]) -> Option<String> {
+    pairs.iter().enumerate().find_map(|(i, (key, second))| {
+        let (_, first) = pairs[..i].iter().find(|(k, _)| k == key)?;
+        Some(format!(
+            "`{key}` is given twice (`{first}` and `{second}`); give each argument once"
+        ))
+    })
 }
 
 /// The valid keys, for error messages.
@@ -246,6 +262,67 @@ mod tests {
 
     fn settings(text: &str) -> Result<Settings, String> {
         parse(&text.parse::<ConnectorArgs>().map_err(|e| e.to_string())?)
+    }
+
+    /// The arguments as a host that builds them entry by entry hands them
+    /// over (memflow's serde form, read from the host's own settings, say):
+    /// unlike memflow's string parser, this keeps a repeated key.
+    fn listed(target: Option<&str>, entries: &[(&str, &str)]) -> Result<Settings, String> {
+        let entries: Vec<_> = entries
+            .iter()
+            .map(|(key, value)| serde_json::json!({ "key": key, "value": value }))
+            .collect();
+        let args: Args = serde_json::from_value(serde_json::json!({ "args": entries })).unwrap();
+        parse(&ConnectorArgs::new(target, args, None))
+    }
+
+    #[test]
+    fn a_repeated_key_is_refused_by_name() {
+        for (key, first, second) in [
+            ("verbosity", "0", "4"),
+            ("memmap", "/tmp/a.toml", "/tmp/b.toml"),
+            ("max_entries", "8", "8"),
+        ] {
+            let err = listed(
+                Some("fpga"),
+                &[(key, first), ("lib", "/x.so"), (key, second)],
+            )
+            .unwrap_err();
+            assert_eq!(
+                err,
+                format!(
+                    "`{key}` is given twice (`{first}` and `{second}`); give each argument once"
+                )
+            );
+        }
+        let err = listed(None, &[("device", "fpga"), ("device", "file:///tmp/a.raw")]).unwrap_err();
+        assert_eq!(
+            err,
+            "`device` is given twice (`fpga` and `file:///tmp/a.raw`); give each argument once"
+        );
+        // A device as the target and as `device=` stays its own error.
+        let err = listed(Some("fpga"), &[("device", "fpga")]).unwrap_err();
+        assert!(
+            err.starts_with("two devices given (target `fpga` and device= `fpga`)"),
+            "{err}"
+        );
+        // memflow's string parser keeps only the last of a repeated key
+        // before the plugin is called (as the README says).
+        assert_eq!(
+            settings("fpga:verbosity=0,verbosity=4")
+                .unwrap()
+                .device
+                .verbosity,
+            Verbosity::from_level(4)
+        );
+        // Each key once, listed the same way, is read.
+        let s = listed(
+            Some("fpga"),
+            &[("verbosity", "4"), ("memmap", "/tmp/a.toml")],
+        )
+        .unwrap();
+        assert_eq!(s.device.verbosity, Verbosity::from_level(4));
+        assert_eq!(s.memmap, Some(PathBuf::from("/tmp/a.toml")));
     }
 
     #[test]

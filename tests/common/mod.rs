@@ -1,7 +1,8 @@
-//! Test support: memory images on disk whose every byte can be checked, and
-//! live QEMU guests ([`qemu`]).
+//! Test support: memory images on disk whose every byte can be checked,
+//! live QEMU guests ([`qemu`]) and the memflow plugin ([`plugin`]).
 #![allow(dead_code)]
 
+pub mod plugin;
 pub mod qemu;
 
 use std::fs::File;

@@ -11,10 +11,13 @@ use memflow::mem::{
 };
 use memflow::types::Address;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::{BatchOutcome, MemoryMap, MemoryRange};
-use crate::{Failure, Memory};
+use crate::{BatchOutcome, Memory, MemoryMap, MemoryRange};
+
+mod os_map;
+
+use os_map::{OsMap, Run};
 
 /// Entries memflow's batching layers are told to send at once: large
 /// enough that a round trip carries many pages, small enough to keep
@@ -22,14 +25,20 @@ use crate::{Failure, Memory};
 const IDEAL_BATCH_SIZE: u32 = 4096;
 
 /// The engine as memflow physical memory. Clones share the device (and its
-/// queue) and its memory map; the device closes with the last clone.
+/// queue); the device closes with the last clone. A memory map an OS layer
+/// sets belongs to the instance it is set on and to clones made from that
+/// instance afterwards, as with memflow's own connectors.
 #[derive(Clone)]
 pub struct MemflowPhysical {
     mem: Memory,
     shared: Arc<Shared>,
+    /// The OS layer's map of this instance, if one was set.
+    os_map: Option<Arc<OsMap>>,
+    /// memflow's view of this instance's memory.
+    metadata: PhysicalMemoryMetadata,
 }
 
-/// What every clone sees the same.
+/// What every clone sees the same, fixed when the device was opened.
 struct Shared {
     /// The user gave a memory map: maps from OS layers are ignored.
     fixed_map: bool,
@@ -37,14 +46,13 @@ struct Shared {
     /// over: its addresses are those this connector shows, and the device
     /// may keep them elsewhere (QEMU's RAM above 4 GiB, say).
     device_map: MemoryMap,
-    /// memflow's view of the memory: an OS layer's map changes it for all.
-    metadata: Mutex<PhysicalMemoryMetadata>,
 }
 
 impl std::fmt::Debug for MemflowPhysical {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemflowPhysical")
             .field("fixed_map", &self.shared.fixed_map)
+            .field("os_map", &self.os_map)
             .finish_non_exhaustive()
     }
 }
@@ -56,17 +64,39 @@ impl MemflowPhysical {
         let shared = Shared {
             fixed_map,
             device_map: mem.backend().memory_map(),
-            metadata: Mutex::new(metadata_of(&mem)),
         };
         MemflowPhysical {
+            metadata: metadata_of(&mem),
             mem,
             shared: Arc::new(shared),
+            os_map: None,
         }
     }
 
-    /// The engine underneath, for async use beside memflow.
+    /// The engine underneath, for async use beside memflow. It reads the
+    /// device's addresses: an OS layer's map does not apply to it.
     pub fn memory(&self) -> &Memory {
         &self.mem
+    }
+
+    /// The runs of each of `requests` (address, length), tagged with the
+    /// request's index: through this instance's OS map if it has one.
+    fn runs(&self, requests: impl Iterator<Item = (u64, usize)>) -> Vec<(usize, Run)> {
+        let mut runs = Vec::new();
+        for (i, (addr, len)) in requests.enumerate() {
+            match &self.os_map {
+                Some(map) => map.split(addr, len, |run| runs.push((i, run))),
+                None => runs.push((
+                    i,
+                    Run {
+                        offset: 0,
+                        len,
+                        at: Some(addr),
+                    },
+                )),
+            }
+        }
+        runs
     }
 }
 
@@ -81,21 +111,59 @@ fn metadata_of(mem: &Memory) -> PhysicalMemoryMetadata {
     }
 }
 
+/// Calls `f` with each request's index and its failed byte runs (start,
+/// end), in order and merged: the runs in no range of the OS map, and what
+/// the engine reported for the others (operation `k` of `outcome` is the
+/// `k`-th run with an address).
+fn failed_runs(
+    runs: &[(usize, Run)],
+    requests: usize,
+    outcome: &BatchOutcome,
+    mut f: impl FnMut(usize, &[(usize, usize)]),
+) {
+    let mut failed: Vec<(usize, usize)> = Vec::new();
+    let (mut next, mut op) = (0, 0);
+    for request in 0..requests {
+        failed.clear();
+        while let Some((_, run)) = runs.get(next).filter(|(i, _)| *i == request) {
+            if run.at.is_some() {
+                for e in outcome.failures(op) {
+                    let a = run.offset + e.offset;
+                    push(&mut failed, a, a + e.len);
+                }
+                op += 1;
+            } else {
+                push(&mut failed, run.offset, run.offset + run.len);
+            }
+            next += 1;
+        }
+        f(request, &failed);
+    }
+}
+
+/// Adds the run `a..b` to `failed`, merged with a run it continues.
+fn push(failed: &mut Vec<(usize, usize)>, a: usize, b: usize) {
+    match failed.last_mut() {
+        Some((_, end)) if *end == a => *end = b,
+        _ => failed.push((a, b)),
+    }
+}
+
 /// Calls `ok` for each run of `0..len` that succeeded and `failed` for each
-/// failed run, in order.
+/// failed run (start, end), in order.
 fn report(
-    failures: impl Iterator<Item = Failure>,
+    failures: &[(usize, usize)],
     len: usize,
     mut ok: impl FnMut(usize, usize),
     mut failed: impl FnMut(usize, usize),
 ) {
     let mut at = 0;
-    for f in failures {
-        if f.offset > at {
-            ok(at, f.offset);
+    for &(a, b) in failures {
+        if a > at {
+            ok(at, a);
         }
-        failed(f.offset, f.offset + f.len);
-        at = f.offset + f.len;
+        failed(a, b);
+        at = b;
     }
     if at < len {
         ok(at, len);
@@ -112,15 +180,23 @@ impl PhysicalMemory for MemflowPhysical {
         }: PhysicalReadMemOps,
     ) -> Result<()> {
         let items: Vec<_> = inp.collect();
+        let runs = self.runs(
+            items
+                .iter()
+                .map(|CTup3(pa, _, buf)| (pa.address.to_umem(), buf.len())),
+        );
         // SAFETY: each CSliceMut is an exclusive borrow of its buffer for
-        // the whole call; the buffers are disjoint.
-        let slices = items.iter().map(|CTup3(pa, _, buf)| {
-            (pa.address.to_umem(), unsafe {
-                std::slice::from_raw_parts_mut(buf.as_mut_ptr(), buf.len())
-            })
+        // the whole call; the buffers are disjoint, and so are the runs of
+        // one buffer.
+        let slices = runs.iter().filter_map(|(i, run)| {
+            let ptr = items[*i].2.as_mut_ptr();
+            Some((run.at?, unsafe {
+                std::slice::from_raw_parts_mut(ptr.add(run.offset), run.len)
+            }))
         });
-        let outcome: BatchOutcome = self.mem.read_now(slices);
-        for (i, CTup3(_, meta, buf)) in items.into_iter().enumerate() {
+        let outcome = self.mem.read_now(slices);
+        failed_runs(&runs, items.len(), &outcome, |i, failed| {
+            let CTup3(_, meta, buf) = &items[i];
             let ptr = buf.as_mut_ptr();
             // SAFETY: the runs are disjoint parts of the buffer, handed
             // out once each.
@@ -128,16 +204,16 @@ impl PhysicalMemory for MemflowPhysical {
                 unsafe { std::slice::from_raw_parts_mut(ptr.add(a), b - a) }.into()
             };
             report(
-                outcome.failures(i).copied(),
+                failed,
                 buf.len(),
                 |a, b| {
-                    opt_call(out.as_deref_mut(), CTup2(meta + a, part(a, b)));
+                    opt_call(out.as_deref_mut(), CTup2(*meta + a, part(a, b)));
                 },
                 |a, b| {
-                    opt_call(out_fail.as_deref_mut(), CTup2(meta + a, part(a, b)));
+                    opt_call(out_fail.as_deref_mut(), CTup2(*meta + a, part(a, b)));
                 },
             );
-        }
+        });
         Ok(())
     }
 
@@ -150,14 +226,21 @@ impl PhysicalMemory for MemflowPhysical {
         }: PhysicalWriteMemOps,
     ) -> Result<()> {
         let items: Vec<_> = inp.collect();
-        let slices = items
-            .iter()
-            .map(|CTup3(pa, _, data)| (pa.address.to_umem(), <&[u8]>::from(*data)));
+        let runs = self.runs(
+            items
+                .iter()
+                .map(|CTup3(pa, _, data)| (pa.address.to_umem(), data.len())),
+        );
+        let slices = runs.iter().filter_map(|(i, run)| {
+            let data: &[u8] = items[*i].2.into();
+            Some((run.at?, &data[run.offset..run.offset + run.len]))
+        });
         let outcome = self.mem.write_now(slices);
-        for (i, CTup3(_, meta, data)) in items.into_iter().enumerate() {
+        failed_runs(&runs, items.len(), &outcome, |i, failed| {
+            let CTup3(_, meta, data) = items[i];
             let data: &[u8] = data.into();
             report(
-                outcome.failures(i).copied(),
+                failed,
                 data.len(),
                 |a, b| {
                     opt_call(out.as_deref_mut(), CTup2(meta + a, data[a..b].into()));
@@ -166,66 +249,32 @@ impl PhysicalMemory for MemflowPhysical {
                     opt_call(out_fail.as_deref_mut(), CTup2(meta + a, data[a..b].into()));
                 },
             );
-        }
+        });
         Ok(())
     }
 
     fn metadata(&self) -> PhysicalMemoryMetadata {
-        *lock(&self.shared.metadata)
+        self.metadata
     }
 
     fn set_mem_map(&mut self, mem_map: &[PhysicalMemoryMapping]) {
-        let shared = &*self.shared;
-        if shared.fixed_map {
+        if self.shared.fixed_map {
             log::info!("keeping the memory map given by the user; ignoring the one offered by the OS layer");
             return;
         }
-        // Held while the device's map changes, so clones agree on it.
-        let mut metadata = lock(&shared.metadata);
-        match laid_over(&shared.device_map, mem_map)
-            .and_then(|map| self.mem.backend().set_memory_map(&map))
-        {
-            Ok(()) => *metadata = metadata_of(&self.mem),
+        match OsMap::laid_over(&self.shared.device_map, mem_map) {
+            Ok(map) => {
+                self.metadata = PhysicalMemoryMetadata {
+                    // memflow's max_address is the last valid address.
+                    max_address: Address::from(map.end() - 1),
+                    real_size: map.total_size(),
+                    ..metadata_of(&self.mem)
+                };
+                self.os_map = Some(Arc::new(map));
+            }
             Err(e) => log::warn!("could not apply the OS layer's memory map: {e}"),
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // (Plain data: a panic elsewhere cannot leave it half-written.)
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// An OS layer's map laid over the device's: each mapping says where its
-/// physical addresses (`base`) lie among this connector's (`real_base`),
-/// and the device's map says where those lie on the device. Parts of a
-/// mapping the device does not hold are left out.
-fn laid_over(
-    device: &MemoryMap,
-    mappings: &[PhysicalMemoryMapping],
-) -> std::result::Result<MemoryMap, crate::Error> {
-    let mut ranges = Vec::new();
-    for m in mappings {
-        let (base, from) = (m.base.to_umem(), m.real_base.to_umem());
-        let to = from.saturating_add(m.size);
-        for r in device.ranges() {
-            let (lo, hi) = (from.max(r.start), to.min(r.end()));
-            if lo < hi {
-                ranges.push(MemoryRange {
-                    start: base + (lo - from),
-                    size: hi - lo,
-                    remap: r.remap + (lo - r.start),
-                });
-            }
-        }
-    }
-    if ranges.is_empty() {
-        return Err(crate::Error::InvalidConfig(
-            "none of its ranges lies in the device's memory".into(),
-        ));
-    }
-    ranges.sort_by_key(|r| r.start);
-    Ok(MemoryMap::new(ranges)?)
 }
 
 /// Reads a memory map file in memflow's TOML format (`[[range]]` tables
@@ -277,81 +326,4 @@ struct MapFileRange {
     base: u64,
     length: u64,
     real_base: Option<u64>,
-}
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GIB: u64 = 1 << 30;
-
-    fn range(start: u64, size: u64, remap: u64) -> MemoryRange {
-        MemoryRange { start, size, remap }
-    }
-
-    fn mapping(base: u64, size: u64, real_base: u64) -> PhysicalMemoryMapping {
-        PhysicalMemoryMapping {
-            base: Address::from(base),
-            size,
-            real_base: Address::from(real_base),
-        }
-    }
-
-    /// A 4 GiB QEMU guest: its fourth GiB is at 3 GiB in the RAM file.
-    fn qemu_map() -> MemoryMap {
-        MemoryMap::new(vec![
-            range(0, 0xa_0000, 0),
-            range(0x10_0000, 3 * GIB - 0x10_0000, 0x10_0000),
-            range(4 * GIB, GIB, 3 * GIB),
-        ])
-        .unwrap()
-    }
-
-    #[test]
-    fn an_os_map_keeps_the_devices_remapping() {
-        // What memflow-win32 passes: RAM ranges, each at its own address.
-        let os = [
-            mapping(0, 0x9_f000, 0),
-            mapping(0x10_0000, 3 * GIB - 0x10_0000, 0x10_0000),
-            mapping(4 * GIB, GIB, 4 * GIB),
-        ];
-        let expected = MemoryMap::new(vec![
-            range(0, 0x9_f000, 0),
-            range(0x10_0000, 3 * GIB - 0x10_0000, 0x10_0000),
-            range(4 * GIB, GIB, 3 * GIB),
-        ])
-        .unwrap();
-        assert_eq!(laid_over(&qemu_map(), &os).unwrap(), expected);
-    }
-
-    #[test]
-    fn an_os_map_is_cut_to_the_device_and_may_move_addresses() {
-        let os = [
-            // Across the device's hole at 0xa0000 and past its end.
-            mapping(0, 0x20_0000, 0),
-            // Physical 8 GiB shown at the connector's 4 GiB + 16 MiB.
-            mapping(8 * GIB, 0x1000, 4 * GIB + 0x100_0000),
-            mapping(6 * GIB, 0x1000, 6 * GIB),
-        ];
-        let expected = MemoryMap::new(vec![
-            range(0, 0xa_0000, 0),
-            range(0x10_0000, 0x10_0000, 0x10_0000),
-            range(8 * GIB, 0x1000, 3 * GIB + 0x100_0000),
-        ])
-        .unwrap();
-        assert_eq!(laid_over(&qemu_map(), &os).unwrap(), expected);
-    }
-
-    #[test]
-    fn an_os_map_outside_the_device_or_overlapping_is_refused() {
-        let outside = laid_over(&qemu_map(), &[mapping(6 * GIB, 0x1000, 6 * GIB)]);
-        assert!(
-            outside
-                .unwrap_err()
-                .to_string()
-                .contains("none of its ranges"),
-            "outside"
-        );
-        let twice = [mapping(0, 0x2000, 0), mapping(0x1000, 0x1000, 0x1000)];
-        assert!(laid_over(&qemu_map(), &twice).is_err());
-    }
 }

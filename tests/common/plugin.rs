@@ -1,0 +1,143 @@
+//! The `leechcore` plugin as a memflow tool loads it: one `Inventory` per
+//! test process over the release build folder, with the plugin's log lines
+//! captured.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+use memflow::cglue::{CTup2, CTup3};
+use memflow::prelude::v1::*;
+
+use super::Image;
+
+/// Log lines the plugin sent to the host.
+pub static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record) {
+        // Called from inside the plugin: must not panic.
+        LOG.lock().unwrap_or_else(|e| e.into_inner()).push(format!(
+            "{} {}",
+            record.level(),
+            record.args()
+        ));
+    }
+    fn flush(&self) {}
+}
+
+pub fn plugin_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release");
+    assert!(
+        dir.join("libmemflow_leechcore.so").exists(),
+        "{}/libmemflow_leechcore.so is missing: build it with `make plugin`",
+        dir.display()
+    );
+    dir
+}
+
+/// One inventory per test process, as a memflow tool has.
+pub fn inventory() -> std::sync::MutexGuard<'static, Inventory> {
+    static INVENTORY: OnceLock<Mutex<Inventory>> = OnceLock::new();
+    INVENTORY
+        .get_or_init(|| {
+            let _ = log::set_logger(&Capture);
+            log::set_max_level(log::LevelFilter::Info);
+            let mut inventory = Inventory::empty();
+            inventory
+                .add_dir(plugin_dir())
+                .expect("load the plugin folder");
+            Mutex::new(inventory)
+        })
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Connects as a memflow tool does for `-c leechcore:ARGS`: memflow parses
+/// the part after the connector's name.
+pub fn connect(chain: &str) -> Result<ConnectorInstanceArcBox<'static>> {
+    let args: ConnectorArgs = chain
+        .strip_prefix("leechcore:")
+        .expect("leechcore:…")
+        .parse()?;
+    inventory().instantiate_connector("leechcore", None, Some(&args))
+}
+
+/// The arguments for `image` with the memory map file `map`.
+pub fn with_map(image: &Image, map: &std::path::Path) -> String {
+    format!("leechcore:\"{}\":memmap={}", image.device(), map.display())
+}
+
+/// The error of a connection that must fail.
+pub fn refused(args: &str) -> Error {
+    match connect(args) {
+        Ok(_) => panic!("`{args}` was accepted"),
+        Err(e) => e,
+    }
+}
+
+pub fn connect_with_cache(chain: &str, cache: bool) -> ConnectorInstanceArcBox<'static> {
+    let mut args: ConnectorArgs = chain
+        .strip_prefix("leechcore:")
+        .expect("leechcore:…")
+        .parse()
+        .unwrap();
+    args.middleware_args = ConnectorMiddlewareArgs::new().cache(cache);
+    inventory()
+        .instantiate_connector("leechcore", None, Some(&args))
+        .unwrap()
+}
+
+/// Runs of bytes as (meta address, length).
+pub type Runs = Vec<(u64, usize)>;
+
+/// Reads through `phys_read_raw_iter`, returning the bytes reported
+/// through `out` and through `out_fail`, each as (meta address, length).
+pub fn read_split(
+    conn: &mut ConnectorInstanceArcBox<'static>,
+    addr: u64,
+    buf: &mut [u8],
+) -> (Runs, Runs) {
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    let meta = Address::from(0x5000_0000u64);
+    let items = [CTup3(PhysicalAddress::from(addr), meta, buf.into())];
+    let mut on_ok = |CTup2(a, d): ReadData| {
+        ok.push((a.to_umem(), d.len()));
+        true
+    };
+    let mut on_fail = |CTup2(a, d): ReadData| {
+        failed.push((a.to_umem(), d.len()));
+        true
+    };
+    MemOps::with_raw(
+        items.into_iter(),
+        Some(&mut (&mut on_ok).into()),
+        Some(&mut (&mut on_fail).into()),
+        |ops| conn.phys_read_raw_iter(ops),
+    )
+    .unwrap();
+    (ok, failed)
+}
+
+/// Whether the plugin logged a line holding `needle`.
+pub fn logged(needle: &str) -> bool {
+    LOG.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|l| l.contains(needle))
+}
+
+/// Refuses `args` with an error of `kind` and a logged line holding `needle`.
+pub fn assert_refused(args: &str, kind: ErrorKind, needle: &str) {
+    let err = refused(args);
+    assert_eq!(err.1, kind, "`{args}`");
+    assert!(
+        logged(needle),
+        "`{args}`: no log line holds {needle:?}: {:?}",
+        LOG.lock().unwrap_or_else(|e| e.into_inner())
+    );
+}
