@@ -19,8 +19,8 @@ use common::qemu::{shared_guest, Guest, DIRECT_MAP, KERNEL_MAP};
 use futures::future::join_all;
 use leechio::vm::CacheConfig;
 use leechio::{
-    AddressSpace, Call, EngineConfig, LeechCore, Mapping, Memory, MemoryMap, PageError, PageSize,
-    VmConfig,
+    AddressSpace, Alias, Call, EngineConfig, LeechCore, Mapping, Memory, MemoryMap, PageError,
+    PageSize, VmConfig,
 };
 
 const PAGE: u64 = 0x1000;
@@ -190,6 +190,7 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
     assert!(listed.failed.is_empty(), "{:x?}", listed.failed);
     let mappings = listed.mappings;
     let groups = groups(&mappings);
+    assert_aliases_map_as_the_monitor_says(&guest, &listed.aliases);
     assert!(groups.len() >= 4, "only {} kernel regions", groups.len());
 
     let mut rng = fastrand::Rng::with_seed(0x6b65_726e);
@@ -197,7 +198,17 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
         .map(|_| random_mapped(&mut rng, &groups))
         .collect();
     let mut vas: Vec<u64> = drawn.iter().map(|&(va, _)| va).collect();
-    vas.extend(unmapped(&mut rng, &mappings, UNMAPPED));
+    // Holes: between the mappings and the aliases (which map what their
+    // `same_as` ranges map).
+    let mut covered = mappings.clone();
+    covered.extend(listed.aliases.iter().map(|a| Mapping {
+        va: a.va,
+        pa: 0,
+        size: a.size,
+        page_size: PageSize::Size4K,
+    }));
+    covered.sort_by_key(|m| m.va);
+    vas.extend(unmapped(&mut rng, &covered, UNMAPPED));
     // Reads of 8..=64 bytes at mapped addresses whose bytes are RAM (the
     // device reads RAM only), some unaligned, some across a page boundary
     // where the mapping goes on; and a few at unmapped addresses.
@@ -332,6 +343,35 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
         }
     }
     assert_eq!(compared, READS);
+}
+
+/// The kernel's aliases (the espfix area: one page table behind many
+/// entries) are there, and each maps as the range it names, per the
+/// monitor: at its first and last page and a page inside (of every alias,
+/// or of two dozen spread over them).
+fn assert_aliases_map_as_the_monitor_says(guest: &Guest, aliases: &[Alias]) {
+    assert!(
+        !aliases.is_empty(),
+        "no shared page tables in the kernel half"
+    );
+    let last = aliases.last().into_iter();
+    for a in aliases
+        .iter()
+        .step_by(aliases.len().div_ceil(24))
+        .chain(last)
+    {
+        for offset in [0, a.size / 2 & !0xfff, a.size - 0x1000] {
+            for inside in [0, 0x10, 0xff8] {
+                let at = offset + inside;
+                assert_eq!(
+                    guest.gva2gpa(a.va + at),
+                    guest.gva2gpa(a.same_as + at),
+                    "{:#x} in {a:x?}",
+                    a.va + at
+                );
+            }
+        }
+    }
 }
 
 /// The monitor's own walk: the entry at each level, per `xp` of the tables.
