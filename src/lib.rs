@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod engine;
 mod error;
+mod lock;
 #[cfg(feature = "memflow")]
 pub mod memflow;
 mod memmap;

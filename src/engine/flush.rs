@@ -894,22 +894,14 @@ impl Flusher {
     fn collect_results(&mut self) {
         for p in &self.pieces {
             if let Err(reason) = p.result {
-                match self.failed.last_mut() {
-                    Some((r, last))
-                        if *r == p.req
-                            && last.reason == reason
-                            && last.offset + last.len == p.offset =>
-                    {
-                        last.len += p.len
-                    }
-                    _ => self.failed.push((
-                        p.req,
-                        Failure {
-                            offset: p.offset,
-                            len: p.len,
-                            reason,
-                        },
-                    )),
+                let failure = Failure {
+                    offset: p.offset,
+                    len: p.len,
+                    reason,
+                };
+                let last = self.failed.last_mut().filter(|(r, _)| *r == p.req);
+                if let Some(failure) = last.map_or(Some(failure), |(_, l)| l.absorb(failure)) {
+                    self.failed.push((p.req, failure));
                 }
             }
             if self.reqs[p.req as usize].record {

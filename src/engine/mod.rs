@@ -21,6 +21,7 @@ mod queue;
 mod request;
 mod scope;
 
+use crate::lock::LockRecovering;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::mem::ManuallyDrop;
@@ -36,6 +37,7 @@ use bytemuck::Pod;
 pub use flush::FlushStats;
 pub use join::{join_all, JoinAll};
 
+pub(crate) use outcome::merged;
 pub use outcome::{Failure, Fragment, PartialError};
 pub use request::{
     Fragments, Read, ReadOwned, ReadVal, ScopedRead, ScopedWrite, Write, WriteOwned,
@@ -239,11 +241,7 @@ impl Memory {
     }
 
     fn run_now(&self, ops: impl Iterator<Item = (Kind, u64, *mut u8, usize)>) -> BatchOutcome {
-        let mut flusher = self
-            .shared
-            .flusher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut flusher = self.shared.flusher.lock_recovering();
         flusher.begin_batch();
         for (kind, addr, ptr, len) in ops {
             // SAFETY: the pointers come from slices borrowed by the public
@@ -419,11 +417,7 @@ impl Memory {
 
     /// Like [`Memory::flush`], sending `staging`'s requests first.
     fn flush_staged(&self, staging: &mut Staging) -> Option<FlushStats> {
-        let mut flusher = self
-            .shared
-            .flusher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut flusher = self.shared.flusher.lock_recovering();
         {
             let mut queue = self.queue();
             if !flusher.take(&mut queue, staging) {
@@ -596,10 +590,7 @@ impl Wake for RecordingWaker {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Release);
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .wake_by_ref();
+        self.inner.lock_recovering().wake_by_ref();
     }
 }
 
@@ -615,11 +606,7 @@ impl<F: Future> Future for Driven<'_, F> {
             });
             (recorder.clone(), Waker::from(recorder))
         });
-        recorder
-            .inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone_from(cx.waker());
+        recorder.inner.lock_recovering().clone_from(cx.waker());
         let mut inner_cx = Context::from_waker(waker);
         let lease = this.staging.get_or_insert_with(|| this.mem.lease_staging());
         let mut repolls = 0;

@@ -15,6 +15,33 @@ pub struct Failure {
     pub reason: PageError,
 }
 
+impl Failure {
+    /// Takes `next` into this failure when it starts where this one ends,
+    /// for the same reason (so failures are reported as the fewest
+    /// ranges); gives it back otherwise.
+    pub(crate) fn absorb(&mut self, next: Failure) -> Option<Failure> {
+        if next.reason == self.reason && self.offset + self.len == next.offset {
+            self.len += next.len;
+            None
+        } else {
+            Some(next)
+        }
+    }
+}
+
+/// `failures` sorted by offset, those that continue each other for the
+/// same reason merged: the form [`PartialError::failed`] promises.
+pub(crate) fn merged(mut failures: Vec<Failure>) -> Vec<Failure> {
+    failures.sort_unstable_by_key(|f| f.offset);
+    let mut merged: Vec<Failure> = Vec::with_capacity(failures.len());
+    for f in failures {
+        if let Some(f) = merged.last_mut().map_or(Some(f), |last| last.absorb(f)) {
+            merged.push(f);
+        }
+    }
+    merged
+}
+
 /// A piece of a request that completed, successfully or not. Pieces never
 /// cross a page boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -125,9 +152,25 @@ mod tests {
         ];
         let mut ok = Vec::new();
         for_each_success(48, &v, |a, b| ok.push((a, b)));
+        // Merged: the two ranges that continue each other for one reason,
+        // not those with a gap or another reason, in any order given.
+        let mut shuffled = vec![v[2], fail(40, 8, PageError::OutOfRange), v[1], v[0]];
+        assert_eq!(
+            merged(shuffled.clone()),
+            vec![v[0], v[1], fail(32, 16, PageError::OutOfRange)]
+        );
+        shuffled.truncate(3);
+        assert_eq!(
+            merged(shuffled),
+            vec![v[1], fail(32, 16, PageError::OutOfRange)]
+        );
         assert_eq!(ok, vec![(24, 32), (40, 48)]);
-        let err = PartialError { failed: v, len: 48 };
+        let err = PartialError {
+            failed: merged(v.clone()),
+            len: 48,
+        };
         assert_eq!(err.failed_bytes(), 32);
+        assert_eq!(err.failed, v);
         let mut buf = [0xffu8; 48];
         err.zero_fill(&mut buf);
         assert_eq!(buf.iter().filter(|&&b| b == 0).count(), 32);

@@ -10,6 +10,7 @@
 //! hands it back. Slots live in boxed chunks that never move or go away
 //! before the queue, so a future may keep a pointer to its slot.
 
+use crate::lock::LockRecovering;
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -452,7 +453,7 @@ fn waker<'a>(slot: SlotRef) -> &'a Waker {
 /// Locks the queue. Queue operations do not panic midway, so a poisoned
 /// lock holds a consistent queue.
 pub(crate) fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
-    queue.lock().unwrap_or_else(|e| e.into_inner())
+    queue.lock_recovering()
 }
 
 /// A request as submitted.

@@ -9,6 +9,7 @@
 //! still queued. So the device fills and reads the caller's buffers
 //! directly, with no copy through the engine.
 
+use crate::lock::LockRecovering;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -91,7 +92,7 @@ impl Drop for ScopeEnd<'_> {
     /// began after any older thread or task was given its work.
     fn drop(&mut self) {
         // Holding the flush lock, no flush is in progress or can start.
-        let _flusher = (self.mem.shared.flusher.lock()).unwrap_or_else(|e| e.into_inner());
+        let _flusher = self.mem.shared.flusher.lock_recovering();
         let mut queue = self.mem.queue();
         if let Some(staging) = self.mem.driving_staging() {
             queue.publish(staging);

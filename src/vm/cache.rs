@@ -1,6 +1,7 @@
 //! Caches for translation: recent translations and page-table pages, each
 //! with a validity time so a live target's changes are seen.
 
+use crate::lock::LockRecovering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,7 +63,7 @@ impl<V: Clone> TimedCache<V> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries<V>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        self.entries.lock_recovering()
     }
 
     /// The current generation: take it before reading what `insert` will

@@ -8,28 +8,28 @@
 mod cache;
 mod mappings;
 mod paging;
+mod runs;
 mod scan;
+mod tables;
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytemuck::Pod;
-use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
-use rustc_hash::{FxHashMap, FxHashSet};
-use std::sync::Mutex;
+use rustc_hash::FxHashSet;
 
 pub use cache::CacheConfig;
 pub use mappings::{Alias, FailedRange, Mapping, Mappings};
 pub use paging::{PageSize, Translation, WalkError, LEVEL_NAMES, MAX_PHYSICAL_ADDRESS_BITS};
 pub use scan::{find_address_spaces, SpaceCandidate};
 
-use crate::engine::{join_all, Failure, PartialError, Scope};
+use crate::engine::{join_all, PartialError, Scope};
 use crate::{Memory, PageError};
 use cache::{TablePage, TimedCache};
-use paging::{
-    is_canonical, reserved_address_bits, step, table_index, Step, ADDR_MASK, TABLE_SIZE, UPPER_HALF,
-};
+use paging::{is_canonical, reserved_address_bits, step, table_index, Step, ADDR_MASK};
+use runs::access_runs;
+use tables::Inflight;
 
 /// Settings of an address space's caches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,18 +74,6 @@ struct CachedPage {
     page_size: PageSize,
     entries: [Option<u64>; 4],
 }
-
-/// A read of a table page.
-type PageReadFuture = BoxFuture<'static, Result<TablePage, PageError>>;
-
-/// A table page being read, shared by the walks that wait for it.
-type PageRead = Shared<PageReadFuture>;
-
-/// The table reads in flight, by address, with the table cache's
-/// generation they began in. Weak: when every walk waiting for a read is
-/// dropped, the read is dropped (its request withdrawn) rather than kept
-/// and served, however old, to a later walk.
-type Inflight = FxHashMap<u64, (u64, WeakShared<PageReadFuture>)>;
 
 struct Inner {
     mem: Memory,
@@ -168,44 +156,6 @@ impl AddressSpace {
         self.invalidate_translations();
     }
 
-    fn tables_read(&self) -> std::sync::MutexGuard<'_, FxHashSet<u64>> {
-        self.inner
-            .tables_read
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Notes the table page of `addr`, about to be read, when anything
-    /// could be cached from it. Before the read, so that a write that ends
-    /// while it is under way finds it.
-    fn note_tables_read(&self, addr: u64) {
-        if self.inner.translations.enabled() || self.inner.tables.enabled() {
-            self.tables_read().insert(addr & !(TABLE_SIZE - 1));
-        }
-    }
-
-    /// After a write of `len` bytes at physical `pa` (done, or partly):
-    /// empties the caches if it touched a page table they were read from.
-    fn forget_written_tables(&self, pa: u64, len: usize) {
-        if len == 0 {
-            return;
-        }
-        let first = pa & !(TABLE_SIZE - 1);
-        let last = pa.saturating_add(len as u64 - 1) & !(TABLE_SIZE - 1);
-        let hit = {
-            let read = self.tables_read();
-            let pages = (last - first) / TABLE_SIZE + 1;
-            if pages <= read.len() as u64 {
-                (0..pages).any(|i| read.contains(&(first + i * TABLE_SIZE)))
-            } else {
-                read.iter().any(|&page| (first..=last).contains(&page))
-            }
-        };
-        if hit {
-            self.invalidate();
-        }
-    }
-
     /// Forgets cached translations.
     pub fn invalidate_translations(&self) {
         self.inner.translations.invalidate();
@@ -276,93 +226,6 @@ impl AddressSpace {
             }
         }
         unreachable!("level 3 entries always end the walk")
-    }
-
-    /// One table entry, from the page-table cache or the device.
-    async fn table_entry(&self, addr: u64) -> Result<u64, PageError> {
-        if !self.inner.tables.enabled() {
-            self.note_tables_read(addr);
-            return self
-                .inner
-                .mem
-                .read_val::<u64>(addr)
-                .await
-                .map_err(first_reason);
-        }
-        let page = self.table_page(addr & !(TABLE_SIZE - 1)).await?;
-        let at = (addr & (TABLE_SIZE - 1)) as usize;
-        Ok(u64::from_le_bytes(
-            page[at..at + 8].try_into().expect("8 bytes"),
-        ))
-    }
-
-    /// A whole page-table page, from the cache when it is on, else from the
-    /// device. Walks that miss the same page at the same time share one read
-    /// of it (the engine would send it once anyway, but each would copy it),
-    /// and that read alone fills the cache.
-    async fn table_page(&self, addr: u64) -> Result<TablePage, PageError> {
-        if let Some(page) = self.inner.tables.get(addr) {
-            return Ok(page);
-        }
-        // A read begun before an invalidation is not joined: it may have
-        // been sent before.
-        let generation = self.inner.tables.generation();
-        let read = {
-            let mut inflight = self
-                .inner
-                .inflight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let joined = inflight
-                .get(&addr)
-                .filter(|(g, _)| *g == generation)
-                .and_then(|(_, read)| read.upgrade());
-            match joined {
-                Some(read) => read,
-                None => {
-                    // Noted after the generation was taken: if the notes
-                    // are emptied in between, the read caches nothing. So
-                    // a cached page, and a read joined, is always noted.
-                    self.note_tables_read(addr);
-                    let read = self.read_table_page(addr, generation);
-                    if let Some(weak) = read.downgrade() {
-                        inflight.insert(addr, (generation, weak));
-                    }
-                    read
-                }
-            }
-        };
-        read.await
-    }
-
-    /// A shareable read of the table page at `addr` that fills the cache
-    /// (unless it was invalidated since `generation`) and then leaves the
-    /// map of reads in flight.
-    fn read_table_page(&self, addr: u64, generation: u64) -> PageRead {
-        let mem = self.inner.mem.clone();
-        // Weak: an address space dropped meanwhile must still be freed.
-        let inner = Arc::downgrade(&self.inner);
-        async move {
-            let (buf, result) = mem
-                .read_into_owned(addr, vec![0; TABLE_SIZE as usize])
-                .await;
-            let page = result.map(|()| TablePage::from(buf));
-            if let Some(inner) = inner.upgrade() {
-                // Cache first: a walk that missed the cache still finds
-                // this (finished) read in the map.
-                if let Ok(page) = &page {
-                    inner.tables.insert(generation, addr, page.clone());
-                }
-                let mut inflight = inner.inflight.lock().unwrap_or_else(|e| e.into_inner());
-                // (Not a read begun after an invalidation.)
-                if inflight.get(&addr).is_some_and(|(g, _)| *g == generation) {
-                    inflight.remove(&addr);
-                }
-            }
-            page.map_err(first_reason)
-        }
-        .boxed()
-        .shared()
     }
 
     /// Reads `buf.len()` bytes at `va`. Unmapped or non-canonical pages,
@@ -481,270 +344,6 @@ impl AddressSpace {
         };
         write.await
     }
-
-    /// Translates `va..va + buf.len()` and runs `access` on each physical
-    /// run with its part of `buf`, all in one batch.
-    async fn access<B, A, F>(&self, va: u64, buf: B, access: A) -> Result<(), PartialError>
-    where
-        B: Split,
-        A: Fn(u64, B) -> F,
-        F: Future<Output = Result<(), PartialError>>,
-    {
-        let len = buf.len();
-        if in_one_page(va, len) {
-            return match self.translate(va).await {
-                Ok(t) => access(t.pa, buf).await,
-                Err(e) => Err(wholly_failed(len, e.reason)),
-            };
-        }
-        let (runs, failures) = self.plan(va, len).await;
-        access_runs(buf, &runs, failures, access).await
-    }
-
-    /// The physical runs of `va..va + len` and the bytes that cannot be
-    /// translated, as `access` finds them.
-    async fn plan(&self, va: u64, len: usize) -> (Vec<Run>, Vec<Failure>) {
-        if in_one_page(va, len) {
-            return match self.translate(va).await {
-                Ok(t) => (
-                    vec![Run {
-                        offset: 0,
-                        len,
-                        pa: t.pa,
-                    }],
-                    Vec::new(),
-                ),
-                Err(e) => (Vec::new(), wholly_failed(len, e.reason).failed),
-            };
-        }
-        let mut failures = Vec::new();
-        let runs = self.resolve(va, len, &mut failures).await;
-        (runs, failures)
-    }
-
-    /// Translates every 4 KiB virtual page of `va..va+len` at once (one
-    /// walk level per flush) and returns the physical runs to access,
-    /// merging pages that are contiguous in physical memory. Bytes that
-    /// cannot be translated go to `failures`.
-    async fn resolve(&self, va: u64, len: usize, failures: &mut Vec<Failure>) -> Vec<Run> {
-        let mut pieces = Vec::new();
-        let mut offset = 0usize;
-        while offset < len {
-            let Some(at) = va.checked_add(offset as u64) else {
-                failures.push(Failure {
-                    offset,
-                    len: len - offset,
-                    reason: PageError::AddressOverflow,
-                });
-                break;
-            };
-            if !is_canonical(at) {
-                // The whole non-canonical hole fails at once, not page by
-                // page (a mistaken length could span exabytes of it).
-                let to_upper_half = usize::try_from(UPPER_HALF - at).unwrap_or(usize::MAX);
-                let n = (len - offset).min(to_upper_half);
-                failures.push(Failure {
-                    offset,
-                    len: n,
-                    reason: PageError::NonCanonical,
-                });
-                offset += n;
-                continue;
-            }
-            let n = (len - offset).min((0x1000 - (at & 0xfff)) as usize);
-            pieces.push((offset, n, at));
-            offset += n;
-        }
-        // The first page of each 2 MiB region first: where a large page maps
-        // it, the rest of that page needs no walk of its own, and the other
-        // pages' walks find their tables cached. Without the table cache a
-        // second round would walk every level again: all pages go at once.
-        let mut translations: Vec<Option<Result<Translation, WalkError>>> =
-            vec![None; pieces.len()];
-        let cached = self.inner.tables.enabled();
-        let firsts: Vec<usize> = (0..pieces.len())
-            .filter(|&i| !cached || i == 0 || pieces[i].2 >> 21 != pieces[i - 1].2 >> 21)
-            .collect();
-        let found = join_all(firsts.iter().map(|&i| self.translate(pieces[i].2))).await;
-        for (&i, t) in firsts.iter().zip(found) {
-            if let Ok(t) = &t {
-                let base_va = t.va & !(t.page_size.bytes() - 1);
-                for (slot, &(_, _, at)) in translations.iter_mut().zip(&pieces).skip(i + 1) {
-                    if t.page_size == PageSize::Size4K || at - base_va >= t.page_size.bytes() {
-                        break;
-                    }
-                    *slot = Some(Ok(Translation {
-                        va: at,
-                        pa: t.pa + (at - t.va),
-                        ..*t
-                    }));
-                }
-            }
-            translations[i] = Some(t);
-        }
-        let rest: Vec<usize> = (0..pieces.len())
-            .filter(|&i| translations[i].is_none())
-            .collect();
-        let found = join_all(rest.iter().map(|&i| self.translate(pieces[i].2))).await;
-        for (&i, t) in rest.iter().zip(found) {
-            translations[i] = Some(t);
-        }
-        let translations = translations
-            .into_iter()
-            .map(|t| t.expect("every piece translated"));
-        let mut runs: Vec<Run> = Vec::with_capacity(pieces.len());
-        for (&(offset, len, _), t) in pieces.iter().zip(translations) {
-            match t {
-                Ok(t) => match runs.last_mut() {
-                    Some(r) if r.offset + r.len == offset && r.pa + r.len as u64 == t.pa => {
-                        r.len += len
-                    }
-                    _ => runs.push(Run {
-                        offset,
-                        len,
-                        pa: t.pa,
-                    }),
-                },
-                Err(e) => failures.push(Failure {
-                    offset,
-                    len,
-                    reason: e.reason,
-                }),
-            }
-        }
-        runs
-    }
-}
-
-/// Runs `access` on each of `runs` with its part of `buf`, all in one
-/// batch; the result has their failures and `failures` (bytes that could
-/// not be translated).
-async fn access_runs<B, A, F>(
-    buf: B,
-    runs: &[Run],
-    failures: Vec<Failure>,
-    access: A,
-) -> Result<(), PartialError>
-where
-    B: Split,
-    A: Fn(u64, B) -> F,
-    F: Future<Output = Result<(), PartialError>>,
-{
-    let len = buf.len();
-    let parts = buf.split_runs(runs).map(|(run, part)| {
-        let done = access(run.pa, part);
-        async move { (run.offset, done.await) }
-    });
-    collect(len, failures, join_all(parts).await)
-}
-
-/// A virtually and physically contiguous part of a request.
-#[derive(Debug, Clone, Copy)]
-struct Run {
-    offset: usize,
-    len: usize,
-    pa: u64,
-}
-
-/// A buffer that splits into the disjoint parts physical runs cover: a
-/// read's `&mut [u8]` or a write's `&[u8]`.
-trait Split: Sized + Default {
-    fn len(&self) -> usize;
-    fn split_at(self, mid: usize) -> (Self, Self);
-
-    /// The parts of `self` the runs cover, each with its run.
-    fn split_runs(self, runs: &[Run]) -> impl Iterator<Item = (&Run, Self)> {
-        let mut rest = self;
-        let mut consumed = 0;
-        runs.iter().map(move |run| {
-            let (_, tail) = std::mem::take(&mut rest).split_at(run.offset - consumed);
-            let (part, tail) = tail.split_at(run.len);
-            rest = tail;
-            consumed = run.offset + run.len;
-            (run, part)
-        })
-    }
-}
-
-impl Split for &mut [u8] {
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
-    }
-
-    fn split_at(self, mid: usize) -> (Self, Self) {
-        self.split_at_mut(mid)
-    }
-}
-
-impl Split for &[u8] {
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
-    }
-
-    fn split_at(self, mid: usize) -> (Self, Self) {
-        <[u8]>::split_at(self, mid)
-    }
-}
-
-/// Whether `va..va+len` is inside one 4 KiB page: the common access (a
-/// value, a pointer), which needs one translation and one engine request
-/// and none of `resolve`'s planning (whose vectors and joins cost a
-/// cached read several times its engine request).
-fn in_one_page(va: u64, len: usize) -> bool {
-    len > 0 && (va & 0xfff) + len as u64 <= 0x1000
-}
-
-/// All `len` bytes failed for `reason`.
-fn wholly_failed(len: usize, reason: PageError) -> PartialError {
-    PartialError {
-        failed: vec![Failure {
-            offset: 0,
-            len,
-            reason,
-        }],
-        len,
-    }
-}
-
-/// Merges translation failures and the failures of each physical run
-/// (shifted to the request's offsets) into one sorted result.
-fn collect(
-    len: usize,
-    mut failures: Vec<Failure>,
-    results: Vec<(usize, Result<(), PartialError>)>,
-) -> Result<(), PartialError> {
-    for (offset, result) in results {
-        if let Err(e) = result {
-            failures.extend(e.failed.into_iter().map(|f| Failure {
-                offset: f.offset + offset,
-                ..f
-            }));
-        }
-    }
-    if failures.is_empty() {
-        return Ok(());
-    }
-    failures.sort_unstable_by_key(|f| f.offset);
-    let mut merged: Vec<Failure> = Vec::with_capacity(failures.len());
-    for f in failures {
-        match merged.last_mut() {
-            Some(last) if last.reason == f.reason && last.offset + last.len == f.offset => {
-                last.len += f.len
-            }
-            _ => merged.push(f),
-        }
-    }
-    Err(PartialError {
-        failed: merged,
-        len,
-    })
-}
-
-/// The reason of a failed table read (it is read whole or not at all).
-fn first_reason(e: PartialError) -> PageError {
-    e.failed
-        .first()
-        .map_or(PageError::Unspecified, |f| f.reason)
 }
 
 #[cfg(test)]

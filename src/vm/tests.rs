@@ -6,9 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::future::{join_all, FutureExt};
 
-use super::paging::LOWER_HALF_END;
+use super::paging::{LOWER_HALF_END, UPPER_HALF};
 use super::*;
 use crate::{EngineConfig, Failure, MemBackend};
 
