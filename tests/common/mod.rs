@@ -1,8 +1,9 @@
-//! Test support: memory images on disk whose every byte can be checked, and
-//! live QEMU guests ([`qemu`]).
+//! Test support: memory images on disk whose every byte can be checked,
+//! live QEMU guests ([`qemu`]) and a stand-in rawtcp server ([`rawtcp`]).
 #![allow(dead_code)]
 
 pub mod qemu;
+pub mod rawtcp;
 
 use std::fs::File;
 use std::io::Write;

@@ -22,6 +22,8 @@ Modes, to test a client against a remote end that misbehaves:
                  print `stalled A` and never answer on that connection
   --no-accept    a listening socket whose queue is full: a connect gets
                  no answer at all (the SYN is dropped)
+  --slow S       send each read's answer in 16 pieces spread over S
+                 seconds: slow, but never silent for long
   --writable     write requests change the image file (else they are
                  answered and dropped)
 """
@@ -32,6 +34,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 HEADER = struct.Struct("<IIQQ")
 STATUS, READ, WRITE = 0, 1, 2
@@ -78,7 +81,14 @@ def serve(conn, args, image, lock):
                 n = max(0, min(length, size - addr))
                 with lock:
                     payload = os.pread(image.fileno(), n, addr) if n else b""
-                conn.sendall(HEADER.pack(READ, 0, addr, len(payload)) + payload)
+                answer = HEADER.pack(READ, 0, addr, len(payload)) + payload
+                if args.slow:
+                    step = -(-len(answer) // 16)
+                    for at in range(0, len(answer), step):
+                        time.sleep(args.slow / 16)
+                        conn.sendall(answer[at:at + step])
+                else:
+                    conn.sendall(answer)
             elif command == WRITE:
                 if args.writable and addr + len(data) <= size:
                     with lock:
@@ -95,6 +105,7 @@ def main():
     parser.add_argument("--stall-at", type=lambda v: int(v, 0))
     parser.add_argument("--no-accept", action="store_true")
     parser.add_argument("--writable", action="store_true")
+    parser.add_argument("--slow", type=float)
     args = parser.parse_args()
     image = open(args.image, "r+b" if args.writable else "rb")
     lock = threading.Lock()
