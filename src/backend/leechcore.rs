@@ -825,27 +825,16 @@ impl LeechCore {
     }
 
     /// Fails every entry, without a call, when the device stopped
-    /// answering or its connection closed: its stream may hold the late
-    /// answer to a request given up on, and a send on it fails anyway.
+    /// answering or its connection closed.
     fn cut_off<'e>(&self, results: impl Iterator<Item = &'e mut Result<(), PageError>>) -> bool {
-        let Some(lost) = self.watchdog.as_ref().and_then(Watchdog::lost) else {
-            return false;
-        };
-        for r in results {
-            *r = Err(lost.page_error());
-        }
-        true
+        self.watchdog.as_ref().is_some_and(|w| w.refuse(results))
     }
 
-    /// After a call in which some entry failed: whether the device was
-    /// lost meanwhile (cut at its time limit, or its connection closed),
-    /// which is then the reason of every failed entry.
+    /// After a call: whether the device was lost during it, the reason of
+    /// every entry that failed then.
     fn lost_in_call(&self, mems: &[MEM_SCATTER]) -> Option<Lost> {
         let watchdog = self.watchdog.as_ref()?;
-        if mems.iter().all(|m| m.f != 0) {
-            return None;
-        }
-        watchdog.check_connection()
+        watchdog.lost_after(mems.iter().all(|m| m.f != 0))
     }
 
     fn lock(&self) -> MutexGuard<'_, Handle> {
