@@ -11,6 +11,7 @@ use common::plugin::{
     assert_refused, connect, connect_with_cache, inventory, logged, read_split, refused, with_map,
     LOG,
 };
+use common::rawtcp::RawTcpServer;
 use common::{read_file_at, Image};
 use leechio::{Call, DeviceConfig, LeechCore};
 use memflow::cglue::CTup2;
@@ -200,6 +201,39 @@ fn max_address_cuts_reads_and_the_metadata() {
         &format!("leechcore:\"{}\":max_address=0x100800", image.device()),
         ErrorKind::Configuration,
         "max_address 0x100800 is not a multiple of 0x1000",
+    );
+}
+
+#[test]
+fn a_rawtcp_server_reads_through_the_inventory_and_a_silent_one_is_cut() {
+    let image = Image::new(16 * MIB);
+    let server = RawTcpServer::start(&image.path, &[]);
+    let mut conn = connect_with_cache(
+        &format!(
+            "leechcore:\"{}\":max_address={:#x},timeout=2",
+            server.device(),
+            image.size
+        ),
+        false,
+    );
+    // Across pages, from the middle of one: rawtcp serves whole pages only.
+    let mut buf = vec![0u8; 0x2345];
+    conn.phys_view()
+        .read_raw_into(Address::from(0x12_3456u64), &mut buf)
+        .unwrap();
+    assert!(buf == image.bytes(0x12_3456, 0x2345));
+
+    let silent = RawTcpServer::start(&image.path, &["--silent"]);
+    let start = std::time::Instant::now();
+    assert_refused(
+        &format!("leechcore:\"{}\":timeout=500ms", silent.device()),
+        ErrorKind::TargetNotFound,
+        "no answer for 500 ms (the time limit: timeout= or --timeout)",
+    );
+    let took = start.elapsed();
+    assert!(
+        took >= std::time::Duration::from_millis(500) && took < std::time::Duration::from_secs(3),
+        "{took:?}"
     );
 }
 

@@ -7,7 +7,7 @@ use leechio::{DeviceConfig, Verbosity};
 use memflow::plugins::{Args, ConnectorArgs};
 
 /// Every key the plugin takes, with what it means, for help and errors.
-pub const KEYS: [(&str, &str); 7] = [
+pub const KEYS: [(&str, &str); 8] = [
     ("device", "LeechCore device string (or give it as the target): fpga, file:///mem.raw, qemu://shm=NAME,qmp=SOCKET, rawtcp://HOST:PORT, …"),
     ("remote", "LeechCore remote string, for a device behind a LeechAgent: remote=\"rpc://SPN:HOST\" (quoted), smb://…"),
     ("lib", "path of leechcore.so (default: LEECHCORE_LIB if set, else leechcore.so beside this plugin, then the system's, then target/leechcore/ of the leechio repository it was built from)"),
@@ -15,6 +15,7 @@ pub const KEYS: [(&str, &str); 7] = [
     ("verbosity", "LeechCore's messages: 0 quiet (default), 1 normal, 2 -v, 3 -vv, 4 -vvv"),
     ("max_address", "end of the physical memory to use (hex, a multiple of 0x1000): reads and writes at and above it fail, like LeechCore's -max"),
     ("max_entries", "most scatter entries per device call (default: no limit)"),
+    ("timeout", "how long a device that talks over sockets (rawtcp://, a remote agent) may send nothing in a call before it is cut off and fails every later read and write: seconds, e.g. 2.5 or 500ms (default: 5)"),
 ];
 
 /// memflow's middleware arguments (its page cache, delay and metrics),
@@ -142,6 +143,9 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
     }
     if let Some(v) = get("max_address") {
         config.max_address = Some(parse_hex(v).map_err(|e| format!("max_address `{v}`: {e}"))?);
+    }
+    if let Some(v) = get("timeout") {
+        config.timeout = Some(leechio::backend::time_limit::parse_timeout(v)?);
     }
     let max_entries = match get("max_entries") {
         Some(v) => Some(parse_count(v).map_err(|e| format!("max_entries `{v}`: {e}"))?),
@@ -346,7 +350,7 @@ mod tests {
 
     #[test]
     fn every_key_is_read() {
-        let s = settings("fpga:remote=\"rpc://x:host\",lib=/opt/lc/leechcore.so,memmap=/tmp/m.txt,verbosity=2,max_address=0x2_0000_0000,max_entries=512").unwrap();
+        let s = settings("fpga:remote=\"rpc://x:host\",lib=/opt/lc/leechcore.so,memmap=/tmp/m.txt,verbosity=2,max_address=0x2_0000_0000,max_entries=512,timeout=2.5").unwrap();
         assert_eq!(s.device.remote.as_deref(), Some("rpc://x:host"));
         assert_eq!(
             s.device.library,
@@ -356,6 +360,11 @@ mod tests {
         assert_eq!(s.device.verbosity, Verbosity::Verbose);
         assert_eq!(s.device.max_address, Some(0x2_0000_0000));
         assert_eq!(s.max_entries, Some(512));
+        assert_eq!(
+            s.device.timeout,
+            Some(std::time::Duration::from_millis(2500))
+        );
+        assert_eq!(settings("fpga").unwrap().device.timeout, None);
     }
 
     #[test]
@@ -399,6 +408,10 @@ mod tests {
         assert!(settings("fpga:max_entries=99999999999999999999999")
             .unwrap_err()
             .contains("too large"));
+        let err = settings("fpga:timeout=5min").unwrap_err();
+        assert!(err.starts_with("timeout `5min`: give seconds"), "{err}");
+        let err = settings("fpga:timeout=0").unwrap_err();
+        assert!(err.contains("too short"), "{err}");
     }
 
     #[test]

@@ -93,6 +93,15 @@ enum leechio_status
   // fault: an address bit at or above MAXPHYADDR, PS in a PML4 entry,
   // or a large page's bits between PAT and its alignment.
   LEECHIO_RESERVED_BITS = 115,
+  // The target is gone (the QEMU process behind a `qemu` device
+  // exited); every later access fails too.
+  LEECHIO_TARGET_GONE = 116,
+  // The device heard nothing for its time limit, so its connection was
+  // cut; every later access fails too.
+  LEECHIO_TIMED_OUT = 117,
+  // The device's connection was closed by the other end (its server
+  // exited?); every later access fails too.
+  LEECHIO_DISCONNECTED = 118,
   // A reason this version of the C API does not know yet.
   LEECHIO_UNKNOWN_REASON = 199,
 };

@@ -89,6 +89,15 @@ pub enum leechio_status {
     /// fault: an address bit at or above MAXPHYADDR, PS in a PML4 entry,
     /// or a large page's bits between PAT and its alignment.
     LEECHIO_RESERVED_BITS = 115,
+    /// The target is gone (the QEMU process behind a `qemu` device
+    /// exited); every later access fails too.
+    LEECHIO_TARGET_GONE = 116,
+    /// The device heard nothing for its time limit, so its connection was
+    /// cut; every later access fails too.
+    LEECHIO_TIMED_OUT = 117,
+    /// The device's connection was closed by the other end (its server
+    /// exited?); every later access fails too.
+    LEECHIO_DISCONNECTED = 118,
     /// A reason this version of the C API does not know yet.
     LEECHIO_UNKNOWN_REASON = 199,
 }
@@ -96,7 +105,7 @@ pub enum leechio_status {
 use leechio_status::*;
 
 /// Every status, for the message table and the tests.
-pub(crate) const ALL_STATUSES: [leechio_status; 29] = [
+pub(crate) const ALL_STATUSES: [leechio_status; 32] = [
     LEECHIO_OK,
     LEECHIO_NULL_ARGUMENT,
     LEECHIO_INVALID_ARGUMENT,
@@ -125,6 +134,9 @@ pub(crate) const ALL_STATUSES: [leechio_status; 29] = [
     LEECHIO_NOT_MAPPED,
     LEECHIO_NON_CANONICAL,
     LEECHIO_RESERVED_BITS,
+    LEECHIO_TARGET_GONE,
+    LEECHIO_TIMED_OUT,
+    LEECHIO_DISCONNECTED,
     LEECHIO_UNKNOWN_REASON,
 ];
 
@@ -148,6 +160,9 @@ impl leechio_status {
             PageError::NotMapped => LEECHIO_NOT_MAPPED,
             PageError::NonCanonical => LEECHIO_NON_CANONICAL,
             PageError::ReservedBits => LEECHIO_RESERVED_BITS,
+            PageError::TargetGone => LEECHIO_TARGET_GONE,
+            PageError::TimedOut => LEECHIO_TIMED_OUT,
+            PageError::Disconnected => LEECHIO_DISCONNECTED,
             // PageError is non-exhaustive: a reason added later still
             // reaches C as a failure, never as success.
             _ => LEECHIO_UNKNOWN_REASON,
@@ -188,6 +203,13 @@ impl leechio_status {
             LEECHIO_NON_CANONICAL => c"virtual address not canonical",
             LEECHIO_RESERVED_BITS => {
                 c"page-table entry with reserved bits set (a CPU would fault)"
+            }
+            LEECHIO_TARGET_GONE => c"the target is gone (its QEMU process exited)",
+            LEECHIO_TIMED_OUT => {
+                c"the device stopped answering (nothing within its time limit); its connection is cut"
+            }
+            LEECHIO_DISCONNECTED => {
+                c"the device's connection was closed by the other end (its server exited?)"
             }
             LEECHIO_UNKNOWN_REASON => c"failed for a reason this leechio does not know",
         }
@@ -437,6 +459,38 @@ mod tests {
         // SAFETY: a local buffer of the given size.
         unsafe { copy_string(b"hello", buf.as_mut_ptr(), 6, std::ptr::null_mut()) }.unwrap();
         assert_eq!(buf.map(|c| c as u8), *b"hello\0");
+    }
+
+    #[test]
+    fn every_reason_of_the_engine_has_a_status_of_its_own() {
+        use engine::EntryRule;
+        let reasons = [
+            PageError::UnsupportedRequest,
+            PageError::CompleterAbort,
+            PageError::NoCompletion,
+            PageError::Partial,
+            PageError::TransportError,
+            PageError::ProtocolError,
+            PageError::Unspecified,
+            PageError::NotIssued,
+            PageError::WriteFailed,
+            PageError::ReadOnly,
+            PageError::InvalidEntry(EntryRule::TooLong),
+            PageError::OutOfRange,
+            PageError::AddressOverflow,
+            PageError::TargetGone,
+            PageError::TimedOut,
+            PageError::Disconnected,
+            PageError::NotMapped,
+            PageError::NonCanonical,
+            PageError::ReservedBits,
+        ];
+        let statuses: std::collections::HashSet<_> = reasons
+            .iter()
+            .map(|&r| leechio_status::from_page_error(r) as u32)
+            .collect();
+        assert_eq!(statuses.len(), reasons.len());
+        assert!(!statuses.contains(&(LEECHIO_UNKNOWN_REASON as u32)));
     }
 
     #[test]

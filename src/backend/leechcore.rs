@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use leechcore_sys::{self as sys, Library, HANDLE, LC_CONFIG, MEM_SCATTER};
 
+use super::time_limit::{Lost, Watchdog, DEFAULT_TIMEOUT};
 use super::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
 use crate::{Error, MemoryMap};
 
@@ -76,6 +77,12 @@ pub struct DeviceConfig {
     /// enforces it). A nonzero multiple of 0x1000; `None` lets the device
     /// decide.
     pub max_address: Option<u64>,
+    /// How long a call (and the opening) may hear nothing from a device
+    /// that talks over sockets (`rawtcp://`, a remote agent, QEMU's QMP)
+    /// before its connection is cut and the call fails; the device then
+    /// fails every later read and write. `None`: [`DEFAULT_TIMEOUT`], 5 s.
+    /// Devices without sockets (files, boards on USB) have no limit.
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl DeviceConfig {
@@ -183,6 +190,10 @@ pub struct LeechCore {
     /// The user's [`DeviceConfig::max_address`], enforced here because
     /// LeechCore's devices do not all honour `paMax`.
     limit: Option<u64>,
+    /// The shape of the entries the device takes.
+    rules: Limits,
+    /// For a device with sockets: its time limit ([`DeviceConfig::timeout`]).
+    watchdog: Option<Watchdog>,
 }
 
 /// The raw handle and the scratch arrays of one scatter call, reused so a
@@ -226,6 +237,12 @@ impl LeechCore {
     /// Loads LeechCore (see [`DeviceConfig::library`]) and opens the device.
     pub fn open(config: &DeviceConfig) -> Result<LeechCore, Error> {
         check_max_address(config.max_address)?;
+        let timeout = config.timeout.unwrap_or(DEFAULT_TIMEOUT);
+        if timeout.is_zero() {
+            return Err(Error::InvalidConfig(
+                "a timeout of 0 would fail every call; give the time a device may stay silent, e.g. 5 s".into(),
+            ));
+        }
         if config.device.trim().is_empty() {
             return Err(Error::InvalidConfig(
                 "the device string is empty; give one, e.g. fpga, file:///path/to/memory.raw \
@@ -266,7 +283,19 @@ impl LeechCore {
         }
 
         let pristine = lc;
-        let raw = create(&lib, &mut lc).map_err(|message| {
+        let watchdog = Watchdog::opening(&config.device, timeout);
+        let created = watchdog.call(|| create(&lib, &mut lc));
+        let has_sockets = match (watchdog.opened(), &created) {
+            (Ok(has_sockets), _) => has_sockets,
+            (Err(_), created) => {
+                if let Ok(raw) = created {
+                    // SAFETY: a handle just made, closed once, never used.
+                    watchdog.call(|| unsafe { (lib.LcClose)(*raw) });
+                }
+                return Err(refuse(watchdog.open_message()));
+            }
+        };
+        let raw = created.map_err(|message| {
             refuse(match &config.remote {
                 // With a remote, the local checks of the device string say
                 // nothing (it is opened on the agent's system), and a wrong
@@ -277,6 +306,7 @@ impl LeechCore {
                 }
             })
         })?;
+        let name = c_string(&lc.szDeviceName);
         let mut device = LeechCore {
             guest,
             ram_file: if config.remote.is_none() {
@@ -291,8 +321,10 @@ impl LeechCore {
             gone_logged: Default::default(),
             reopen: None,
             limit: config.max_address,
+            rules: device_rules(&name),
+            watchdog: has_sockets.then_some(watchdog),
             info: DeviceInfo {
-                name: c_string(&lc.szDeviceName),
+                name,
                 version: Version {
                     major: 0,
                     minor: 0,
@@ -385,7 +417,7 @@ impl LeechCore {
         }
         let mut value = 0u64;
         // SAFETY: valid handle (held under the lock), valid out pointer.
-        let ok = unsafe { (self.lib.LcGetOption)(state.raw, option, &mut value) };
+        let ok = self.guarded(|| unsafe { (self.lib.LcGetOption)(state.raw, option, &mut value) });
         (ok != 0).then_some(value)
     }
 
@@ -448,12 +480,14 @@ impl LeechCore {
     /// Reads every entry in one LeechCore scatter call; each entry's
     /// `result` says whether its buffer was filled.
     ///
-    /// Entries that break [`Limits::LEECHCORE`] fail with
+    /// Entries that break the device's [`Limits`] fail with
     /// [`PageError::InvalidEntry`], and entries at or past the user's max
     /// address with [`PageError::OutOfRange`], without reaching the device.
     /// No call is made when no entry is left.
     pub fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]) {
-        if self.target_gone(entries.iter_mut().map(|e| &mut e.result)) {
+        if self.target_gone(entries.iter_mut().map(|e| &mut e.result))
+            || self.cut_off(entries.iter_mut().map(|e| &mut e.result))
+        {
             return;
         }
         let mut state = self.lock();
@@ -463,6 +497,7 @@ impl LeechCore {
         }
         state.prepare(
             self.limit(),
+            self.rules,
             entries
                 .iter_mut()
                 .map(|e| (e.addr, e.buf.as_mut_ptr(), e.buf.len(), &mut e.result)),
@@ -475,7 +510,7 @@ impl LeechCore {
         state
             .codes
             .resize(state.mems.len(), sys::LC_READ_PAGE_RESULT_NONE);
-        match self.lib.LcReadScatterEx {
+        self.guarded(|| match self.lib.LcReadScatterEx {
             // SAFETY: `ptrs` points at `count` initialised entries whose
             // buffers are the callers' live slices of at least `cb` bytes;
             // `codes` has room for `count` results.
@@ -489,12 +524,13 @@ impl LeechCore {
             },
             // SAFETY: as above, without the result array.
             None => unsafe { (self.lib.LcReadScatter)(state.raw, count, state.ptrs.as_mut_ptr()) },
-        }
+        });
+        let lost = self.lost_in_call(&state.mems);
         for (k, &owner) in state.owners.iter().enumerate() {
-            entries[owner].result = if state.mems[k].f != 0 {
-                Ok(())
-            } else {
-                Err(PageError::from_leechcore_code(state.codes[k]))
+            entries[owner].result = match (state.mems[k].f, lost) {
+                (0, Some(lost)) => Err(lost.page_error()),
+                (0, None) => Err(PageError::from_leechcore_code(state.codes[k])),
+                _ => Ok(()),
             };
         }
     }
@@ -509,7 +545,9 @@ impl LeechCore {
             }
             return;
         }
-        if self.target_gone(entries.iter_mut().map(|e| &mut e.result)) {
+        if self.target_gone(entries.iter_mut().map(|e| &mut e.result))
+            || self.cut_off(entries.iter_mut().map(|e| &mut e.result))
+        {
             return;
         }
         let mut state = self.lock();
@@ -520,6 +558,7 @@ impl LeechCore {
         // LeechCore's write path only reads from `pb`.
         state.prepare(
             self.limit(),
+            self.rules,
             entries.iter_mut().map(|e| {
                 (
                     e.addr,
@@ -534,15 +573,16 @@ impl LeechCore {
         }
         // SAFETY: `ptrs` points at `mems.len()` initialised entries whose
         // buffers are the callers' live slices of `cb` bytes.
-        unsafe {
+        self.guarded(|| unsafe {
             (self.lib.LcWriteScatter)(state.raw, state.mems.len() as u32, state.ptrs.as_mut_ptr())
-        };
+        });
         state.unflushed = self.reopen.is_some();
+        let lost = self.lost_in_call(&state.mems);
         for (k, &owner) in state.owners.iter().enumerate() {
-            entries[owner].result = if state.mems[k].f != 0 {
-                Ok(())
-            } else {
-                Err(PageError::WriteFailed)
+            entries[owner].result = match (state.mems[k].f, lost) {
+                (0, Some(lost)) => Err(lost.page_error()),
+                (0, None) => Err(PageError::WriteFailed),
+                _ => Ok(()),
             };
         }
         // The bytes are in the file when this returns, for every reader of
@@ -658,9 +698,9 @@ impl LeechCore {
         let input_len = u32::try_from(input.len()).map_err(|_| Error::Command { name })?;
         // SAFETY: valid handle under the lock; `input` is live for the call;
         // LeechCore allocates `out`, which is freed below.
-        let ok = unsafe {
+        let ok = self.guarded(|| unsafe {
             (self.lib.LcCommand)(raw, command, input_len, input_ptr, &mut out, &mut out_len)
-        };
+        });
         let output = if out.is_null() {
             Vec::new()
         } else {
@@ -779,6 +819,28 @@ impl LeechCore {
         true
     }
 
+    /// Runs a call into LeechCore, under the device's time limit if it
+    /// has one.
+    fn guarded<R>(&self, call: impl FnOnce() -> R) -> R {
+        match &self.watchdog {
+            Some(watchdog) => watchdog.call(call),
+            None => call(),
+        }
+    }
+
+    /// Fails every entry, without a call, when the device stopped
+    /// answering or its connection closed.
+    fn cut_off<'e>(&self, results: impl Iterator<Item = &'e mut Result<(), PageError>>) -> bool {
+        self.watchdog.as_ref().is_some_and(|w| w.refuse(results))
+    }
+
+    /// After a call: whether the device was lost during it, the reason of
+    /// every entry that failed then.
+    fn lost_in_call(&self, mems: &[MEM_SCATTER]) -> Option<Lost> {
+        let watchdog = self.watchdog.as_ref()?;
+        watchdog.lost_after(mems.iter().all(|m| m.f != 0))
+    }
+
     fn lock(&self) -> MutexGuard<'_, Handle> {
         // No code under the lock panics between FFI calls; a poisoned lock
         // still holds a consistent handle.
@@ -796,7 +858,7 @@ impl Backend for LeechCore {
     }
 
     fn limits(&self) -> Limits {
-        Limits::LEECHCORE
+        self.rules
     }
 
     fn max_address(&self) -> u64 {
@@ -824,6 +886,11 @@ impl Backend for LeechCore {
     fn set_memory_map(&self, map: &MemoryMap) -> Result<(), Error> {
         LeechCore::set_memory_map(self, map)
     }
+
+    fn lost(&self) -> Option<String> {
+        let watchdog = self.watchdog.as_ref()?;
+        watchdog.lost().map(|lost| watchdog.message(lost))
+    }
 }
 
 impl Handle {
@@ -832,6 +899,7 @@ impl Handle {
     fn prepare<'e>(
         &mut self,
         limit: u64,
+        rules: Limits,
         entries: impl Iterator<Item = (u64, *mut u8, usize, &'e mut Result<(), PageError>)>,
     ) {
         self.mems.clear();
@@ -839,7 +907,7 @@ impl Handle {
         for (i, (addr, pb, len, result)) in entries.enumerate() {
             // A legal entry stays inside one page and the limit is a page
             // boundary, so an entry is wholly below it or wholly past it.
-            let checked = match Limits::LEECHCORE.check(addr, len) {
+            let checked = match rules.check(addr, len) {
                 Ok(()) if addr >= limit => Err(PageError::OutOfRange),
                 other => other,
             };
@@ -861,12 +929,28 @@ impl Handle {
 
 impl Drop for LeechCore {
     fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        if !state.raw.is_null() {
+        let raw = self.state.get_mut().unwrap_or_else(|e| e.into_inner()).raw;
+        if !raw.is_null() {
             // SAFETY: the handle came from LcCreateEx and is closed exactly
             // once.
-            unsafe { (self.lib.LcClose)(state.raw) };
+            self.guarded(|| unsafe { (self.lib.LcClose)(raw) });
         }
+    }
+}
+
+/// The entries a device takes. LeechCore's rawtcp plugin reads only from
+/// the start of a page, and whole pages once a read reaches 0x1000 bytes
+/// (LeechCore joins adjacent entries into one read): it gets whole pages,
+/// and the engine reads a smaller piece through the page that holds it.
+fn device_rules(name: &str) -> Limits {
+    if name.eq_ignore_ascii_case("rawtcp") {
+        Limits {
+            min_len: sys::PAGE_SIZE as usize,
+            align: sys::PAGE_SIZE,
+            ..Limits::LEECHCORE
+        }
+    } else {
+        Limits::LEECHCORE
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod leechcore;
 pub mod memory;
+pub mod time_limit;
 
 use leechcore_sys as sys;
 
@@ -37,6 +38,12 @@ pub trait Backend: Send + Sync {
     /// default: a memory copy gains less than the sort costs.
     fn prefers_address_order(&self) -> bool {
         false
+    }
+    /// Why every read and write now fails, when the whole device is lost
+    /// (it stopped answering, its connection closed): a message that names
+    /// the device. `None` while it serves.
+    fn lost(&self) -> Option<String> {
+        None
     }
     /// Replaces the device's memory map, if the device has one to set.
     fn set_memory_map(&self, map: &MemoryMap) -> Result<(), crate::Error> {
@@ -138,6 +145,15 @@ pub enum PageError {
     /// so its memory can no longer change or be trusted as live.
     #[error("the target is gone (its QEMU process exited)")]
     TargetGone,
+    /// The device stopped answering: a call heard nothing from it for its
+    /// time limit ([`DeviceConfig::timeout`](crate::DeviceConfig::timeout)),
+    /// so its connection was cut, and every later access fails too.
+    #[error("the device stopped answering (nothing within its time limit); its connection is cut")]
+    TimedOut,
+    /// The device's connection was closed by the other end (its server
+    /// exited or was killed); every later access fails too.
+    #[error("the device's connection was closed by the other end (its server exited?)")]
+    Disconnected,
     /// The virtual address is not mapped (a table entry is not present).
     #[error("virtual address not mapped")]
     NotMapped,
@@ -152,6 +168,16 @@ pub enum PageError {
 }
 
 impl PageError {
+    /// Whether the whole device is gone rather than this entry: its target
+    /// exited, it stopped answering or its connection closed. Every later
+    /// access fails the same way, so a long task can stop at once.
+    pub fn is_device_lost(self) -> bool {
+        matches!(
+            self,
+            PageError::TargetGone | PageError::TimedOut | PageError::Disconnected
+        )
+    }
+
     /// The error for a LeechCore per-page result code of a failed entry.
     pub fn from_leechcore_code(code: u32) -> Self {
         match code {

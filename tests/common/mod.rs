@@ -1,9 +1,11 @@
 //! Test support: memory images on disk whose every byte can be checked,
-//! live QEMU guests ([`qemu`]) and the memflow plugin ([`plugin`]).
+//! live QEMU guests ([`qemu`]), the memflow plugin ([`plugin`]) and a
+//! stand-in rawtcp server ([`rawtcp`]).
 #![allow(dead_code)]
 
 pub mod plugin;
 pub mod qemu;
+pub mod rawtcp;
 
 use std::fs::File;
 use std::io::Write;

@@ -183,6 +183,9 @@ impl Bench {
         if level > 0 {
             args = args.insert("verbosity", &level.to_string());
         }
+        if let Some(timeout) = self.device.timeout {
+            args = args.insert("timeout", &format!("{}", timeout.as_secs_f64()));
+        }
         Ok(args)
     }
 
@@ -1185,7 +1188,7 @@ mod tests {
     }
 
     #[test]
-    fn the_plugin_gets_lib_remote_and_verbosity() {
+    fn the_plugin_gets_lib_remote_verbosity_and_timeout() {
         let bench = Bench {
             device: DeviceConfig {
                 device: "file:///tmp/m.raw".into(),
@@ -1193,6 +1196,7 @@ mod tests {
                 library: Some("/opt/lc,x/leechcore.so".into()),
                 verbosity: leechio::Verbosity::from_level(2),
                 max_address: None,
+                timeout: Some(std::time::Duration::from_millis(2500)),
             },
             plugin_dir: PathBuf::new(),
             runs: 1,
@@ -1204,6 +1208,7 @@ mod tests {
         assert_eq!(args.get("lib"), Some("/opt/lc,x/leechcore.so"));
         assert_eq!(args.get("remote"), Some("rpc://host.example:10.0.0.1"));
         assert_eq!(args.get("verbosity"), Some("2"));
+        assert_eq!(args.get("timeout"), Some("2.5"));
         // Attaching keeps the library, and drops the remote string, with
         // which LeechCore would not attach.
         let existing = bench.existing();

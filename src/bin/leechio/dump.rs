@@ -422,8 +422,9 @@ pub fn run(
     // A write that fails (a full disk) ends the dump as Ctrl-C does: the
     // file keeps what was written, with headers for it.
     let mut write_error = None;
-    // The target went away (QEMU exited): nothing more can be read.
-    let mut gone = false;
+    // The device is gone (its QEMU exited, it stopped answering, its
+    // connection closed): nothing more can be read.
+    let mut gone = None;
     let mut buf = vec![0u8; CHUNK as usize];
     'pieces: for (i, p) in pieces.iter().enumerate() {
         let mut done = 0;
@@ -448,7 +449,9 @@ pub fn run(
             for f in outcome.failures(0) {
                 let start = p.addr + done + f.offset as u64;
                 chunk_failed.push((start, f.len as u64, f.reason.to_string()));
-                gone |= f.reason == leechio::PageError::TargetGone;
+                if f.reason.is_device_lost() {
+                    gone = Some(f.reason);
+                }
             }
             if let Err(e) = result {
                 write_error = Some(e);
@@ -459,7 +462,7 @@ pub fn run(
             done += n as u64;
             written[i] = done;
             bar.inc(n as u64);
-            if gone {
+            if gone.is_some() {
                 break 'pieces;
             }
         }
@@ -468,12 +471,17 @@ pub fn run(
     let interrupted = stop.load(Ordering::SeqCst);
     // What went wrong finishing the file, each said in the one error line.
     let mut problems = Vec::new();
-    if gone {
-        problems.push(
-            "the target went away during the dump (its QEMU exited?); the dump stopped there, \
-             and the file holds what was read until then"
-                .to_string(),
-        );
+    if let Some(reason) = gone {
+        let why = match mem.backend().lost() {
+            Some(why) => why,
+            None if reason == leechio::PageError::TargetGone => {
+                "the target went away during the dump (its QEMU exited?)".to_string()
+            }
+            None => reason.to_string(),
+        };
+        problems.push(format!(
+            "{why}; the dump stopped there, and the file holds what was read until then"
+        ));
     }
     if let Some(e) = &write_error {
         problems.push(format!(
@@ -484,7 +492,7 @@ pub fn run(
 
     // Holes at the end of a raw dump of a range are zeros too; a dump
     // that stopped early ends where what was written ends.
-    let end = if interrupted || gone || write_error.is_some() {
+    let end = if interrupted || gone.is_some() || write_error.is_some() {
         offsets
             .iter()
             .zip(&written)

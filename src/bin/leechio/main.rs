@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 use leechio::join_all;
 use serde_json::json;
 
+use leechio::backend::time_limit::parse_timeout;
 use leechio::vm::LEVEL_NAMES;
 use leechio::{AddressSpace, DeviceConfig, LeechCore, Memory, PageError, Verbosity};
 use numbers::{parse_number, parse_size};
@@ -34,6 +35,9 @@ struct Cli {
     /// Path of leechcore.so (default: LEECHCORE_LIB, beside this program, the system, make setup's folder)
     #[arg(long, global = true)]
     lib: Option<PathBuf>,
+    /// How long a device that talks over sockets (rawtcp://, a remote agent) may send nothing in a call before it is cut off: seconds, e.g. 2.5 or 500ms [default: 5]
+    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_timeout)]
+    timeout: Option<std::time::Duration>,
     /// LeechCore's own messages and leechio's notes (repeat for more); warnings always show
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -141,6 +145,7 @@ fn device_config(cli: &Cli) -> Result<DeviceConfig, Failure> {
         library: cli.lib.clone(),
         verbosity: Verbosity::from_level(cli.verbose),
         max_address: None,
+        timeout: cli.timeout,
     })
 }
 
@@ -435,8 +440,8 @@ fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
     }
     // A scan that lost its target found nothing past that point: not a
     // result.
-    if target_gone(&mem) {
-        errln!("leechio: the target went away during the scan (its QEMU exited?); the list is incomplete");
+    if let Some(why) = device_lost(&mem) {
+        errln!("leechio: {why}; the list is incomplete");
         return Ok(ExitCode::FAILURE);
     }
     if found.is_empty() {
@@ -445,15 +450,25 @@ fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Whether the device's target went away (a QEMU guest whose process
-/// exited): a read of its first page says so.
-fn target_gone(mem: &Memory) -> bool {
+/// Why the whole device is gone, if it is (a QEMU guest whose process
+/// exited, a remote end that stopped answering or closed the connection):
+/// a read of its first page says so.
+fn device_lost(mem: &Memory) -> Option<String> {
     let map = mem.backend().memory_map();
     let start = map.ranges().first().map_or(0, |r| r.start);
     let mut probe = [0u8; 8];
     let outcome = mem.read_now([(start, &mut probe[..])]);
-    let reason = outcome.failures(0).next().map(|f| f.reason);
-    reason == Some(leechio::PageError::TargetGone)
+    let reason = outcome.failures(0).next().map(|f| f.reason)?;
+    if !reason.is_device_lost() {
+        return None;
+    }
+    Some(mem.backend().lost().unwrap_or_else(|| {
+        if reason == PageError::TargetGone {
+            "the target went away during the scan (its QEMU exited?)".to_string()
+        } else {
+            reason.to_string()
+        }
+    }))
 }
 
 /// The address `offset` bytes past `addr`, as the number it is: a read
