@@ -889,18 +889,26 @@ fn dump_exits_nonzero_only_when_nothing_could_be_read() {
 
 #[test]
 fn a_wrong_dtb_gives_a_few_lines_not_one_per_unreadable_table() {
-    // Random words as a top-level table: about half are present, each
-    // pointing to a table past the end of the 16 MiB image.
+    // Random words as a top-level table: about half are present; of those
+    // about half have PS set, which a CPU faults on in a PML4 entry, and
+    // the rest point to a table past the end of the 16 MiB image.
     let image = Image::new(16 * MIB);
     let dtb = 0x1000u64;
-    let tables: Vec<u64> = (0..512)
-        .map(|i| common::pattern_word(dtb + 8 * i))
-        .filter(|e| e & 1 != 0)
-        .map(|e| e & 0x000f_ffff_ffff_f000)
+    let present: Vec<(u64, u64)> = (0..512)
+        .map(|i| (i, common::pattern_word(dtb + 8 * i)))
+        .filter(|(_, e)| e & 1 != 0)
         .collect();
     assert!(
-        tables.iter().all(|&pa| pa >= image.size),
+        present
+            .iter()
+            .all(|(_, e)| e & 0x80 != 0 || e & 0x000f_ffff_ffff_f000 >= image.size),
         "a table inside the image"
+    );
+    let faulting = present.iter().filter(|(_, e)| e & 0x80 != 0).count();
+    assert!(
+        faulting > 3 && present.len() - faulting > 3,
+        "{faulting} of {}",
+        present.len()
     );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("space.elf");
@@ -909,19 +917,27 @@ fn a_wrong_dtb_gives_a_few_lines_not_one_per_unreadable_table() {
     let err = stderr(&o);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 5, "{err}");
-    assert!(
-        lines[..3]
-            .iter()
-            .all(|l| l.starts_with("leechio: page tables for 0x")
-                && l.ends_with("unreadable: address past the end of the device's memory")),
-        "{err}"
-    );
-    // Each table covers 512 GiB.
-    let more = tables.len() - 3;
+    // The first three by address, each 512 GiB (all in the lower half).
+    for (line, &(i, e)) in lines[..3].iter().zip(&present) {
+        let why = if e & 0x80 != 0 {
+            "map nothing: page-table entry with reserved bits set (a CPU would fault)"
+        } else {
+            "unreadable: address past the end of the device's memory"
+        };
+        assert_eq!(
+            *line,
+            format!(
+                "leechio: page tables for {:#x}..{:#x} {why}",
+                i << 39,
+                (i + 1) << 39
+            )
+        );
+    }
+    let more = present.len() - 3;
     assert_eq!(
         lines[3],
         format!(
-            "leechio: page tables for {more} more ranges ({:.1} TiB of address space) unreadable too",
+            "leechio: page tables for {more} more ranges ({:.1} TiB of address space) unreadable or mapping nothing too",
             (more * 512) as f64 / 1024.0
         )
     );
