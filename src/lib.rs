@@ -14,6 +14,7 @@ mod error;
 pub mod memflow;
 mod memmap;
 pub mod targets;
+pub mod user_file;
 pub mod vm;
 
 pub use backend::leechcore::{Call, DeviceConfig, DeviceInfo, LeechCore, Verbosity, Version};

@@ -7,6 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{read_file_at, Image};
 use x86_64::structures::paging::{
@@ -1019,6 +1020,45 @@ fn raw_dump_of_2_mib_under_a_1_mib_limit(image: &Image, path: &Path) -> Output {
 }
 
 #[test]
+fn a_dump_whose_first_write_fails_leaves_no_file() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    for (format, first) in [
+        ("elf", "the ELF headers' place"),
+        ("raw", "the first bytes"),
+    ] {
+        let path = dir.path().join(format!("ram.{format}"));
+        let failed = dir.path().join(format!("ram.{format}.failed"));
+        // Files as long as the dump, whose size then takes no write: under
+        // a limit of 0 bytes, the first write is the one that fails.
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(32 * MIB)
+            .unwrap();
+        std::fs::write(&failed, "old list\n").unwrap();
+        let o = leechio_with_file_limit(
+            &[
+                "-d",
+                &image.device(),
+                "dump",
+                "--format",
+                format,
+                "-o",
+                path.to_str().unwrap(),
+            ],
+            0,
+        );
+        assert_refused(&o, &format!("writing {}: File too large", path.display()));
+        assert_refused(&o, "removed (a dump leaves a valid file or none)");
+        assert_eq!(stderr(&o).lines().count(), 1, "{first}: {}", stderr(&o));
+        assert!(
+            !path.exists() && !failed.exists(),
+            "{first} failed, and a file is left"
+        );
+    }
+}
+
+#[test]
 fn a_refused_dump_leaves_existing_files_as_they_were() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
@@ -1327,6 +1367,52 @@ fn a_bad_number_size_or_range_is_one_line() {
     ] {
         assert_refused(&o, needle);
         assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+}
+
+/// Runs `leechio ARGS…` with the environment variables `envs`, killed
+/// if it has not ended within `limit`, which fails the test.
+fn leechio_within(args: &[&str], envs: &[(&str, &Path)], limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leechio"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run leechio");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("leechio {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_library_that_is_a_pipe_is_refused_at_once() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("leechcore.so");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string naming a path in this test's folder.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let fifo_arg = fifo.to_str().unwrap();
+    let device = image.device();
+    let by_option = ["--lib", fifo_arg, "-d", &device, "info"];
+    let by_variable = ["-d", &device, "info"];
+    for (args, envs) in [
+        (&by_option[..], &[][..]),
+        (&by_variable[..], &[("LEECHCORE_LIB", fifo.as_path())][..]),
+    ] {
+        let o = leechio_within(args, envs, Duration::from_secs(10));
+        assert_refused(&o, &format!("{fifo_arg} ("));
+        assert_refused(
+            &o,
+            "): not a regular file (a pipe, a device or a socket), so not a library",
+        );
     }
 }
 
