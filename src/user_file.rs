@@ -3,7 +3,7 @@
 //! at once instead of waiting for a writer for ever, and `/dev/zero` one
 //! instead of gigabytes read.
 
-use std::fs::FileType;
+use std::fs::{File, FileType};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
@@ -28,10 +28,10 @@ pub fn non_regular_kind(t: FileType) -> Option<&'static str> {
     })
 }
 
-/// The text of the regular file at `path` (symbolic links followed), which
-/// may be at most `max` bytes long. The error says why in words, without
-/// the path, which the caller puts in front.
-pub fn read_regular_file(path: &Path, max: u64) -> Result<String, String> {
+/// The regular file at `path` (symbolic links followed), opened for
+/// reading. The error says why in words, without the path, which the
+/// caller puts in front.
+pub fn open_regular_file(path: &Path) -> Result<File, String> {
     // Opened without blocking: opening a pipe for reading otherwise waits
     // for a writer. The type is then asked of the file opened, not of the
     // path, which could be swapped between the two.
@@ -41,9 +41,17 @@ pub fn read_regular_file(path: &Path, max: u64) -> Result<String, String> {
         .open(path)
         .map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
-    if let Some(kind) = non_regular_kind(meta.file_type()) {
-        return Err(format!("it is {kind}, not a regular file"));
+    match non_regular_kind(meta.file_type()) {
+        Some(kind) => Err(format!("it is {kind}, not a regular file")),
+        None => Ok(file),
     }
+}
+
+/// The text of the regular file at `path` (see [`open_regular_file`]),
+/// which may be at most `max` bytes long.
+pub fn read_regular_file(path: &Path, max: u64) -> Result<String, String> {
+    let file = open_regular_file(path)?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
     let too_long = |len: u64| format!("it is {len} bytes long, more than the {max} bytes allowed");
     if meta.len() > max {
         return Err(too_long(meta.len()));

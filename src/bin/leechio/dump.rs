@@ -9,8 +9,6 @@ use std::ops::RangeInclusive;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 use clap::{Args, ValueEnum};
@@ -406,12 +404,10 @@ pub fn run(
             )));
         }
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second Ctrl-C while writing the headers is ignored: they are short.
-        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
-    }
+    // A termination signal (Ctrl-C, SIGTERM, …) stops the dump after the
+    // chunk in progress, and the file is finished with headers for what was
+    // read; a second one while they are written is ignored: they are short.
+    let catching = super::signals::catch_termination(None)?;
 
     let total: u64 = pieces.iter().map(|p| p.len).sum();
     let bar = progress_bar(total, !json_output);
@@ -428,7 +424,7 @@ pub fn run(
     'pieces: for (i, p) in pieces.iter().enumerate() {
         let mut done = 0;
         while done < p.len {
-            if stop.load(Ordering::SeqCst) {
+            if super::signals::arrived().is_some() {
                 break 'pieces;
             }
             let n = (p.len - done).min(CHUNK) as usize;
@@ -465,7 +461,7 @@ pub fn run(
         }
     }
     bar.finish_and_clear();
-    let interrupted = stop.load(Ordering::SeqCst);
+    let interrupted = super::signals::arrived().is_some();
     // What went wrong finishing the file, each said in the one error line.
     let mut problems = Vec::new();
     if gone {
@@ -529,6 +525,8 @@ pub fn run(
     } else if let Err(e) = write_failed_list(&sidecar, &failed) {
         problems.push(format!("writing {}: {e}", sidecar_path.display()));
     }
+    // The file is finished: from here a signal ends the program at once.
+    drop(catching);
 
     // Bytes in the file's ranges: those read, and those that failed
     // (zeros in the file); "bytes" in text and JSON alike is those read.
@@ -564,8 +562,8 @@ pub fn run(
         errln!("leechio: {}", problems.join("; "));
         return Ok(ExitCode::FAILURE);
     }
-    if interrupted {
-        return Ok(ExitCode::from(130));
+    if let Some(sig) = super::signals::arrived() {
+        return Ok(super::signals::exit_code(sig));
     }
     // Holes are normal, but a dump with no byte of memory in it is a
     // failure (a dead device, a wrong --dtb), not a result.

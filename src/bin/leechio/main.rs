@@ -6,6 +6,8 @@ mod output;
 mod bench;
 mod dump;
 mod numbers;
+mod signals;
+mod undo;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -82,6 +84,11 @@ enum Command {
     Spaces,
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
+    /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
+    Restore {
+        /// The undo file
+        file: PathBuf,
+    },
 }
 
 /// An error for the user: printed as is, exit code 1.
@@ -167,6 +174,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         }
         Command::Spaces => spaces(cli),
         Command::Bench(args) => bench::run(cli, args),
+        Command::Restore { file } => undo::run(cli, file),
     }
 }
 
