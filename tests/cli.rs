@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use common::{read_file_at, Image};
+use common::{make_fifo, read_file_at, Image};
 use x86_64::structures::paging::{
     FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags as F, PhysFrame,
     Size2MiB, Size4KiB, Translate,
@@ -845,16 +845,17 @@ fn start_until_chains_written(cmd: &mut Command) -> (Child, Receiver<String>) {
     }
 }
 
-/// Waits (30 s at most) for `child` to end.
-fn wait_within_30_s(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(30);
+/// Waits for `child` to end; one still running after `limit` is killed,
+/// which fails the test.
+fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
         }
         if Instant::now() > deadline {
             child.kill().unwrap();
-            panic!("leechio still running 30 s after the signal");
+            panic!("leechio still running after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -882,7 +883,7 @@ fn a_termination_signal_takes_the_bench_chains_out_of_target_memory() {
         );
         // SAFETY: a signal to a child of this test.
         assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
-        let status = wait_within_30_s(&mut child);
+        let status = wait_within(&mut child, Duration::from_secs(30));
         // Its stderr closed when it ended: this ends.
         let lines: Vec<String> = stderr.iter().collect();
         assert_eq!(status.code(), Some(128 + sig), "signal {sig}: {lines:?}");
@@ -912,7 +913,7 @@ fn a_closed_stderr_ends_the_bench_only_after_its_chains_are_out() {
     // Its first line, saying the chains are written, then meets a closed
     // pipe.
     drop(child.stderr.take());
-    let status = wait_within_30_s(&mut child);
+    let status = wait_within(&mut child, Duration::from_secs(30));
     assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}");
     assert!(
         std::fs::read(&image.path).unwrap() == before,
@@ -931,7 +932,10 @@ fn after_a_sigkill_leechio_restore_puts_target_memory_back() {
     let (mut child, _) =
         start_until_chains_written(&mut bench_with_chains(&image, dir.path(), None));
     child.kill().unwrap();
-    assert_eq!(wait_within_30_s(&mut child).signal(), Some(libc::SIGKILL));
+    assert_eq!(
+        wait_within(&mut child, Duration::from_secs(30)).signal(),
+        Some(libc::SIGKILL)
+    );
     let killed = std::fs::read(&image.path).unwrap();
     assert!(killed != before, "the chains are not in the image");
     assert!(undo.exists(), "no undo file");
@@ -1062,9 +1066,7 @@ fn dump_refuses_outputs_that_are_not_regular_files_and_leaves_them_be() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    make_fifo(&fifo);
     // A reader, so that a dump that opened the pipe would not block.
     let _reader = std::fs::OpenOptions::new()
         .read(true)
@@ -1616,14 +1618,7 @@ fn leechio_within(args: &[&str], envs: &[(&str, &Path)], limit: Duration) -> Out
         .stderr(Stdio::piped())
         .spawn()
         .expect("run leechio");
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("leechio {args:?} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_within(&mut child, limit);
     child.wait_with_output().unwrap()
 }
 
@@ -1632,9 +1627,7 @@ fn a_library_that_is_a_pipe_is_refused_at_once() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("leechcore.so");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid C string naming a path in this test's folder.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    make_fifo(&fifo);
     let fifo_arg = fifo.to_str().unwrap();
     let device = image.device();
     let by_option = ["--lib", fifo_arg, "-d", &device, "info"];

@@ -549,9 +549,7 @@ fn a_memory_map_that_is_a_pipe_or_a_device_is_refused_at_once() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("map.fifo");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid C string naming a path in this test's folder.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    common::make_fifo(&fifo);
     drop(inventory()); // The log capture.
     for (map, kind) in [
         (fifo.as_path(), "a pipe"),
