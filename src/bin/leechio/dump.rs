@@ -338,6 +338,11 @@ pub fn run(
         return Err(too_large(&args.output, Some(size)));
     }
 
+    // From the file's creation on, a termination signal (Ctrl-C, SIGTERM,
+    // …) stops the dump after the chunk in progress, and the file is
+    // finished with headers for what was read; a second one while they are
+    // written is ignored: they are short.
+    let catching = super::signals::catch_termination(None)?;
     let out = OutputFile::open(&args.output)?;
     // The `.failed` list is opened now too: a place it cannot be written
     // is found before a byte is read, not after the whole dump.
@@ -404,10 +409,6 @@ pub fn run(
             )));
         }
     }
-    // A termination signal (Ctrl-C, SIGTERM, …) stops the dump after the
-    // chunk in progress, and the file is finished with headers for what was
-    // read; a second one while they are written is ignored: they are short.
-    let catching = super::signals::catch_termination(None)?;
 
     let total: u64 = pieces.iter().map(|p| p.len).sum();
     let bar = progress_bar(total, !json_output);
