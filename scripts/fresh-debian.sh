@@ -9,9 +9,14 @@
 #
 # DIR is created anew (an existing one is removed first); the committed
 # HEAD is cloned into it. The host's /proc, /sys and /dev are bind-mounted
-# (QEMU needs them) and unmounted on exit. Extra CA certificates of the
-# host (/usr/local/share/ca-certificates) are trusted inside too, for
-# machines that reach the package registries through a proxy.
+# (QEMU needs them) and unmounted on exit. Debian comes from the mirror
+# the host's own apt uses for bookworm (or for its own release), through
+# the host's apt proxy if it has one, which the chroot's apt then uses
+# too (scripts/apt-host.sh); DEBIAN_MIRROR=URI chooses another. The
+# host's proxy variables (http_proxy, https_proxy, no_proxy) are passed
+# in, and its extra CA certificates (/usr/local/share/ca-certificates)
+# are trusted inside, for machines that reach the package registries
+# through a proxy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,13 +46,37 @@ if [ -e "$root" ]; then
     rm -rf --one-file-system "$root"
 fi
 
-say "debootstrap bookworm (minbase) into $root"
-debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
+. scripts/apt-host.sh
+mirror=${DEBIAN_MIRROR:-$(debian_mirror bookworm)} || {
+    say "no Debian source with component main in the host's apt configuration; give one: DEBIAN_MIRROR=URI $0"
+    exit 1
+}
+# The host's apt proxy, for debootstrap (whose wget takes it from the
+# environment) and for the chroot's apt.
+apt_proxy_vars=() apt_proxy_conf=
+for scheme in http https; do
+    proxy=$(apt_proxy "$scheme")
+    if [ -n "$proxy" ]; then
+        apt_proxy_vars+=("${scheme}_proxy=$proxy")
+        apt_proxy_conf+="Acquire::$scheme::Proxy \"$proxy\";"$'\n'
+    fi
+done
+# The host's proxy variables, passed into the chroot's commands.
+proxy_vars=()
+for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+    if [ -n "${!v:-}" ]; then proxy_vars+=("$v=${!v}"); fi
+done
+
+say "debootstrap bookworm (minbase) from $mirror into $root${apt_proxy_vars:+ (${apt_proxy_vars[*]})}"
+env "${apt_proxy_vars[@]}" debootstrap --variant=minbase bookworm "$root" "$mirror" >/dev/null
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+if [ -n "$apt_proxy_conf" ]; then
+    printf '%s' "$apt_proxy_conf" >"$root/etc/apt/apt.conf.d/01host-proxy"
+fi
 for m in "${mounts[@]}"; do mount --bind "/$m" "$root/$m"; done
 
 in_root() {
-    chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
+    chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb "${proxy_vars[@]}" \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
 }
 say "installing make, git and ca-certificates"

@@ -15,6 +15,7 @@ mod lock;
 pub mod memflow;
 mod memmap;
 pub mod targets;
+pub mod user_file;
 pub mod vm;
 
 pub use backend::leechcore::{Call, DeviceConfig, DeviceInfo, LeechCore, Verbosity, Version};

@@ -2,13 +2,15 @@
 
 mod common;
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
 
-use common::{read_file_at, Image};
+use common::{make_fifo, read_file_at, Image};
 use x86_64::structures::paging::{
     FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags as F, PhysFrame,
     Size2MiB, Size4KiB, Translate,
@@ -697,6 +699,7 @@ fn bench_counts_the_calls_each_path_makes() {
     let path = device.strip_prefix("file://").unwrap();
     let writable = format!("file://file={path},write=1");
     let before = std::fs::read(path).unwrap();
+    let undo = _dir.path().join("chains.undo");
     let o = leechio(&[
         "-d",
         &writable,
@@ -708,6 +711,8 @@ fn bench_counts_the_calls_each_path_makes() {
         &format!("{:#x}", dtbs[0]),
         "--chains-at",
         "0x1800000",
+        "--undo-file",
+        undo.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
     let rows: Vec<serde_json::Value> = stdout(&o)
@@ -747,11 +752,12 @@ fn bench_counts_the_calls_each_path_makes() {
         ) >= 4096
     );
     assert_eq!(calls("dump of 8 MiB", "limit"), 1);
-    // The chain region is restored.
+    // The chain region is restored, and its undo file gone.
     assert!(
         std::fs::read(path).unwrap() == before,
         "bench left the image changed"
     );
+    assert!(!undo.exists(), "the undo file was left");
 }
 
 #[test]
@@ -761,6 +767,7 @@ fn bench_chains_on_a_read_only_device_are_refused_and_change_nothing() {
     } = spaces_image();
     let path = device.strip_prefix("file://").unwrap();
     let before = std::fs::read(path).unwrap();
+    let undo = _dir.path().join("chains.undo");
     let o = leechio(&[
         "-d",
         &device,
@@ -771,6 +778,8 @@ fn bench_chains_on_a_read_only_device_are_refused_and_change_nothing() {
         &format!("{:#x}", dtbs[0]),
         "--chains-at",
         "0x1800000",
+        "--undo-file",
+        undo.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
@@ -780,6 +789,238 @@ fn bench_chains_on_a_read_only_device_are_refused_and_change_nothing() {
         stderr(&o)
     );
     assert!(std::fs::read(path).unwrap() == before, "the image changed");
+    assert!(!undo.exists(), "an undo file of nothing changed was left");
+}
+
+/// A `leechio bench` writing its pointer chains at 16 MiB of a writable
+/// image, with 1000 runs a row: it runs far longer than any test waits.
+fn bench_with_chains(image: &Image, dir: &Path, undo: Option<&Path>) -> Command {
+    let device = format!("file://file={},write=1", image.path.display());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leechio"));
+    cmd.args([
+        "-d",
+        &device,
+        "bench",
+        "--runs",
+        "1000",
+        "--chains-at",
+        "0x1000000",
+    ])
+    .current_dir(dir)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    if let Some(undo) = undo {
+        cmd.arg("--undo-file").arg(undo);
+    }
+    cmd
+}
+
+/// Starts `cmd` and waits (60 s at most) for its line saying the chains
+/// are in target memory; its stderr lines come on the receiver.
+fn start_until_chains_written(cmd: &mut Command) -> (Child, Receiver<String>) {
+    let mut child = cmd.spawn().expect("run leechio");
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.starts_with("leechio: pointer chains written at 0x1000000") => {
+                return (child, rx)
+            }
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "no line about the chains within 60 s: {:?}",
+                    child.wait_with_output()
+                );
+            }
+        }
+    }
+}
+
+/// Waits for `child` to end; one still running after `limit` is killed,
+/// which fails the test.
+fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("leechio still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_termination_signal_takes_the_bench_chains_out_of_target_memory() {
+    let image = Image::new(32 * MIB);
+    let before = std::fs::read(&image.path).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let undo = dir.path().join("chains.undo");
+    for sig in [
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGRTMIN() + 1,
+    ] {
+        let (mut child, stderr) =
+            start_until_chains_written(&mut bench_with_chains(&image, dir.path(), Some(&undo)));
+        assert!(
+            std::fs::read(&image.path).unwrap() != before && undo.exists(),
+            "signal {sig}: the chains are not in the image, or their undo file is missing"
+        );
+        // SAFETY: a signal to a child of this test.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let status = wait_within(&mut child, Duration::from_secs(30));
+        // Its stderr closed when it ended: this ends.
+        let lines: Vec<String> = stderr.iter().collect();
+        assert_eq!(status.code(), Some(128 + sig), "signal {sig}: {lines:?}");
+        assert!(
+            std::fs::read(&image.path).unwrap() == before,
+            "signal {sig} left the image changed"
+        );
+        assert!(!undo.exists(), "signal {sig}: the undo file was left");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("leechio: bench stopped by ")),
+            "signal {sig}: {lines:?}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_stderr_ends_the_bench_only_after_its_chains_are_out() {
+    let image = Image::new(32 * MIB);
+    let before = std::fs::read(&image.path).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let undo = dir.path().join("chains.undo");
+    let mut child = bench_with_chains(&image, dir.path(), Some(&undo))
+        .spawn()
+        .unwrap();
+    // Its first line, saying the chains are written, then meets a closed
+    // pipe.
+    drop(child.stderr.take());
+    let status = wait_within(&mut child, Duration::from_secs(30));
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}");
+    assert!(
+        std::fs::read(&image.path).unwrap() == before,
+        "the image was left changed"
+    );
+    assert!(!undo.exists(), "the undo file was left");
+}
+
+#[test]
+fn after_a_sigkill_leechio_restore_puts_target_memory_back() {
+    let image = Image::new(32 * MIB);
+    let before = std::fs::read(&image.path).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Without --undo-file: in the current folder, named after the address.
+    let undo = dir.path().join("leechio-chains-0x1000000.undo");
+    let (mut child, _) =
+        start_until_chains_written(&mut bench_with_chains(&image, dir.path(), None));
+    child.kill().unwrap();
+    assert_eq!(
+        wait_within(&mut child, Duration::from_secs(30)).signal(),
+        Some(libc::SIGKILL)
+    );
+    let killed = std::fs::read(&image.path).unwrap();
+    assert!(killed != before, "the chains are not in the image");
+    assert!(undo.exists(), "no undo file");
+
+    // Another bench refuses to save over it, and leaves the image be.
+    let again = bench_with_chains(&image, dir.path(), None)
+        .output()
+        .unwrap();
+    assert_refused(
+        &again,
+        &format!(
+            "leechio: the undo file {} exists: a run that could not put target memory back left \
+             it; run `leechio restore {}` first",
+            undo.display(),
+            undo.display()
+        ),
+    );
+    assert!(std::fs::read(&image.path).unwrap() == killed);
+
+    // The device comes from the file.
+    let restored = leechio(&["restore", undo.to_str().unwrap()]);
+    assert!(restored.status.success(), "{}", stderr(&restored));
+    assert_eq!(
+        stdout(&restored),
+        format!(
+            "restored 2097152 bytes at 0x1000000 on file://file={},write=1; removed {}\n",
+            image.path.display(),
+            undo.display()
+        )
+    );
+    assert!(
+        std::fs::read(&image.path).unwrap() == before,
+        "not put back"
+    );
+    assert!(!undo.exists(), "the undo file was left");
+    assert_refused(
+        &leechio(&["restore", undo.to_str().unwrap()]),
+        &format!("cannot read {}: No such file", undo.display()),
+    );
+}
+
+#[test]
+fn restore_keeps_the_undo_file_until_the_bytes_are_back() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let undo = dir.path().join("hand-made.undo");
+    // The format as the README's section on signals describes it.
+    let saved = vec![0x5a; 0x2000];
+    let mut file = format!(
+        "{{\"leechio_undo\":1,\"device\":\"{}\",\"remote\":null,\"address\":\"0x3000\",\"length\":8192}}\n",
+        image.device()
+    )
+    .into_bytes();
+    file.extend(&saved);
+    std::fs::write(&undo, &file).unwrap();
+    let undo_arg = undo.to_str().unwrap();
+
+    // The device the file names is read-only: nothing lands, the file stays.
+    let o = leechio(&["restore", undo_arg]);
+    assert_refused(
+        &o,
+        &format!(
+            "leechio: could not write target memory back at 0x3000; what was there is saved in \
+             {undo_arg}: `leechio restore {undo_arg}` puts it back"
+        ),
+    );
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(undo.exists());
+    assert_eq!(image.bytes(0x3000, 0x2000), pattern_bytes(0x3000, 0x2000));
+
+    // --device wins over the file's.
+    let writable = format!("file://file={},write=1", image.path.display());
+    let o = leechio(&["-d", &writable, "restore", undo_arg]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(image.bytes(0x3000, 0x2000), saved);
+    assert_eq!(image.bytes(0x5000, 0x1000), pattern_bytes(0x5000, 0x1000));
+    assert!(!undo.exists());
+}
+
+/// The bytes [`Image::new`] writes at `offset`.
+fn pattern_bytes(offset: u64, len: usize) -> Vec<u8> {
+    (offset..offset + len as u64)
+        .step_by(8)
+        .flat_map(|a| common::pattern_word(a).to_le_bytes())
+        .collect()
 }
 
 #[test]
@@ -825,9 +1066,7 @@ fn dump_refuses_outputs_that_are_not_regular_files_and_leaves_them_be() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    make_fifo(&fifo);
     // A reader, so that a dump that opened the pipe would not block.
     let _reader = std::fs::OpenOptions::new()
         .read(true)
@@ -1032,6 +1271,45 @@ fn raw_dump_of_2_mib_under_a_1_mib_limit(image: &Image, path: &Path) -> Output {
         ],
         MIB,
     )
+}
+
+#[test]
+fn a_dump_whose_first_write_fails_leaves_no_file() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    for (format, first) in [
+        ("elf", "the ELF headers' place"),
+        ("raw", "the first bytes"),
+    ] {
+        let path = dir.path().join(format!("ram.{format}"));
+        let failed = dir.path().join(format!("ram.{format}.failed"));
+        // Files as long as the dump, whose size then takes no write: under
+        // a limit of 0 bytes, the first write is the one that fails.
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(32 * MIB)
+            .unwrap();
+        std::fs::write(&failed, "old list\n").unwrap();
+        let o = leechio_with_file_limit(
+            &[
+                "-d",
+                &image.device(),
+                "dump",
+                "--format",
+                format,
+                "-o",
+                path.to_str().unwrap(),
+            ],
+            0,
+        );
+        assert_refused(&o, &format!("writing {}: File too large", path.display()));
+        assert_refused(&o, "removed (a dump leaves a valid file or none)");
+        assert_eq!(stderr(&o).lines().count(), 1, "{first}: {}", stderr(&o));
+        assert!(
+            !path.exists() && !failed.exists(),
+            "{first} failed, and a file is left"
+        );
+    }
 }
 
 #[test]
@@ -1343,6 +1621,43 @@ fn a_bad_number_size_or_range_is_one_line() {
     ] {
         assert_refused(&o, needle);
         assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+}
+
+/// Runs `leechio ARGS…` with the environment variables `envs`, killed
+/// if it has not ended within `limit`, which fails the test.
+fn leechio_within(args: &[&str], envs: &[(&str, &Path)], limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leechio"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run leechio");
+    wait_within(&mut child, limit);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_library_that_is_a_pipe_is_refused_at_once() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("leechcore.so");
+    make_fifo(&fifo);
+    let fifo_arg = fifo.to_str().unwrap();
+    let device = image.device();
+    let by_option = ["--lib", fifo_arg, "-d", &device, "info"];
+    let by_variable = ["-d", &device, "info"];
+    for (args, envs) in [
+        (&by_option[..], &[][..]),
+        (&by_variable[..], &[("LEECHCORE_LIB", fifo.as_path())][..]),
+    ] {
+        let o = leechio_within(args, envs, Duration::from_secs(10));
+        assert_refused(&o, &format!("{fifo_arg} ("));
+        assert_refused(
+            &o,
+            "): not a regular file (a pipe, a device or a socket), so not a library",
+        );
     }
 }
 

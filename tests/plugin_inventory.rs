@@ -8,8 +8,8 @@
 mod common;
 
 use common::plugin::{
-    assert_refused, connect, connect_with_cache, inventory, logged, read_split, refused, with_map,
-    LOG,
+    assert_refused, connect, connect_with_cache, inventory, logged, plugin_dir, read_split,
+    refused, with_map, LOG,
 };
 use common::rawtcp::RawTcpServer;
 use common::{read_file_at, Image};
@@ -396,6 +396,47 @@ fn a_repeated_key_reaches_the_host_as_an_error_naming_it() {
     inventory()
         .instantiate_connector("leechcore", None, Some(&once))
         .unwrap();
+}
+
+#[test]
+fn a_memory_map_that_is_a_pipe_or_a_device_is_refused_at_once() {
+    let image = Image::new(16 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("map.fifo");
+    common::make_fifo(&fifo);
+    drop(inventory()); // The log capture.
+    for (map, kind) in [
+        (fifo.as_path(), "a pipe"),
+        (std::path::Path::new("/dev/zero"), "a character device"),
+    ] {
+        let args: ConnectorArgs = with_map(&image, map)
+            .strip_prefix("leechcore:")
+            .unwrap()
+            .parse()
+            .unwrap();
+        // On an inventory of its own, on another thread, given 10 s: a
+        // hang fails this test and holds up no other.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut inventory = Inventory::empty();
+            inventory.add_dir(plugin_dir()).unwrap();
+            let outcome = inventory.instantiate_connector("leechcore", None, Some(&args));
+            tx.send(outcome.err().map(|e| e.1))
+        });
+        let outcome = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("memmap={} still opening after 10 s", map.display()));
+        assert_eq!(outcome, Some(ErrorKind::Configuration));
+        let line = format!(
+            "memory map {}: it is {kind}, not a regular file",
+            map.display()
+        );
+        assert!(
+            logged(&line),
+            "no log line holds {line:?}: {:?}",
+            LOG.lock().unwrap_or_else(|e| e.into_inner())
+        );
+    }
 }
 
 #[test]

@@ -696,7 +696,7 @@ fn total_failed(failed: &[(u64, u64)]) -> u64 {
 }
 
 #[test]
-fn ctrl_c_leaves_a_valid_elf_of_what_was_read() {
+fn ctrl_c_or_sigterm_leaves_a_valid_elf_of_what_was_read() {
     let guest = shared_guest();
     // 50 ms per device call and 4 MiB per call: 256 MiB take over 3 s.
     let slow = guest.device_string_with_delays(50_000_000, 0);
@@ -705,7 +705,25 @@ fn ctrl_c_leaves_a_valid_elf_of_what_was_read() {
     let out = dir.path().join("ram.elf");
     // Paused throughout: everything the dump holds can be compared.
     let _paused = guest.pause();
-    let child = leechio_command(&["-d", &slow, "dump", "-o", out.to_str().unwrap(), "--json"])
+    for (signal, code) in [("-INT", 130), ("-TERM", 143)] {
+        dump_until_signalled(&guest, &slow, &ram, &out, signal, code);
+    }
+}
+
+/// Dumps the RAM of `guest` through `device` to `out`, sends `signal`
+/// (`kill`'s spelling) once the kernel's text is in the file, and checks
+/// that the dump ends with `code` and a valid ELF file of what was read.
+fn dump_until_signalled(
+    guest: &Guest,
+    slow: &str,
+    ram: &leechio::MemoryMap,
+    out: &Path,
+    signal: &str,
+    code: i32,
+) {
+    // A new file: the size of the last one would say nothing.
+    let _ = std::fs::remove_file(out);
+    let child = leechio_command(&["-d", slow, "dump", "-o", out.to_str().unwrap(), "--json"])
         .spawn()
         .expect("run leechio");
     let pid = child.id();
@@ -717,7 +735,7 @@ fn ctrl_c_leaves_a_valid_elf_of_what_was_read() {
     let deadline = Instant::now() + RUN_LIMIT;
     let mut child = Some(child);
     loop {
-        let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+        let size = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
         if size >= want {
             break;
         }
@@ -735,14 +753,14 @@ fn ctrl_c_leaves_a_valid_elf_of_what_was_read() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let sent = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
+        .args([signal, &pid.to_string()])
         .status()
         .unwrap();
     assert!(sent.success());
     let run = wait_with_deadline(child.take().unwrap(), RUN_LIMIT, "the interrupted dump");
     assert_eq!(
         run.status.code(),
-        Some(130),
+        Some(code),
         "{}\n{}",
         run.stdout,
         run.stderr
@@ -750,7 +768,7 @@ fn ctrl_c_leaves_a_valid_elf_of_what_was_read() {
     let summary: Value = serde_json::from_str(run.stdout.trim()).unwrap();
     assert_eq!(summary["interrupted"], true, "{summary}");
 
-    let elf = std::fs::read(&out).unwrap();
+    let elf = std::fs::read(out).unwrap();
     let loads = program_headers(&elf);
     let dumped: u64 = loads.iter().map(|l| l.4).sum();
     assert!(
@@ -763,7 +781,7 @@ fn ctrl_c_leaves_a_valid_elf_of_what_was_read() {
         dumped,
         "{summary}"
     );
-    let failed = failed_list(&out);
+    let failed = failed_list(out);
     let mut compared = 0;
     let mut end = 0;
     for &(kind, offset, vaddr, paddr, size) in &loads {
@@ -771,7 +789,7 @@ fn ctrl_c_leaves_a_valid_elf_of_what_was_read() {
         assert!(paddr >= end, "segments out of order");
         end = paddr + size;
         let data = &elf[offset as usize..(offset + size) as usize];
-        compared += check_segment(&guest, &ram, paddr, paddr, data, &failed);
+        compared += check_segment(guest, ram, paddr, paddr, data, &failed);
     }
     // What was read is a prefix of RAM that holds the kernel's text.
     assert!(end >= 0x120_0000, "the dump stops at {end:#x}");

@@ -189,7 +189,20 @@ impl Library {
             }],
         };
         let mut key = if candidate.as_encoded_bytes().contains(&b'/') {
-            std::fs::canonicalize(candidate).map_err(|e| not_found(e.to_string()))?
+            let file = std::fs::canonicalize(candidate).map_err(|e| not_found(e.to_string()))?;
+            // dlopen of a pipe waits for a writer for ever.
+            let meta = std::fs::metadata(&file).map_err(|e| not_found(e.to_string()))?;
+            if !meta.is_file() {
+                return Err(not_found(format!(
+                    "not a regular file ({}), so not a library",
+                    if meta.is_dir() {
+                        "a folder"
+                    } else {
+                        "a pipe, a device or a socket"
+                    }
+                )));
+            }
+            file
         } else {
             PathBuf::from(candidate)
         };
@@ -347,6 +360,32 @@ mod tests {
             text.contains("make setup") && text.contains("leechcorepyc==2.23.3"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_pipe_or_a_device_is_refused_without_opening_it() {
+        let fifo = std::env::temp_dir().join(format!("leechcore-sys-{}.fifo", std::process::id()));
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string naming a path of this process's own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for path in [fifo.clone(), PathBuf::from("/dev/zero")] {
+            // On another thread, given 5 s: dlopen of a pipe never returns.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let asked = path.clone();
+            std::thread::spawn(move || tx.send(Library::load(Some(&asked)).map(|_| ())));
+            let err = rx
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("{} is still loading after 5 s", path.display()))
+                .unwrap_err();
+            let LoadError::NotFound { tried } = &err else {
+                panic!("unexpected {err:?}")
+            };
+            assert_eq!(
+                tried[0].reason,
+                "not a regular file (a pipe, a device or a socket), so not a library"
+            );
+        }
+        std::fs::remove_file(&fifo).unwrap();
     }
 
     #[test]

@@ -277,14 +277,20 @@ impl PhysicalMemory for MemflowPhysical {
     }
 }
 
+/// The longest memory map file read, in bytes: 16 MiB holds 100,000
+/// ranges in memflow's TOML with every number written out in 16 hex
+/// digits (about 10 MiB).
+pub const MEMORY_MAP_FILE_MAX: u64 = 16 << 20;
+
 /// Reads a memory map file in memflow's TOML format (`[[range]]` tables
 /// with `base`, `length`, optional `real_base`) or LeechCore's text format.
+/// Only a regular file of at most [`MEMORY_MAP_FILE_MAX`] bytes is read.
 pub fn read_memory_map_file(
     path: &std::path::Path,
 ) -> std::result::Result<MemoryMap, crate::Error> {
     let bad =
         |why: String| crate::Error::InvalidConfig(format!("memory map {}: {why}", path.display()));
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let text = crate::user_file::read_regular_file(path, MEMORY_MAP_FILE_MAX).map_err(bad)?;
     if !text.contains("[[range]]") {
         let map: MemoryMap = text
             .parse()
@@ -326,4 +332,63 @@ struct MapFileRange {
     base: u64,
     length: u64,
     real_base: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(start: u64, size: u64, remap: u64) -> MemoryRange {
+        MemoryRange { start, size, remap }
+    }
+
+    #[test]
+    fn a_map_of_100k_ranges_loads_and_a_longer_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("map.toml");
+        // Every number in 16 hex digits: the longest way to write them.
+        let mut text = String::new();
+        for i in 0..100_000u64 {
+            let (base, real) = (i * 0x2000, 0x1_0000_0000 + i * 0x1000);
+            text += &format!(
+                "[[range]]\nbase = {base:#018x}\nlength = {:#018x}\nreal_base = {real:#018x}\n\n",
+                0x1000
+            );
+        }
+        std::fs::write(&path, &text).unwrap();
+        let map = read_memory_map_file(&path).unwrap();
+        assert_eq!(map.ranges().len(), 100_000);
+        assert_eq!(
+            map.ranges()[99_999],
+            range(99_999 * 0x2000, 0x1000, 0x1_0000_0000 + 99_999 * 0x1000)
+        );
+        // Past the limit, even a valid map is refused, before it is read.
+        text.extend(std::iter::repeat_n(
+            '#',
+            MEMORY_MAP_FILE_MAX as usize + 1 - text.len(),
+        ));
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(
+            read_memory_map_file(&path).unwrap_err().to_string(),
+            format!(
+                "invalid configuration: memory map {}: it is {} bytes long, more than the {MEMORY_MAP_FILE_MAX} bytes allowed",
+                path.display(),
+                MEMORY_MAP_FILE_MAX + 1
+            )
+        );
+    }
+
+    #[test]
+    fn a_map_that_is_not_a_regular_file_is_refused() {
+        // Pipes and devices too (the tests of `user_file`, which do not
+        // hang when they fail); a folder shows the message in full.
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            read_memory_map_file(dir.path()).unwrap_err().to_string(),
+            format!(
+                "invalid configuration: memory map {}: it is a folder, not a regular file",
+                dir.path().display()
+            )
+        );
+    }
 }

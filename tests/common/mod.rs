@@ -112,3 +112,15 @@ pub fn read_file_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
         .unwrap();
     buf
 }
+
+/// Makes a named pipe (FIFO) at `path`.
+pub fn make_fifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string; mkfifo only reads it.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {}",
+        path.display()
+    );
+}

@@ -4,7 +4,7 @@
 //! by LeechCore itself; times are the median of several runs.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,6 +22,8 @@ use memflow::prelude::v1::{
 use serde_json::json;
 
 use super::numbers::parse_number;
+use super::signals;
+use super::undo::Undo;
 use super::Failure;
 use leechio::vm::{find_address_spaces, Mapping};
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory, MemoryMap, ScatterEntry};
@@ -39,6 +41,11 @@ pub struct BenchArgs {
     /// (restored afterwards); without it the chains are skipped
     #[arg(long, value_parser = parse_number)]
     chains_at: Option<u64>,
+    /// Where the 2 MiB are saved before the chains overwrite them, for
+    /// `leechio restore` if leechio is killed (default:
+    /// leechio-chains-ADDRESS.undo in the current folder)
+    #[arg(long, requires = "chains_at")]
+    undo_file: Option<PathBuf>,
     /// Folder holding libmemflow_leechcore.so (default: this build's
     /// target/release, then ~/.local/lib/memflow)
     #[arg(long)]
@@ -414,46 +421,61 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
     };
     let mut rng = fastrand::Rng::with_seed(0x1ee0);
 
-    let saved = match args.chains_at {
-        Some(at) => Some(write_chains(&bench.device, at)?),
+    // From here on, a termination signal only stops the bench after the
+    // run in progress, so the chains are taken out of target memory first.
+    let second = match args.chains_at {
+        Some(at) => format!(
+            "stopped at once by a second signal: the pointer chains are still in target memory \
+             at {at:#x}; `leechio restore {}` puts back what they replaced",
+            undo_path(args, at).display()
+        ),
+        None => "stopped at once by a second signal".into(),
+    };
+    let catching = signals::catch_termination(Some(second))?;
+    let undo = match args.chains_at {
+        Some(at) => Some(write_chains(&bench.device, at, &undo_path(args, at))?),
         None => None,
     };
-    // Ctrl-C stops after the run in progress, so the chain region is
-    // restored; a second one exits at once.
-    let _ = ctrlc::set_handler(|| {
-        if STOP.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-    });
-    let result = measure_all(&mut bench, args, &mut rng);
-    if let (Some(at), Some(original)) = (args.chains_at, saved) {
-        let device = LeechCore::open(&bench.device)?;
-        let mem = Memory::new(device);
-        if !mem.write_now([(at, &original[..])]).is_ok() {
-            errln!("leechio: could not restore the chain region at {at:#x}");
-        }
-    }
+    // A panic unwinds to here, so the chains are taken out then too.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        stop_requested()?;
+        measure_all(&mut bench, args, &mut rng)
+    }));
+    let restored = match &undo {
+        Some(undo) => LeechCore::open(&bench.device)
+            .map_err(Failure::from)
+            .and_then(|device| undo.put_back(&Memory::new(device))),
+        None => Ok(()),
+    };
+    drop(catching);
+    let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     progress_done();
     // What was measured is shown even when a later workload failed.
     print_rows(&bench.rows, args.markdown, cli.json);
-    match result {
-        Err(_) if STOP.load(Ordering::SeqCst) => {
-            errln!("leechio: bench interrupted; the rows above are what was measured");
-            Ok(ExitCode::from(130))
-        }
-        result => result.map(|()| ExitCode::SUCCESS),
+    restored?;
+    // A signal that came during the last run ends the bench the same way.
+    if let Some(sig) = signals::arrived() {
+        errln!(
+            "leechio: bench stopped by {}; the rows above are what was measured",
+            signals::name(sig)
+        );
+        return Ok(signals::exit_code(sig));
     }
+    result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Set by Ctrl-C.
-static STOP: AtomicBool = AtomicBool::new(false);
+/// The undo file of the chains at `at`.
+fn undo_path(args: &BenchArgs, at: u64) -> PathBuf {
+    args.undo_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("leechio-chains-{at:#x}.undo")))
+}
 
-/// An error once Ctrl-C was pressed, checked before each run.
+/// An error once a termination signal arrived, checked before each run.
 fn stop_requested() -> Result<(), Failure> {
-    if STOP.load(Ordering::SeqCst) {
-        Err(Failure("interrupted".into()))
-    } else {
-        Ok(())
+    match signals::arrived() {
+        Some(sig) => Err(Failure(format!("stopped by {}", signals::name(sig)))),
+        None => Ok(()),
     }
 }
 
@@ -647,8 +669,8 @@ fn scatter_entries(batch: &mut [(u64, Vec<u8>)]) -> Vec<ScatterEntry<'_>> {
 }
 
 /// Writes 64 chains of 8 pointers into 2 MiB at `at` (each hop on its own
-/// page) and returns what was there.
-fn write_chains(device: &DeviceConfig, at: u64) -> Result<Vec<u8>, Failure> {
+/// page), after saving what was there in a new undo file at `undo`.
+fn write_chains(device: &DeviceConfig, at: u64, undo: &Path) -> Result<Undo, Failure> {
     let region = (CHAINS * DEPTH * 4096) as u64;
     let mem = Memory::new(LeechCore::open(device)?);
     let mut original = vec![0u8; region as usize];
@@ -669,25 +691,40 @@ fn write_chains(device: &DeviceConfig, at: u64) -> Result<Vec<u8>, Failure> {
             chains[here as usize..here as usize + 8].copy_from_slice(&next.to_le_bytes());
         }
     }
+    let undo = Undo::save(undo, device, at, original)?;
     let wrote = mem.write_now([(at, &chains[..])]);
     if !wrote.is_ok() {
         // What did land is put back: the region is left as it was found.
         let mut landed = Vec::new();
         wrote.for_each_success(0, chains.len(), |a, b| {
-            landed.push((at + a as u64, &original[a..b]))
+            landed.push((at + a as u64, &undo.bytes()[a..b]))
         });
         let restored = landed.is_empty() || mem.write_now(landed).is_ok();
+        if restored {
+            undo.discard()?;
+        }
         return Err(Failure(format!(
             "cannot write the chains at {at:#x}: is the device writable (file://file=…,write=1)?{}",
             if restored {
-                ""
+                String::new()
             } else {
-                " Part of them landed and could not be undone."
+                format!(
+                    " Part of them landed and could not be undone; what was there is saved in {}: \
+                     `leechio restore {}` puts it back",
+                    undo.path().display(),
+                    undo.path().display()
+                )
             }
         )));
     }
     // Closing flushes what LeechCore's file device buffers.
-    Ok(original)
+    drop(mem);
+    errln!(
+        "leechio: pointer chains written at {at:#x}; what they replaced is saved in {} \
+         until it is put back",
+        undo.path().display()
+    );
+    Ok(undo)
 }
 
 /// Address of hop `h` of chain `c`.

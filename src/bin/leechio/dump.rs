@@ -6,11 +6,9 @@
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::ops::RangeInclusive;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 use clap::{Args, ValueEnum};
@@ -206,21 +204,8 @@ fn refuse_non_file(output: &Path) -> Result<(), Failure> {
         let Ok(meta) = std::fs::metadata(&out) else {
             continue;
         };
-        let t = meta.file_type();
-        let kind = if t.is_file() {
+        let Some(kind) = leechio::user_file::non_regular_kind(meta.file_type()) else {
             continue;
-        } else if t.is_dir() {
-            "a folder"
-        } else if t.is_fifo() {
-            "a pipe"
-        } else if t.is_char_device() {
-            "a character device"
-        } else if t.is_block_device() {
-            "a block device"
-        } else if t.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
         };
         return Err(Failure(format!(
             "refusing to write {}: it is {kind}, and a dump writes a regular file \
@@ -353,6 +338,11 @@ pub fn run(
         return Err(too_large(&args.output, Some(size)));
     }
 
+    // From the file's creation on, a termination signal (Ctrl-C, SIGTERM,
+    // …) stops the dump after the chunk in progress, and the file is
+    // finished with headers for what was read; a second one while they are
+    // written is ignored: they are short.
+    let catching = super::signals::catch_termination(None)?;
     let out = OutputFile::open(&args.output)?;
     // The `.failed` list is opened now too: a place it cannot be written
     // is found before a byte is read, not after the whole dump.
@@ -399,18 +389,25 @@ pub fn run(
     // raw dump read as zeros, not as what the file held before.
     let mut file = out.truncate()?;
     let sidecar = sidecar.truncate()?;
+    // A dump leaves a valid file or none: one that cannot be made valid
+    // (no room for its headers, or not a byte of memory written before a
+    // write failed) is removed with its `.failed` list, whose old content
+    // is gone already.
+    let remove_both = || {
+        let _ = std::fs::remove_file(&args.output);
+        let _ = std::fs::remove_file(&sidecar_path);
+    };
     if args.format == Format::Elf {
         // The headers' place is written (as zeros) now, so that a disk that
         // fills up midway still has room for the headers at the end: they
         // overwrite blocks the file already holds.
-        file.write_all_at(&vec![0; headers_len(pieces.len()) as usize], 0)
-            .map_err(|e| Failure(format!("writing {}: {e}", args.output.display())))?;
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second Ctrl-C while writing the headers is ignored: they are short.
-        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
+        if let Err(e) = file.write_all_at(&vec![0; headers_len(pieces.len()) as usize], 0) {
+            remove_both();
+            return Err(Failure(format!(
+                "writing {}: {e}; nothing was dumped, and the file was removed (a dump leaves a valid file or none)",
+                args.output.display()
+            )));
+        }
     }
 
     let total: u64 = pieces.iter().map(|p| p.len).sum();
@@ -429,7 +426,7 @@ pub fn run(
     'pieces: for (i, p) in pieces.iter().enumerate() {
         let mut done = 0;
         while done < p.len {
-            if stop.load(Ordering::SeqCst) {
+            if super::signals::arrived().is_some() {
                 break 'pieces;
             }
             let n = (p.len - done).min(CHUNK) as usize;
@@ -468,7 +465,7 @@ pub fn run(
         }
     }
     bar.finish_and_clear();
-    let interrupted = stop.load(Ordering::SeqCst);
+    let interrupted = super::signals::arrived().is_some();
     // What went wrong finishing the file, each said in the one error line.
     let mut problems = Vec::new();
     if let Some(reason) = gone {
@@ -483,10 +480,19 @@ pub fn run(
             "{why}; the dump stopped there, and the file holds what was read until then"
         ));
     }
+    let dumped: u64 = written.iter().sum();
+    // Whether the file is given up (see `remove_both`).
+    let mut removed = false;
     if let Some(e) = &write_error {
+        removed = dumped == 0;
         problems.push(format!(
-            "writing {}: {e}; the dump stopped there, and the file holds what was written until then",
-            args.output.display()
+            "writing {}: {e}; the dump stopped there, and {}",
+            args.output.display(),
+            if removed {
+                "as nothing was written, the file was removed (a dump leaves a valid file or none)"
+            } else {
+                "the file holds what was written until then"
+            }
         ));
     }
 
@@ -503,29 +509,36 @@ pub fn run(
     } else {
         size
     };
-    if let Err(e) = file.set_len(end) {
-        problems.push(format!(
-            "setting the length of {} to {end:#x}: {e}",
-            args.output.display()
-        ));
-    }
-    if args.format == Format::Elf {
-        if let Err(e) =
-            write_elf_headers(&mut file, &pieces, &offsets, &written, args.dtb.is_some())
-        {
+    if !removed {
+        if let Err(e) = file.set_len(end) {
             problems.push(format!(
-                "writing the ELF headers of {}: {e}; it is not a valid ELF file",
+                "setting the length of {} to {end:#x}: {e}",
                 args.output.display()
             ));
         }
     }
-    if let Err(e) = write_failed_list(&sidecar, &failed) {
+    if args.format == Format::Elf && !removed {
+        if let Err(e) =
+            write_elf_headers(&mut file, &pieces, &offsets, &written, args.dtb.is_some())
+        {
+            removed = true;
+            problems.push(format!(
+                "writing the ELF headers of {}: {e}; the file was removed, as it would not be \
+                 a valid ELF file (a dump leaves a valid file or none)",
+                args.output.display()
+            ));
+        }
+    }
+    if removed {
+        remove_both();
+    } else if let Err(e) = write_failed_list(&sidecar, &failed) {
         problems.push(format!("writing {}: {e}", sidecar_path.display()));
     }
+    // The file is finished: from here a signal ends the program at once.
+    drop(catching);
 
     // Bytes in the file's ranges: those read, and those that failed
     // (zeros in the file); "bytes" in text and JSON alike is those read.
-    let dumped: u64 = written.iter().sum();
     let failed_bytes: u64 = failed.iter().map(|(_, len, _)| len).sum();
     let read = dumped.saturating_sub(failed_bytes);
     if json_output {
@@ -544,7 +557,7 @@ pub fn run(
             pieces.len(),
             failed_bytes,
             failed.len(),
-            if failed.is_empty() {
+            if failed.is_empty() || removed {
                 String::new()
             } else {
                 format!(" (listed in {})", sidecar_path.display())
@@ -558,8 +571,8 @@ pub fn run(
         errln!("leechio: {}", problems.join("; "));
         return Ok(ExitCode::FAILURE);
     }
-    if interrupted {
-        return Ok(ExitCode::from(130));
+    if let Some(sig) = super::signals::arrived() {
+        return Ok(super::signals::exit_code(sig));
     }
     // Holes are normal, but a dump with no byte of memory in it is a
     // failure (a dead device, a wrong --dtb), not a result.

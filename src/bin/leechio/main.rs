@@ -6,6 +6,8 @@ mod output;
 mod bench;
 mod dump;
 mod numbers;
+mod signals;
+mod undo;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -86,6 +88,11 @@ enum Command {
     Spaces,
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
+    /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
+    Restore {
+        /// The undo file
+        file: PathBuf,
+    },
 }
 
 /// An error for the user: printed as is, exit code 1.
@@ -139,14 +146,19 @@ fn device_config(cli: &Cli) -> Result<DeviceConfig, Failure> {
                 .into(),
         )
     })?;
-    Ok(DeviceConfig {
+    Ok(config_of(cli, device, cli.remote.clone()))
+}
+
+/// `device` (and `remote`) opened with the other settings of `cli`.
+fn config_of(cli: &Cli, device: String, remote: Option<String>) -> DeviceConfig {
+    DeviceConfig {
         device,
-        remote: cli.remote.clone(),
+        remote,
         library: cli.lib.clone(),
         verbosity: Verbosity::from_level(cli.verbose),
         max_address: None,
         timeout: cli.timeout,
-    })
+    }
 }
 
 fn open(cli: &Cli) -> Result<Memory, Failure> {
@@ -172,6 +184,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         }
         Command::Spaces => spaces(cli),
         Command::Bench(args) => bench::run(cli, args),
+        Command::Restore { file } => undo::run(cli, file),
     }
 }
 

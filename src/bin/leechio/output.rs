@@ -24,11 +24,14 @@ pub fn end_on_closed_pipe() -> ! {
 }
 
 /// The outcome of writing to stdout: a closed pipe ends the program
-/// quietly, another error (a full disk behind `> file`) ends it with a
-/// message.
+/// quietly (once a command that catches signals has finished its work,
+/// see `signals`), another error (a full disk behind `> file`) ends it
+/// with a message.
 pub fn checked_stdout(result: io::Result<()>) {
     match result {
         Ok(()) => {}
+        // Not yet while the command has something to finish first.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe && crate::signals::defer_closed_pipe() => {}
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => end_on_closed_pipe(),
         Err(e) => {
             let _ = writeln!(io::stderr(), "leechio: writing to stdout: {e}");
@@ -38,10 +41,11 @@ pub fn checked_stdout(result: io::Result<()>) {
 }
 
 /// The outcome of writing to stderr: a closed pipe ends the program
-/// quietly; any other error is dropped, as there is nowhere to report it.
+/// quietly (as for stdout); any other error is dropped, as there is
+/// nowhere to report it.
 pub fn checked_stderr(result: io::Result<()>) {
     if let Err(e) = result {
-        if e.kind() == io::ErrorKind::BrokenPipe {
+        if e.kind() == io::ErrorKind::BrokenPipe && !crate::signals::defer_closed_pipe() {
             end_on_closed_pipe()
         }
     }
