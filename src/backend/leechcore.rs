@@ -5,10 +5,11 @@
 //! was written. So every read and write here is a scatter call, and success
 //! is judged per entry from LeechCore's own `f` flag.
 
+use crate::lock::LockRecovering;
 use std::ffi::c_char;
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use leechcore_sys::{self as sys, Library, HANDLE, LC_CONFIG, MEM_SCATTER};
 
@@ -844,7 +845,7 @@ impl LeechCore {
     fn lock(&self) -> MutexGuard<'_, Handle> {
         // No code under the lock panics between FFI calls; a poisoned lock
         // still holds a consistent handle.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_recovering()
     }
 }
 
@@ -929,7 +930,11 @@ impl Handle {
 
 impl Drop for LeechCore {
     fn drop(&mut self) {
-        let raw = self.state.get_mut().unwrap_or_else(|e| e.into_inner()).raw;
+        let raw = self
+            .state
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .raw;
         if !raw.is_null() {
             // SAFETY: the handle came from LcCreateEx and is closed exactly
             // once.

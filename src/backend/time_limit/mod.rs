@@ -31,6 +31,7 @@
 
 mod sockets;
 
+use crate::lock::LockRecovering;
 use std::collections::HashSet;
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::SeqCst};
@@ -301,7 +302,7 @@ impl Shared {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Watched> {
-        self.watched.lock().unwrap_or_else(|e| e.into_inner())
+        self.watched.lock_recovering()
     }
 
     /// The device's sockets as they are now.
