@@ -10,7 +10,7 @@ use memflow::plugins::{Args, ConnectorArgs};
 pub const KEYS: [(&str, &str); 8] = [
     ("device", "LeechCore device string (or give it as the target): fpga, file:///mem.raw, qemu://shm=NAME,qmp=SOCKET, rawtcp://HOST:PORT, …"),
     ("remote", "LeechCore remote string, for a device behind a LeechAgent: remote=\"rpc://SPN:HOST\" (quoted), smb://…"),
-    ("lib", "path of leechcore.so (default: LEECHCORE_LIB if set, else leechcore.so beside this plugin, then the system's, then target/leechcore/ of the leechio repository it was built from)"),
+    ("lib", "path of leechcore.so (default: LEECHCORE_LIB if set, else leechcore.so beside this plugin, then the system's, then target/leechcore/ when the plugin lies in a cargo target folder, as a build of the leechio repository does)"),
     ("memmap", "memory map file: memflow's TOML ([[range]] base/length/real_base) or LeechCore's text (start end [remap], hex); replaces the device's map and any OS layer's"),
     ("verbosity", "LeechCore's messages: 0 quiet (default), 1 normal, 2 -v, 3 -vv, 4 -vvv"),
     ("max_address", "end of the physical memory to use (hex, a multiple of 0x1000): reads and writes at and above it fail, like LeechCore's -max"),

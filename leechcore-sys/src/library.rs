@@ -19,8 +19,9 @@ pub const ENV_VAR: &str = "LEECHCORE_LIB";
 /// Names the dynamic linker is asked for when no path is known.
 const LINKER_NAMES: [&str; 2] = ["leechcore.so", "libleechcore.so"];
 
-/// Where `make setup` installs LeechCore, relative to the workspace root.
-const SETUP_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/leechcore");
+/// The folder `make setup` installs LeechCore into, inside a cargo target
+/// folder (`target/leechcore/`).
+const SETUP_FOLDER: &str = "leechcore";
 
 /// A loaded `leechcore.so` with every function resolved.
 ///
@@ -136,8 +137,10 @@ impl Library {
     /// Search order: `explicit`; the `LEECHCORE_LIB` environment variable;
     /// `leechcore.so` in the folder of the module (executable or shared
     /// library) this crate is linked into; the dynamic linker's search for
-    /// `leechcore.so` and `libleechcore.so`; the folder `make setup`
-    /// installs to. An explicit path or the environment variable, when
+    /// `leechcore.so` and `libleechcore.so`; when that module is a build of
+    /// this repository (it lies in a cargo target folder, `target/PROFILE/`
+    /// or `target/PROFILE/deps/`), `target/leechcore/`, where `make setup`
+    /// installs LeechCore. No path of the machine that built it is kept. An explicit path or the environment variable, when
     /// given, is the only candidate: a user who names a library means it.
     pub fn load(explicit: Option<&Path>) -> Result<Arc<Library>, LoadError> {
         if let Some(path) = explicit {
@@ -147,16 +150,16 @@ impl Library {
             return Self::load_one(&path, ENV_VAR);
         }
         let mut candidates: Vec<(OsString, &'static str)> = Vec::new();
-        if let Some(dir) = own_module_dir() {
+        let module_dir = own_module_dir();
+        if let Some(dir) = &module_dir {
             candidates.push((dir.join("leechcore.so").into(), "beside this module"));
         }
         for name in LINKER_NAMES {
             candidates.push((name.into(), "dynamic linker search"));
         }
-        candidates.push((
-            Path::new(SETUP_DIR).join("leechcore.so").into(),
-            "make setup",
-        ));
+        if let Some(setup) = module_dir.as_deref().and_then(setup_folder) {
+            candidates.push((setup.join("leechcore.so").into(), "make setup"));
+        }
         let mut tried = Vec::new();
         for (candidate, source) in candidates {
             match Self::load_one(&candidate, source) {
@@ -294,6 +297,19 @@ fn own_module_dir() -> Option<PathBuf> {
     module.parent().map(Path::to_path_buf)
 }
 
+/// `target/leechcore/` for a module in `target/PROFILE/` or in
+/// `target/PROFILE/deps/` (a program, library or test of a build of this
+/// repository), if that folder exists.
+fn setup_folder(module_dir: &Path) -> Option<PathBuf> {
+    let profile = if module_dir.file_name()? == "deps" {
+        module_dir.parent()?
+    } else {
+        module_dir
+    };
+    let folder = profile.parent()?.join(SETUP_FOLDER);
+    folder.is_dir().then_some(folder)
+}
+
 /// The file of the module (executable or shared library) that holds `addr`,
 /// as the dynamic linker names it.
 fn module_file(addr: *const libc::c_void) -> Option<PathBuf> {
@@ -328,18 +344,41 @@ mod tests {
         assert_eq!(own_module_dir().unwrap(), exe.parent().unwrap());
     }
 
+    /// `target/leechcore/` of this build, as the loader finds it.
+    fn setup_dir() -> PathBuf {
+        setup_folder(&own_module_dir().unwrap())
+            .expect("LeechCore in target/leechcore (make setup)")
+    }
+
+    #[test]
+    fn the_setup_folder_is_found_from_a_build_not_from_a_path_kept_at_build_time() {
+        // This test binary lies in target/debug/deps/.
+        let exe = std::env::current_exe().unwrap();
+        let target = exe.parent().unwrap().parent().unwrap().parent().unwrap();
+        assert_eq!(setup_dir(), target.join("leechcore"));
+        assert_eq!(
+            setup_folder(&target.join("release")),
+            Some(target.join("leechcore"))
+        );
+        // Elsewhere (an installed program): not looked for.
+        let dir = std::env::temp_dir().join(format!("leechcore-sys-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        assert_eq!(setup_folder(&dir.join("bin")), None);
+        std::fs::create_dir_all(dir.join(SETUP_FOLDER)).unwrap();
+        assert_eq!(setup_folder(&dir.join("bin")), Some(dir.join(SETUP_FOLDER)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_bare_name_the_linker_resolves_is_keyed_by_its_file() {
-        let file = std::fs::canonicalize(Path::new(SETUP_DIR).join("leechcore.so"))
-            .expect("LeechCore in target/leechcore (make setup)");
+        let file = std::fs::canonicalize(setup_dir().join("leechcore.so")).unwrap();
         let lib = Library::load(Some(&file)).unwrap();
         // A device plugin pulls in LeechCore as `leechcore.so`: from then
         // on the linker resolves that bare name to the loaded library.
         // SAFETY: the plugin's initialisers only set up its own globals.
-        let _plugin = unsafe {
-            libloading::Library::new(Path::new(SETUP_DIR).join("leechcore_device_qemu.so"))
-        }
-        .unwrap();
+        let _plugin =
+            unsafe { libloading::Library::new(setup_dir().join("leechcore_device_qemu.so")) }
+                .unwrap();
         let bare = Library::load(Some(Path::new("leechcore.so"))).unwrap();
         assert!(Arc::ptr_eq(&lib, &bare), "a second instance for one file");
         assert_eq!(bare.path(), file);
