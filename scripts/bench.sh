@@ -55,7 +55,7 @@ started=$(date +%s)
 say "set-up and release builds"
 scripts/setup.sh
 cargo build --release -p memflow-leechcore
-cargo build --release -p leechio --bin leechio
+cargo build --release -p leechio-cli
 leechio=target/release/leechio
 
 say "booting a $MEMORY guest (scripts/guest.sh)"

@@ -53,7 +53,7 @@ show scripts/setup.sh
 
 announce "Build" "The leechio command line and the memflow plugin, release builds."
 show cargo build --release -p memflow-leechcore
-show cargo build --release -p leechio --bin leechio
+show cargo build --release -p leechio-cli
 leechio=target/release/leechio
 
 announce "Boot a Linux guest" \

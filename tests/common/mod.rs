@@ -1,10 +1,12 @@
 //! Test support: memory images on disk whose every byte can be checked,
-//! live QEMU guests ([`qemu`]), the memflow plugin ([`plugin`]) and a
-//! stand-in rawtcp server ([`rawtcp`]).
+//! live QEMU guests ([`qemu`]), the memflow plugin ([`plugin`]), a
+//! stand-in rawtcp server ([`rawtcp`]) and a stand-in QMP monitor
+//! ([`qmp_monitor`]).
 #![allow(dead_code)]
 
 pub mod plugin;
 pub mod qemu;
+pub mod qmp_monitor;
 pub mod rawtcp;
 
 use std::fs::File;
@@ -13,6 +15,17 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use leechio::{Backend, DeviceConfig, LeechCore, PageError, ScatterEntry};
+
+/// The repository's root folder (the workspace's, which holds
+/// `Cargo.lock`), for the tests of every package that includes this
+/// module.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").exists())
+        .expect("the workspace root")
+        .to_path_buf()
+}
 
 /// One 8-byte entry of a [`read_words`] call.
 pub struct Word {

@@ -31,7 +31,7 @@ impl log::Log for Capture {
 }
 
 pub fn plugin_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release");
+    let dir = super::repo_root().join("target/release");
     assert!(
         dir.join("libmemflow_leechcore.so").exists(),
         "{}/libmemflow_leechcore.so is missing: build it with `make plugin`",

@@ -102,7 +102,7 @@ impl Guest {
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
         let dir = std::env::temp_dir().join(&name);
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/guest.sh");
+        let script = super::repo_root().join("scripts/guest.sh");
         let mut child = Command::new("bash")
             .arg(&script)
             .args(["--memory", memory.qemu_size(), "--name", &name, "--dir"])

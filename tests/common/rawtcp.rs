@@ -21,7 +21,7 @@ impl RawTcpServer {
     /// Serves `image`; `mode` are the script's options (`--silent`,
     /// `--stall-at ADDR`, `--no-accept`, `--slow S`, `--writable`).
     pub fn start(image: &Path, mode: &[&str]) -> RawTcpServer {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/rawtcp_server.py");
+        let script = super::repo_root().join("tests/common/rawtcp_server.py");
         let mut child = Command::new("python3")
             .arg(&script)
             .arg(image)
@@ -78,4 +78,27 @@ impl Drop for RawTcpServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Asserts `took` is at least `limit` (the limit was waited for, not
+/// skipped) and at most `limit` plus a margin for a loaded machine.
+pub fn assert_about(took: Duration, limit: Duration) {
+    assert!(
+        took >= limit && took < limit + Duration::from_millis(2500),
+        "took {took:?} for a limit of {limit:?}"
+    );
+}
+
+/// Runs `cmd` to its end; kills it and panics if it runs past `within`.
+pub fn output_within(cmd: &mut Command, within: Duration) -> std::process::Output {
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
 }

@@ -1,5 +1,6 @@
 //! The `leechio` binary, run as a user runs it, against image files.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
@@ -20,10 +21,19 @@ use x86_64::{PhysAddr, VirtAddr};
 const MIB: u64 = 1 << 20;
 
 fn leechio(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_leechio"))
-        .args(args)
-        .output()
-        .expect("run leechio")
+    leechio_command().args(args).output().expect("run leechio")
+}
+
+/// The program under test, with the plugin that `make plugin` built for
+/// its bench (the test program lies in target/debug/, the plugin in
+/// target/release/).
+fn leechio_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leechio"));
+    cmd.env(
+        "LEECHIO_PLUGINS",
+        common::repo_root().join("target/release"),
+    );
+    cmd
 }
 
 /// `leechio -d DEVICE dump -o PATH ARGS…`.
@@ -796,7 +806,7 @@ fn bench_chains_on_a_read_only_device_are_refused_and_change_nothing() {
 /// image, with 1000 runs a row: it runs far longer than any test waits.
 fn bench_with_chains(image: &Image, dir: &Path, undo: Option<&Path>) -> Command {
     let device = format!("file://file={},write=1", image.path.display());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leechio"));
+    let mut cmd = leechio_command();
     cmd.args([
         "-d",
         &device,

@@ -7,6 +7,7 @@
 //! binary reads what is compared. Every run of the binary has a deadline:
 //! a hang fails the test instead of stalling the suite.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::Read;
@@ -904,4 +905,29 @@ fn a_dead_guests_leftover_ram_file_is_not_taken_for_a_live_guest() {
     ] {
         assert_refused(&leechio(&args), &[]);
     }
+}
+
+#[test]
+fn the_command_line_shows_the_librarys_warnings_and_with_v_its_notes() {
+    let guest = common::qmp_monitor::guest(Default::default());
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_leechio"))
+            .args(["-d", &guest.device])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // No QEMU process serves the RAM file here, only the stand-in monitor:
+    // the library warns that a dying guest would go unnoticed.
+    let quiet = run(&["info"]);
+    assert!(
+        quiet.contains("leechio: warning: no QEMU visible for /dev/shm/"),
+        "{quiet}"
+    );
+    assert!(!quiet.contains("using QEMU's"), "{quiet}");
+    // LeechCore got the map cut short, which is put right: a note, with -v.
+    let verbose = run(&["-v", "info"]);
+    assert!(verbose.contains("is not QEMU's; using QEMU's"), "{verbose}");
 }

@@ -3,6 +3,10 @@
 //! list of failed ranges beside the file, and a valid file even when
 //! interrupted.
 
+mod elf;
+mod output;
+mod report;
+
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::ops::RangeInclusive;
@@ -20,6 +24,11 @@ use super::Failure;
 use leechio::{AddressSpace, Alias, FailedRange, Memory, PageError};
 
 /// The alignment of an ELF dump's segments (p_align).
+use elf::*;
+use output::*;
+pub use output::{open_files, OpenFile};
+use report::*;
+
 const PAGE: u64 = 0x1000;
 
 /// Bytes per device call while dumping.
@@ -59,65 +68,6 @@ struct Piece {
     len: u64,
 }
 
-/// ELF64 file header.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct ElfHeader {
-    ident: [u8; 16],
-    kind: u16,
-    machine: u16,
-    version: u32,
-    entry: u64,
-    phoff: u64,
-    shoff: u64,
-    flags: u32,
-    ehsize: u16,
-    phentsize: u16,
-    phnum: u16,
-    shentsize: u16,
-    shnum: u16,
-    shstrndx: u16,
-}
-
-/// ELF64 program header.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct ProgramHeader {
-    kind: u32,
-    flags: u32,
-    offset: u64,
-    vaddr: u64,
-    paddr: u64,
-    filesz: u64,
-    memsz: u64,
-    align: u64,
-}
-
-/// ELF64 section header: a dump has one only for extended numbering.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct SectionHeader {
-    name: u32,
-    kind: u32,
-    flags: u64,
-    addr: u64,
-    offset: u64,
-    size: u64,
-    link: u32,
-    info: u32,
-    addralign: u64,
-    entsize: u64,
-}
-
-/// `e_phnum` saying "as many program headers as section header 0's
-/// `sh_info` says" (ELF extended numbering), for counts that do not fit.
-const PN_XNUM: u16 = 0xffff;
-const ET_CORE: u16 = 4;
-const EM_X86_64: u16 = 62;
-const PT_LOAD: u32 = 1;
-const PF_R: u32 = 4;
-const PF_W: u32 = 2;
-
 pub fn progress_bar(total: u64, visible: bool) -> ProgressBar {
     if !visible {
         return ProgressBar::hidden();
@@ -130,90 +80,6 @@ pub fn progress_bar(total: u64, visible: bool) -> ProgressBar {
         .expect("valid template"),
     );
     bar
-}
-
-/// A regular file this process has open: device and inode, and a name.
-#[derive(Clone, PartialEq, Eq)]
-pub struct OpenFile {
-    dev: u64,
-    ino: u64,
-    path: PathBuf,
-}
-
-/// The regular files this process has open (from `/proc/self/fd`).
-/// Compared before and after opening the device, they are the files the
-/// device reads, however its device string names them.
-pub fn open_files() -> Vec<OpenFile> {
-    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
-        return Vec::new();
-    };
-    fds.flatten()
-        .filter_map(|fd| {
-            // Follows the link to the file itself (even a deleted one).
-            let meta = std::fs::metadata(fd.path()).ok()?;
-            meta.is_file().then(|| OpenFile {
-                dev: meta.dev(),
-                ino: meta.ino(),
-                path: std::fs::read_link(fd.path()).unwrap_or_else(|_| fd.path()),
-            })
-        })
-        .collect()
-}
-
-/// Refuses an output that is the memory being dumped: creating it would
-/// truncate the device's image (or a guest's RAM file) before a byte is
-/// read. Compares device and inode, so symlinks, hard links and other
-/// spellings of the path are caught; checks the `.failed` list beside the
-/// output too, which is created as well.
-fn refuse_own_source(device: &str, sources: &[OpenFile], output: &Path) -> Result<(), Failure> {
-    let mut sources = sources.to_vec();
-    if let Some(path) = leechio::backend::leechcore::device_file(device) {
-        if let Ok(meta) = std::fs::metadata(&path) {
-            sources.push(OpenFile {
-                dev: meta.dev(),
-                ino: meta.ino(),
-                path,
-            });
-        }
-    }
-    for out in [output.to_path_buf(), failed_list_path(output)] {
-        // An output that does not exist yet cannot be the source.
-        let Ok(meta) = std::fs::metadata(&out) else {
-            continue;
-        };
-        if let Some(s) = sources
-            .iter()
-            .find(|s| (s.dev, s.ino) == (meta.dev(), meta.ino()))
-        {
-            return Err(Failure(format!(
-                "refusing to write {}: it is {}, the memory this device reads; \
-                 writing it would destroy the image before it is read (choose another -o)",
-                out.display(),
-                s.path.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Refuses an output (or its `.failed` list) that exists and is not a
-/// regular file: a dump seeks in its file and sizes it, which a pipe or a
-/// device cannot take, and a device node must never be replaced.
-fn refuse_non_file(output: &Path) -> Result<(), Failure> {
-    for out in [output.to_path_buf(), failed_list_path(output)] {
-        let Ok(meta) = std::fs::metadata(&out) else {
-            continue;
-        };
-        let Some(kind) = leechio::user_file::non_regular_kind(meta.file_type()) else {
-            continue;
-        };
-        return Err(Failure(format!(
-            "refusing to write {}: it is {kind}, and a dump writes a regular file \
-             (it seeks and sizes it); choose a file for -o",
-            out.display()
-        )));
-    }
-    Ok(())
 }
 
 /// A file a dump writes, opened without truncating it, so a dump refused
@@ -279,19 +145,6 @@ impl OutputFile {
             .set_len(0)
             .map_err(|e| Failure(format!("cannot write {}: {e}", self.path.display())))?;
         Ok(self.file)
-    }
-}
-
-/// `n` bytes as people read them: `16.0 EiB`, `2.0 MiB`, `4096 bytes`.
-fn human_size(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    match (1..=UNITS.len()).rev().find(|&i| n >> (10 * i) > 0) {
-        Some(i) => format!(
-            "{:.1} {}",
-            n as f64 / (1u64 << (10 * i)) as f64,
-            UNITS[i - 1]
-        ),
-        None => format!("{n} bytes"),
     }
 }
 
@@ -624,17 +477,6 @@ fn layout(
     Some((offsets, size))
 }
 
-/// The error for a dump too large to be a file.
-fn too_large(output: &Path, size: Option<u64>) -> Failure {
-    let size = size.map_or("more than 16 EiB".into(), |n| {
-        format!("{n:#x} bytes ({})", human_size(n))
-    });
-    Failure(format!(
-        "{} would be {size}, more than a file can hold (8 EiB); narrow --range",
-        output.display()
-    ))
-}
-
 /// The ranges to dump, in address order.
 fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
     let within = |start: u64, end: u64| -> Option<(u64, u64)> {
@@ -703,161 +545,6 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
         }
     }
 }
-
-/// Says which parts of the address space could not be walked: the first
-/// few ranges, then how many more and how much they cover (a wrong `--dtb`
-/// makes hundreds, which would bury the message that matters).
-fn report_failed(failed: &[FailedRange]) {
-    const SHOWN: usize = 3;
-    for r in failed.iter().take(SHOWN) {
-        let what = match r.reason {
-            PageError::ReservedBits => "map nothing",
-            _ => "unreadable",
-        };
-        errln!(
-            "leechio: page tables for {:#x}..{:#x} {what}: {}",
-            r.va,
-            u128::from(r.va) + u128::from(r.size),
-            r.reason
-        );
-    }
-    if let Some(rest) = failed.get(SHOWN..).filter(|rest| !rest.is_empty()) {
-        let bytes = rest.iter().fold(0u64, |sum, r| sum.saturating_add(r.size));
-        errln!(
-            "leechio: page tables for {} more ranges ({} of address space) unreadable or mapping nothing too",
-            rest.len(),
-            human_size(bytes)
-        );
-    }
-}
-
-/// Says which ranges were left out because their page tables are ones
-/// already dumped for an earlier range (they map the same memory).
-fn report_aliases(aliases: &[Alias]) {
-    let Some(first) = aliases.first() else {
-        return;
-    };
-    let bytes = aliases
-        .iter()
-        .fold(0u64, |sum, a| sum.saturating_add(a.size));
-    errln!(
-        "leechio: {} ranges ({} of address space) left out: their page tables are ones \
-         already dumped for an earlier range, so they map the same memory (first: {:#x}..{:#x} \
-         as {:#x}..)",
-        aliases.len(),
-        human_size(bytes),
-        first.va,
-        u128::from(first.va) + u128::from(first.size),
-        first.same_as
-    );
-}
-
-/// Bytes of the ELF headers of a dump of `ranges` ranges: the file
-/// header, a program header per range, and, from [`PN_XNUM`] ranges on,
-/// the section header that holds their count.
-fn headers_len(ranges: usize) -> u64 {
-    let extended = if ranges >= PN_XNUM as usize {
-        std::mem::size_of::<SectionHeader>()
-    } else {
-        0
-    };
-    (std::mem::size_of::<ElfHeader>() + ranges * std::mem::size_of::<ProgramHeader>() + extended)
-        as u64
-}
-
-/// Writes the ELF file header and a `PT_LOAD` per range (as far as it was
-/// written) at the start of `file`.
-fn write_elf_headers(
-    file: &mut File,
-    pieces: &[Piece],
-    offsets: &[u64],
-    written: &[u64],
-    virtual_space: bool,
-) -> std::io::Result<()> {
-    // Ranges not (fully) read by an interruption are cut to what was read.
-    let loads: Vec<ProgramHeader> = pieces
-        .iter()
-        .zip(offsets)
-        .zip(written)
-        .filter(|(_, &w)| w > 0)
-        .map(|((p, &offset), &w)| ProgramHeader {
-            kind: PT_LOAD,
-            flags: PF_R | PF_W,
-            offset,
-            vaddr: p.addr,
-            paddr: if virtual_space { p.pa } else { p.addr },
-            filesz: w,
-            memsz: w,
-            align: PAGE,
-        })
-        .collect();
-    // Too many for e_phnum: it says PN_XNUM, and the count is in sh_info of
-    // section header 0 (a null section), after the program headers.
-    let phoff = std::mem::size_of::<ElfHeader>() as u64;
-    let extended = (loads.len() >= PN_XNUM as usize).then(|| SectionHeader {
-        info: loads.len() as u32,
-        ..Zeroable::zeroed()
-    });
-    let mut ident = [0u8; 16];
-    ident[..7].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1]); // 64-bit, little endian, version 1
-    let header = ElfHeader {
-        ident,
-        kind: ET_CORE,
-        machine: EM_X86_64,
-        version: 1,
-        entry: 0,
-        phoff,
-        shoff: match extended {
-            Some(_) => phoff + (loads.len() * std::mem::size_of::<ProgramHeader>()) as u64,
-            None => 0,
-        },
-        flags: 0,
-        ehsize: std::mem::size_of::<ElfHeader>() as u16,
-        phentsize: std::mem::size_of::<ProgramHeader>() as u16,
-        phnum: match extended {
-            Some(_) => PN_XNUM,
-            None => loads.len() as u16,
-        },
-        shentsize: std::mem::size_of::<SectionHeader>() as u16,
-        shnum: u16::from(extended.is_some()),
-        // SHN_UNDEF: no section names.
-        shstrndx: 0,
-    };
-    file.seek(SeekFrom::Start(0))?;
-    file.write_all(bytemuck::bytes_of(&header))?;
-    file.write_all(bytemuck::cast_slice(&loads))?;
-    if let Some(section) = &extended {
-        file.write_all(bytemuck::bytes_of(section))?;
-    }
-    file.flush()
-}
-
-fn failed_list_path(output: &std::path::Path) -> PathBuf {
-    let mut name = output.as_os_str().to_owned();
-    name.push(".failed");
-    PathBuf::from(name)
-}
-
-/// Writes the list of failed ranges into `file` (opened and emptied when
-/// the dump started).
-fn write_failed_list(file: &File, failed: &[(u64, u64, String)]) -> std::io::Result<()> {
-    let mut out = std::io::BufWriter::new(file);
-    writeln!(
-        out,
-        "# ranges that could not be read (zero-filled in the dump): start end reason"
-    )?;
-    for (start, len, why) in failed {
-        let end = u128::from(*start) + u128::from(*len);
-        writeln!(out, "{start:#x} {end:#x} {why}")?;
-    }
-    out.flush()
-}
-
-const _: () = {
-    assert!(std::mem::size_of::<ElfHeader>() == 64);
-    assert!(std::mem::size_of::<ProgramHeader>() == 56);
-    assert!(std::mem::size_of::<SectionHeader>() == 64);
-};
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,558 @@
+//! `leechio bench`: the same workloads on one device through LeechCore
+//! called directly with ideal batches (the limit), the engine, the memflow
+//! plugin, and memflow's own synchronous stack. Device calls are counted
+//! by LeechCore itself; times are the median of several runs.
+
+mod chains;
+mod dumps;
+mod physical;
+mod table;
+mod timing;
+mod virtual_reads;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use leechio::join_all;
+use memflow::architecture::x86::x64;
+use memflow::cglue::CTup2;
+use memflow::plugins::{Args as PluginArgs, ConnectorMiddlewareArgs};
+use memflow::prelude::v1::{
+    Address, ConnectorArgs, ConnectorInstanceArcBox, Inventory, MemoryView, PhysicalMemory,
+    ReadData, VirtualDma,
+};
+use serde_json::json;
+
+use super::numbers::parse_number;
+use super::signals;
+use super::undo::Undo;
+use super::Failure;
+use leechio::vm::{find_address_spaces, Mapping};
+use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory, MemoryMap, ScatterEntry};
+
+use chains::*;
+use dumps::*;
+use physical::*;
+use table::*;
+use timing::*;
+use virtual_reads::*;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Page-table root (CR3) of the kernel for the virtual workloads
+    /// (default: the first root `leechio spaces` lists)
+    #[arg(long, value_parser = parse_number)]
+    dtb: Option<u64>,
+    /// Runs per measurement; the median is shown
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Physical address of 2 MiB the pointer-chain workload may overwrite
+    /// (restored afterwards); without it the chains are skipped
+    #[arg(long, value_parser = parse_number)]
+    chains_at: Option<u64>,
+    /// Where the 2 MiB are saved before the chains overwrite them, for
+    /// `leechio restore` if leechio is killed (default:
+    /// leechio-chains-ADDRESS.undo in the current folder)
+    #[arg(long, requires = "chains_at")]
+    undo_file: Option<PathBuf>,
+    /// Folder holding libmemflow_leechcore.so (default: this program's
+    /// folder, then ~/.local/lib/memflow)
+    #[arg(long, env = "LEECHIO_PLUGINS")]
+    plugins: Option<PathBuf>,
+    /// Print a Markdown table
+    #[arg(long)]
+    markdown: bool,
+}
+
+const READS: usize = 4096;
+const CHAINS: usize = 64;
+const DEPTH: usize = 8;
+const DUMP: u64 = 64 << 20;
+
+/// One measured row.
+struct Row {
+    workload: String,
+    method: &'static str,
+    calls: u64,
+    time: Duration,
+    bytes: u64,
+    /// Its reads against a direct LeechCore read of the same addresses
+    /// (`None`: not checked).
+    verdict: Option<Verdict>,
+}
+
+/// How a row's reads compare with the [`Reference`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Verdict {
+    /// Reads compared.
+    checked: usize,
+    /// Of those, reads whose bytes are not the memory's.
+    wrong: usize,
+    /// Reads left out: their memory changed between the two direct reads
+    /// (a live target at work), and the row's bytes match neither.
+    changing: usize,
+}
+
+/// What each read of a workload must return: its physical address and
+/// its bytes, read once straight through LeechCore before any row ran
+/// (`None` where the translation or the read failed).
+struct Reference {
+    len: usize,
+    reads: Vec<Option<(u64, Vec<u8>)>>,
+}
+
+impl Reference {
+    /// Reads `len` bytes (legal scatter entries) at each of `pas`.
+    fn read(device: &LeechCore, pas: &[Option<u64>], len: usize) -> Self {
+        let found: Vec<u64> = pas.iter().flatten().copied().collect();
+        let mut bytes = direct_reads(device, &found, len).into_iter();
+        let reads = pas
+            .iter()
+            .map(|pa| pa.and_then(|pa| Some((pa, bytes.next().flatten()?))))
+            .collect();
+        Reference { len, reads }
+    }
+
+    /// Compares `got`, a row's reads in order, with the reference. A read
+    /// that differs is read again through `reread` (addresses, length):
+    /// a live target's memory changes, so it is wrong only if it is not
+    /// what the memory holds now either, and that memory did not change.
+    fn judge<'a>(
+        &self,
+        got: impl Iterator<Item = &'a [u8]>,
+        reread: impl FnOnce(&[u64], usize) -> Vec<Option<Vec<u8>>>,
+    ) -> Verdict {
+        let mut verdict = Verdict::default();
+        let mut differing = Vec::new();
+        for (got, want) in got.zip(&self.reads) {
+            if let Some((pa, want)) = want {
+                verdict.checked += 1;
+                if got != want.as_slice() {
+                    differing.push((*pa, want, got));
+                }
+            }
+        }
+        if differing.is_empty() {
+            return verdict;
+        }
+        let pas: Vec<u64> = differing.iter().map(|d| d.0).collect();
+        for ((_, before, got), now) in differing.iter().zip(reread(&pas, self.len)) {
+            match now {
+                Some(now) if now.as_slice() == *got => {}
+                Some(now) if now != **before => {
+                    verdict.checked -= 1;
+                    verdict.changing += 1;
+                }
+                _ => verdict.wrong += 1,
+            }
+        }
+        verdict
+    }
+}
+
+/// What every measurement needs: how to open the device (`--device`,
+/// `--remote`, `--lib`, `-v`), where the plugin is, how many runs.
+struct Bench {
+    device: DeviceConfig,
+    plugin_dir: PathBuf,
+    runs: usize,
+    rows: Vec<Row>,
+}
+
+/// A memflow instance of the plugin with a LeechCore handle attached to the
+/// same device context (LeechCore's `existing` device), for its counter.
+struct Plugin {
+    conn: ConnectorInstanceArcBox<'static>,
+    counter: LeechCore,
+}
+
+impl Bench {
+    /// The configuration that attaches to the device already open in this
+    /// process (LeechCore's `existing`): the same `leechcore.so`, whose
+    /// contexts it searches, and no remote string, with which LeechCore
+    /// would not look for an open context at all.
+    fn existing(&self) -> DeviceConfig {
+        DeviceConfig {
+            device: "existing".into(),
+            remote: None,
+            ..self.device.clone()
+        }
+    }
+
+    /// The plugin's arguments for the options given to `leechio`: the
+    /// plugin opens the device the way every other path does.
+    fn plugin_args(&self) -> Result<PluginArgs, Failure> {
+        let mut args = PluginArgs::new();
+        if let Some(lib) = &self.device.library {
+            let lib = lib.to_str().ok_or_else(|| {
+                Failure(format!(
+                    "--lib {}: the memflow plugin takes only UTF-8 paths",
+                    lib.display()
+                ))
+            })?;
+            args = args.insert("lib", lib);
+        }
+        if let Some(remote) = &self.device.remote {
+            args = args.insert("remote", remote);
+        }
+        let level = self.device.verbosity as u8;
+        if level > 0 {
+            args = args.insert("verbosity", &level.to_string());
+        }
+        if let Some(timeout) = self.device.timeout {
+            args = args.insert("timeout", &format!("{}", timeout.as_secs_f64()));
+        }
+        Ok(args)
+    }
+
+    /// Opens the device through the plugin, as memflow does. While it is
+    /// open it is the only LeechCore context, so `existing` attaches to it.
+    /// `cache` is memflow's page cache, off or on with memflow's validity.
+    fn plugin(&self, cache: bool) -> Result<Plugin, Failure> {
+        let middleware = ConnectorMiddlewareArgs::new().cache(cache);
+        self.plugin_with(middleware)
+    }
+
+    /// The plugin with memflow's page cache trusted for an hour: a warm
+    /// row stays warm although runs on an emulated board wait up to a
+    /// second apart (memflow's default validity is one second).
+    fn plugin_kept_warm(&self) -> Result<Plugin, Failure> {
+        let middleware = ConnectorMiddlewareArgs::new()
+            .cache(true)
+            .cache_validity_time(3_600_000);
+        self.plugin_with(middleware)
+    }
+
+    fn plugin_with(&self, middleware: ConnectorMiddlewareArgs) -> Result<Plugin, Failure> {
+        let mut inventory = Inventory::empty();
+        inventory.add_dir(&self.plugin_dir).map_err(|e| {
+            Failure(format!(
+                "loading plugins from {}: {e}",
+                self.plugin_dir.display()
+            ))
+        })?;
+        let args = ConnectorArgs {
+            target: Some(self.device.device.as_str().into()),
+            extra_args: self.plugin_args()?,
+            middleware_args: middleware,
+        };
+        let conn = inventory
+            .instantiate_connector("leechcore", None, Some(&args))
+            .map_err(|e| {
+                Failure(format!(
+                    "the plugin in {} did not open {}: {e}",
+                    self.plugin_dir.display(),
+                    self.device.device
+                ))
+            })?;
+        let counter = LeechCore::open(&self.existing())?;
+        Ok(Plugin { conn, counter })
+    }
+
+    /// Runs `run` (which returns its own time and device calls) `runs`
+    /// times and records the median time.
+    fn row(
+        &mut self,
+        workload: &str,
+        method: &'static str,
+        bytes: u64,
+        mut run: impl FnMut() -> Result<(Duration, u64), Failure>,
+    ) -> Result<(), Failure> {
+        progress(workload, method);
+        let mut results = Vec::new();
+        for _ in 0..self.runs {
+            stop_requested()?;
+            results.push(run()?);
+        }
+        let (time, calls) = median(results);
+        self.rows.push(Row {
+            workload: workload.to_string(),
+            method,
+            calls,
+            time,
+            bytes,
+            verdict: None,
+        });
+        Ok(())
+    }
+
+    /// Records in the last row how its reads, left in `got`, compare with
+    /// `reference` (see [`Reference::judge`]; `device` reads again).
+    fn check_last<'a>(
+        &mut self,
+        got: impl Iterator<Item = &'a [u8]>,
+        reference: &Reference,
+        device: &LeechCore,
+    ) {
+        let verdict = reference.judge(got, |pas, len| direct_reads(device, pas, len));
+        if let Some(row) = self.rows.last_mut() {
+            row.verdict = Some(verdict);
+        }
+    }
+}
+
+pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
+    let device = super::device_config(cli)?;
+    // LeechCore as --lib names it, checked first: through the plugin, a
+    // library that does not load would only read as a device that did not
+    // open.
+    leechio::leechcore_sys::Library::load(device.library.as_deref())?;
+    let plugin_dir = match &args.plugins {
+        Some(dir) => dir.clone(),
+        // Beside this program (a build of the repository: `make plugin`
+        // puts the plugin in target/release/ too), then memflow's folder.
+        None => [
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| Some(exe.parent()?.to_path_buf()))
+                .unwrap_or_default(),
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default()
+                .join(".local/lib/memflow"),
+        ]
+        .into_iter()
+        .find(|d| d.join("libmemflow_leechcore.so").exists())
+        .ok_or_else(|| {
+            Failure(
+                "libmemflow_leechcore.so not found: run `make plugin`, or give --plugins".into(),
+            )
+        })?,
+    };
+    ALIGN_RUNS.store(emulates_delays(&device.device), Ordering::Relaxed);
+    let mut bench = Bench {
+        device,
+        plugin_dir,
+        runs: args.runs.max(1),
+        rows: Vec::new(),
+    };
+    let mut rng = fastrand::Rng::with_seed(0x1ee0);
+
+    // From here on, a termination signal only stops the bench after the
+    // run in progress, so the chains are taken out of target memory first.
+    let second = match args.chains_at {
+        Some(at) => format!(
+            "stopped at once by a second signal: the pointer chains are still in target memory \
+             at {at:#x}; `leechio restore {}` puts back what they replaced",
+            undo_path(args, at).display()
+        ),
+        None => "stopped at once by a second signal".into(),
+    };
+    let catching = signals::catch_termination(Some(second))?;
+    let undo = match args.chains_at {
+        Some(at) => Some(write_chains(&bench.device, at, &undo_path(args, at))?),
+        None => None,
+    };
+    // A panic unwinds to here, so the chains are taken out then too.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        stop_requested()?;
+        measure_all(&mut bench, args, &mut rng)
+    }));
+    let restored = match &undo {
+        Some(undo) => LeechCore::open(&bench.device)
+            .map_err(Failure::from)
+            .and_then(|device| undo.put_back(&Memory::new(device))),
+        None => Ok(()),
+    };
+    drop(catching);
+    let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    progress_done();
+    // What was measured is shown even when a later workload failed.
+    print_rows(&bench.rows, args.markdown, cli.json);
+    restored?;
+    // A signal that came during the last run ends the bench the same way.
+    if let Some(sig) = signals::arrived() {
+        errln!(
+            "leechio: bench stopped by {}; the rows above are what was measured",
+            signals::name(sig)
+        );
+        return Ok(signals::exit_code(sig));
+    }
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// The undo file of the chains at `at`.
+fn undo_path(args: &BenchArgs, at: u64) -> PathBuf {
+    args.undo_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("leechio-chains-{at:#x}.undo")))
+}
+
+/// An error once a termination signal arrived, checked before each run.
+fn stop_requested() -> Result<(), Failure> {
+    match signals::arrived() {
+        Some(sig) => Err(Failure(format!("stopped by {}", signals::name(sig)))),
+        None => Ok(()),
+    }
+}
+
+fn measure_all(
+    bench: &mut Bench,
+    args: &BenchArgs,
+    rng: &mut fastrand::Rng,
+) -> Result<(), Failure> {
+    // Phase one: the plugin opens the device and the engine and the limit
+    // attach to the same context, so one counter sees every path.
+    let (dtb, vas, reference, target, dump_reference) = {
+        let plugin = bench.plugin(false)?;
+        let device = Arc::new(LeechCore::open(&bench.existing())?);
+        let mem = Memory::with_config(device.clone(), Default::default());
+        let map = mem.backend().memory_map();
+        physical(bench, &plugin, &device, &mem, &map, rng)?;
+        if let Some(at) = args.chains_at {
+            chains(bench, &plugin, &device, &mem, at)?;
+        }
+        let dtb = match args.dtb {
+            Some(d) => d,
+            None => find_address_spaces(&mem, |_, _| {})
+                .first()
+                .map(|c| c.dtb)
+                .ok_or_else(|| {
+                    Failure("no page-table root found for the virtual workloads; give --dtb".into())
+                })?,
+        };
+        let kernel = AddressSpace::new(mem.clone(), dtb);
+        // Each mapped piece of RAM once: Linux's espfix area maps one page
+        // 65536 times over 256 MiB, which would otherwise draw half the
+        // random addresses to that one page.
+        let mut seen = std::collections::HashSet::new();
+        let ram: Vec<Mapping> = mem
+            .block_on(kernel.mappings(0xffff_8000_0000_0000..))
+            .mappings
+            .into_iter()
+            .filter(|m| {
+                map.find(m.pa)
+                    .is_some_and(|r| r.contains(m.pa + m.size - 1))
+            })
+            .filter(|m| seen.insert((m.pa, m.size)))
+            .collect();
+        if ram.is_empty() {
+            return Err(Failure(format!(
+                "nothing in the kernel half of {dtb:#x} maps RAM; give --dtb"
+            )));
+        }
+        let vas = random_virtual(&ram, rng);
+        let reference = virtual_reference(&device, &mem, dtb, &vas);
+        engine_virtual(bench, &device, &mem, dtb, &vas, &reference)?;
+        // The largest run of the kernel's mappings of RAM, up to 64 MiB.
+        let m = *ram.iter().max_by_key(|m| m.size).expect("some mapping");
+        let target = Mapping {
+            size: m.size.min(DUMP),
+            ..m
+        };
+        let pages: Vec<Option<u64>> = (0..target.size / 4096)
+            .map(|i| Some(target.pa + i * 4096))
+            .collect();
+        let dump_reference = Reference::read(&device, &pages, 4096);
+        engine_dump(bench, &device, &mem, dtb, target, &dump_reference)?;
+        (dtb, vas, reference, target, dump_reference)
+    };
+    // Phase two: memflow's own stack, each run on an instance of its own
+    // (now the only context, which `existing` attaches to).
+    memflow_virtual(bench, dtb, &vas, &reference)?;
+    memflow_dump(bench, dtb, target, &dump_reference)
+}
+
+/// memflow's VirtualDma over the plugin, with memflow's default cache.
+type Virtual = VirtualDma<
+    ConnectorInstanceArcBox<'static>,
+    memflow::mem::DirectTranslate,
+    memflow::architecture::x86::X86VirtualTranslate,
+>;
+
+/// One way of reading the addresses through memflow.
+type VirtualRead = fn(&mut Virtual, &[u64], &mut [[u8; 8]]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        let ms = |t: u64, calls: u64| (Duration::from_millis(t), calls);
+        assert_eq!(median(vec![ms(9, 3), ms(1, 1), ms(5, 2)]), ms(5, 2));
+        assert_eq!(
+            median(vec![ms(8, 4), ms(2, 1), ms(4, 2), ms(6, 3)]),
+            ms(5, 2)
+        );
+    }
+
+    #[test]
+    fn a_read_is_wrong_only_if_the_memory_it_read_holds_other_bytes() {
+        let at = |i: u64| Some((i * 0x1000, vec![i as u8; 8]));
+        let reference = Reference {
+            len: 8,
+            reads: vec![at(1), None, at(3), at(4), at(5), at(6)],
+        };
+        // Memory now: 3 changed to what the row read, 4 changed to
+        // something else again, 5 and 6 as before.
+        let now = |pa: u64| match pa >> 12 {
+            3 => vec![0x33; 8],
+            4 => vec![0x44; 8],
+            n => vec![n as u8; 8],
+        };
+        let got = [
+            [1u8; 8],  // right
+            [9; 8],    // no reference: not counted
+            [0x33; 8], // what the memory holds now
+            [0x40; 8], // the memory changes: cannot be judged
+            [0xa5; 8], // left as poisoned
+            [6; 8],    // right
+        ];
+        let mut reread = Vec::new();
+        let verdict = reference.judge(got.iter().map(|b| &b[..]), |pas, len| {
+            reread.extend_from_slice(pas);
+            pas.iter()
+                .map(|&pa| Some(now(pa)[..len].to_vec()))
+                .collect()
+        });
+        assert_eq!(
+            verdict,
+            Verdict {
+                checked: 4,
+                wrong: 1,
+                changing: 1
+            }
+        );
+        assert_eq!(reread, [0x3000, 0x4000, 0x5000], "only the differing reads");
+        // A read that fails now, where it read before, is wrong.
+        let verdict = reference.judge(got.iter().map(|b| &b[..]), |pas, _| vec![None; pas.len()]);
+        assert_eq!((verdict.wrong, verdict.changing), (3, 0));
+    }
+
+    #[test]
+    fn the_plugin_gets_lib_remote_verbosity_and_timeout() {
+        let bench = Bench {
+            device: DeviceConfig {
+                device: "file:///tmp/m.raw".into(),
+                remote: Some("rpc://host.example:10.0.0.1".into()),
+                library: Some("/opt/lc,x/leechcore.so".into()),
+                verbosity: leechio::Verbosity::from_level(2),
+                max_address: None,
+                timeout: Some(std::time::Duration::from_millis(2500)),
+            },
+            plugin_dir: PathBuf::new(),
+            runs: 1,
+            rows: Vec::new(),
+        };
+        // The plugin reads its arguments back from their string form.
+        let args = bench.plugin_args().ok().expect("UTF-8 arguments");
+        let args: PluginArgs = args.to_string().parse().unwrap();
+        assert_eq!(args.get("lib"), Some("/opt/lc,x/leechcore.so"));
+        assert_eq!(args.get("remote"), Some("rpc://host.example:10.0.0.1"));
+        assert_eq!(args.get("verbosity"), Some("2"));
+        assert_eq!(args.get("timeout"), Some("2.5"));
+        // Attaching keeps the library, and drops the remote string, with
+        // which LeechCore would not attach.
+        let existing = bench.existing();
+        assert_eq!(existing.device, "existing");
+        assert_eq!(existing.remote, None);
+        assert_eq!(existing.library, bench.device.library);
+        assert_eq!(existing.verbosity, bench.device.verbosity);
+    }
+}

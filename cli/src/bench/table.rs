@@ -1,0 +1,85 @@
+//! The results as a table (text or Markdown) or JSON lines.
+
+use super::*;
+
+pub(super) fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
+    // Rows of one workload together, in the order workloads first came.
+    let mut order: Vec<&str> = Vec::new();
+    for r in rows {
+        if !order.contains(&r.workload.as_str()) {
+            order.push(&r.workload);
+        }
+    }
+    let mut rows: Vec<&Row> = rows.iter().collect();
+    rows.sort_by_key(|r| order.iter().position(|w| *w == r.workload));
+    // The rows each one is compared with: the limit (throughput, as a
+    // share of the limit's) and memflow's read-by-read code (speed-up).
+    let find = |workload: &str, method: &str| {
+        rows.iter()
+            .find(|r| r.workload == workload && r.method.contains(method))
+            .map(|r| r.time.as_secs_f64())
+    };
+    if markdown {
+        outln!("| workload | method | device calls | median time | MB/s | of the limit | vs read by read |");
+        outln!("|---|---|---:|---:|---:|---:|---:|");
+    }
+    for r in &rows {
+        let ms = r.time.as_secs_f64() * 1e3;
+        let mbs = r.bytes as f64 / r.time.as_secs_f64() / 1e6;
+        // A path that got bytes wrong says so beside its name, and so
+        // does one whose reads could not all be judged.
+        let mut method = r.method.to_string();
+        if let Some(v) = r.verdict {
+            if v.wrong > 0 {
+                method += &format!(" ({} of {} reads wrong or failed)", v.wrong, v.checked);
+            }
+            if v.changing > 0 {
+                method += &format!(
+                    " ({} reads not checked: the target changed that memory meanwhile)",
+                    v.changing
+                );
+            }
+        }
+        if json_output {
+            outln!(
+                "{}",
+                json!({"workload": r.workload, "method": r.method, "calls": r.calls, "ms": ms, "bytes": r.bytes,
+                    "wrong_reads": r.verdict.map(|v| v.wrong), "checked_reads": r.verdict.map(|v| v.checked),
+                    "changing_reads": r.verdict.map(|v| v.changing)})
+            );
+        } else if markdown {
+            let secs = r.time.as_secs_f64();
+            let of_limit = find(&r.workload, "limit")
+                .map_or("".into(), |limit| format!("{:.0}%", limit / secs * 100.0));
+            let speedup = find(&r.workload, "read by read")
+                .map_or("".into(), |slow| format!("{:.1}x", slow / secs));
+            outln!(
+                "| {} | {} | {} | {ms:.2} ms | {} | {of_limit} | {speedup} |",
+                r.workload,
+                method,
+                r.calls,
+                three_digits(mbs)
+            );
+        } else {
+            outln!(
+                "{:<44} {:<54} {:>6} calls {:>10.2} ms {:>9} MB/s",
+                r.workload,
+                method,
+                r.calls,
+                ms,
+                three_digits(mbs)
+            );
+        }
+    }
+}
+
+/// A throughput with at least three significant digits (8-byte reads over
+/// an emulated board run at a few hundredths of a MB/s).
+pub(super) fn three_digits(x: f64) -> String {
+    match x {
+        x if x >= 100.0 => format!("{x:.0}"),
+        x if x >= 10.0 => format!("{x:.1}"),
+        x if x >= 1.0 => format!("{x:.2}"),
+        x => format!("{x:.3}"),
+    }
+}

@@ -1,0 +1,124 @@
+//! The dump's files: outputs it refuses (its own source, pipes and
+//! devices), the one it leaves, and the list of failed ranges beside it.
+
+use super::*;
+
+/// A regular file this process has open: device and inode, and a name.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OpenFile {
+    dev: u64,
+    ino: u64,
+    path: PathBuf,
+}
+
+/// The regular files this process has open (from `/proc/self/fd`).
+/// Compared before and after opening the device, they are the files the
+/// device reads, however its device string names them.
+pub fn open_files() -> Vec<OpenFile> {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| {
+            // Follows the link to the file itself (even a deleted one).
+            let meta = std::fs::metadata(fd.path()).ok()?;
+            meta.is_file().then(|| OpenFile {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                path: std::fs::read_link(fd.path()).unwrap_or_else(|_| fd.path()),
+            })
+        })
+        .collect()
+}
+
+/// Refuses an output that is the memory being dumped: creating it would
+/// truncate the device's image (or a guest's RAM file) before a byte is
+/// read. Compares device and inode, so symlinks, hard links and other
+/// spellings of the path are caught; checks the `.failed` list beside the
+/// output too, which is created as well.
+pub(super) fn refuse_own_source(
+    device: &str,
+    sources: &[OpenFile],
+    output: &Path,
+) -> Result<(), Failure> {
+    let mut sources = sources.to_vec();
+    if let Some(path) = leechio::backend::leechcore::device_file(device) {
+        if let Ok(meta) = std::fs::metadata(&path) {
+            sources.push(OpenFile {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                path,
+            });
+        }
+    }
+    for out in [output.to_path_buf(), failed_list_path(output)] {
+        // An output that does not exist yet cannot be the source.
+        let Ok(meta) = std::fs::metadata(&out) else {
+            continue;
+        };
+        if let Some(s) = sources
+            .iter()
+            .find(|s| (s.dev, s.ino) == (meta.dev(), meta.ino()))
+        {
+            return Err(Failure(format!(
+                "refusing to write {}: it is {}, the memory this device reads; \
+                 writing it would destroy the image before it is read (choose another -o)",
+                out.display(),
+                s.path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an output (or its `.failed` list) that exists and is not a
+/// regular file: a dump seeks in its file and sizes it, which a pipe or a
+/// device cannot take, and a device node must never be replaced.
+pub(super) fn refuse_non_file(output: &Path) -> Result<(), Failure> {
+    for out in [output.to_path_buf(), failed_list_path(output)] {
+        let Ok(meta) = std::fs::metadata(&out) else {
+            continue;
+        };
+        let Some(kind) = leechio::user_file::non_regular_kind(meta.file_type()) else {
+            continue;
+        };
+        return Err(Failure(format!(
+            "refusing to write {}: it is {kind}, and a dump writes a regular file \
+             (it seeks and sizes it); choose a file for -o",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The error for a dump too large to be a file.
+pub(super) fn too_large(output: &Path, size: Option<u64>) -> Failure {
+    let size = size.map_or("more than 16 EiB".into(), |n| {
+        format!("{n:#x} bytes ({})", human_size(n))
+    });
+    Failure(format!(
+        "{} would be {size}, more than a file can hold (8 EiB); narrow --range",
+        output.display()
+    ))
+}
+
+pub(super) fn failed_list_path(output: &std::path::Path) -> PathBuf {
+    let mut name = output.as_os_str().to_owned();
+    name.push(".failed");
+    PathBuf::from(name)
+}
+
+/// Writes the list of failed ranges into `file` (opened and emptied when
+/// the dump started).
+pub(super) fn write_failed_list(file: &File, failed: &[(u64, u64, String)]) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(file);
+    writeln!(
+        out,
+        "# ranges that could not be read (zero-filled in the dump): start end reason"
+    )?;
+    for (start, len, why) in failed {
+        let end = u128::from(*start) + u128::from(*len);
+        writeln!(out, "{start:#x} {end:#x} {why}")?;
+    }
+    out.flush()
+}
