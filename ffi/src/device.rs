@@ -1,5 +1,6 @@
 //! Opening and closing a device, and what it tells about itself.
 
+use crate::handle::Handle;
 use std::ffi::{c_char, CStr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -98,14 +99,8 @@ unsafe fn optional_str<'a>(p: *const c_char, name: &str) -> Result<Option<&'a st
     })
 }
 
-/// The device behind a handle pointer, or `LEECHIO_NULL_ARGUMENT`.
-///
-/// # Safety
-/// `p` must be NULL or a live handle from `leechio_device_open`.
-pub(crate) unsafe fn device_ref<'a>(p: *const leechio_device) -> Result<&'a leechio_device, Fail> {
-    non_null(p, "device")?;
-    // SAFETY: non-NULL; the caller passes a live handle.
-    Ok(unsafe { &*p })
+impl Handle for leechio_device {
+    const NAME: &'static str = "device";
 }
 
 /// Opens a LeechCore device and its engine.
@@ -159,9 +154,8 @@ pub unsafe extern "C" fn leechio_device_open(
         };
         let device = Arc::new(LeechCore::open(&config)?);
         let mem = Memory::with_config(device.clone(), EngineConfig::default());
-        let handle = Box::new(leechio_device { device, mem });
         // SAFETY: checked non-NULL above.
-        unsafe { *out = Box::into_raw(handle) };
+        unsafe { leechio_device { device, mem }.give(out) };
         Ok(())
     })
 }
@@ -175,11 +169,8 @@ pub unsafe extern "C" fn leechio_device_open(
 #[no_mangle]
 pub unsafe extern "C" fn leechio_device_close(device: *mut leechio_device) {
     guard("leechio_device_close", || {
-        if !device.is_null() {
-            // SAFETY: a handle from Box::into_raw, closed once (caller's
-            // contract).
-            drop(unsafe { Box::from_raw(device) });
-        }
+        // SAFETY: NULL or a handle closed once (the caller's contract).
+        unsafe { leechio_device::free(device) };
         Ok(())
     });
 }
@@ -198,7 +189,7 @@ pub unsafe extern "C" fn leechio_device_get_info(
 ) -> leechio_status {
     guard("leechio_device_get_info", || {
         // SAFETY: the caller's contract.
-        let d = unsafe { device_ref(device)? };
+        let d = unsafe { leechio_device::lend(device)? };
         non_null(out, "out")?;
         let info = d.device.info();
         let filled = leechio_device_info {
@@ -231,7 +222,7 @@ unsafe fn device_text(
 ) -> leechio_status {
     guard(function, || {
         // SAFETY: the caller's contract.
-        let d = unsafe { device_ref(device)? };
+        let d = unsafe { leechio_device::lend(device)? };
         let s = text(d);
         // SAFETY: the caller's contract.
         unsafe { copy_string(s.as_bytes(), buf, len, out_len) }
@@ -338,7 +329,7 @@ pub unsafe extern "C" fn leechio_device_memory_map(
 ) -> leechio_status {
     guard("leechio_device_memory_map", || {
         // SAFETY: the caller's contract.
-        let d = unsafe { device_ref(device)? };
+        let d = unsafe { leechio_device::lend(device)? };
         if ranges.is_null() && capacity > 0 {
             return Err(Fail::new(
                 LEECHIO_NULL_ARGUMENT,
@@ -389,7 +380,7 @@ pub unsafe extern "C" fn leechio_device_call_count(
 ) -> leechio_status {
     guard("leechio_device_call_count", || {
         // SAFETY: the caller's contract.
-        let d = unsafe { device_ref(device)? };
+        let d = unsafe { leechio_device::lend(device)? };
         non_null(out, "out")?;
         // `kind` comes from C as a plain number: matched, never transmuted.
         let call = match kind {

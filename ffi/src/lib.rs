@@ -29,6 +29,7 @@
 
 mod device;
 mod error;
+mod handle;
 mod ops;
 mod physical;
 mod queue;

@@ -1,9 +1,10 @@
 //! Synchronous batches of physical reads and writes: everything in one
 //! flush of the engine, so one device call for the reads.
 
+use crate::handle::Handle;
 use std::ffi::c_void;
 
-use crate::device::{device_ref, leechio_device};
+use crate::device::leechio_device;
 use crate::error::guard;
 use crate::leechio_status;
 use crate::ops::{
@@ -43,7 +44,7 @@ pub unsafe extern "C" fn leechio_read(
 ) -> leechio_status {
     guard("leechio_read", || {
         // SAFETY (this block): the caller's contract on every pointer.
-        let (d, ops) = unsafe { (device_ref(device)?, op_array(ops, count, "ops")?) };
+        let (d, ops) = unsafe { (leechio_device::lend(device)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above; the buffers are used only during this call.
         let buffers = unsafe { read_buffers(ops)? };
         let outcome = d.mem.read_now(buffers);
@@ -86,7 +87,7 @@ pub unsafe extern "C" fn leechio_write(
 ) -> leechio_status {
     guard("leechio_write", || {
         // SAFETY (this block): the caller's contract on every pointer.
-        let (d, ops) = unsafe { (device_ref(device)?, op_array(ops, count, "ops")?) };
+        let (d, ops) = unsafe { (leechio_device::lend(device)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above.
         let data = unsafe { write_data(ops)? };
         let outcome = d.mem.write_now(data);

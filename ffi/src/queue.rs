@@ -10,6 +10,7 @@
 //! its page walk advances one level per flush and its callback runs when
 //! the data is in.
 
+use crate::handle::Handle;
 use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::future::Future;
@@ -19,11 +20,11 @@ use std::task::{Context, Poll};
 
 use engine::{Memory, PartialError};
 
-use crate::device::{device_ref, leechio_device};
+use crate::device::leechio_device;
 use crate::error::{guard, guard_value, non_null, Fail};
 use crate::leechio_status::{self, *};
 use crate::ops::{failures, fragments, leechio_fragment};
-use crate::space::{leechio_space, space_ref};
+use crate::space::leechio_space;
 
 /// A queue of reads on one device, flushed by the caller. Use it from one
 /// thread at a time. Free it with `leechio_queue_free`.
@@ -111,14 +112,8 @@ struct Done {
     result: Result<(), PartialError>,
 }
 
-/// # Safety
-/// `p` must be NULL or a live handle from `leechio_queue_new`.
-unsafe fn queue_ref<'a>(p: *const leechio_queue) -> Result<&'a leechio_queue, Fail> {
-    non_null(p, "queue")?;
-    // SAFETY: non-NULL; the caller passes a live handle. Only shared
-    // references are ever made, so a callback re-entering with the same
-    // pointer aliases nothing mutable.
-    Ok(unsafe { &*p })
+impl Handle for leechio_queue {
+    const NAME: &'static str = "queue";
 }
 
 /// A zeroed buffer of `len` bytes, or `LEECHIO_NO_MEMORY` instead of an
@@ -310,8 +305,8 @@ pub unsafe extern "C" fn leechio_queue_new(
         // SAFETY: checked non-NULL; NULL on failure.
         unsafe { *out = std::ptr::null_mut() };
         // SAFETY: the caller's contract.
-        let d = unsafe { device_ref(device)? };
-        let queue = Box::new(leechio_queue {
+        let d = unsafe { leechio_device::lend(device)? };
+        let queue = leechio_queue {
             mem: d.mem.clone(),
             fresh: RefCell::default(),
             active: RefCell::default(),
@@ -319,9 +314,9 @@ pub unsafe extern "C" fn leechio_queue_new(
             completing: Cell::new(0),
             freeing: Cell::new(false),
             next_seq: Cell::new(0),
-        });
+        };
         // SAFETY: checked non-NULL.
-        unsafe { *out = Box::into_raw(queue) };
+        unsafe { queue.give(out) };
         Ok(())
     })
 }
@@ -344,14 +339,14 @@ pub unsafe extern "C" fn leechio_queue_free(queue: *mut leechio_queue) {
             return Ok(());
         }
         // SAFETY: the caller's contract.
-        if unsafe { queue_ref(queue)? }.flushing.get() {
+        if unsafe { leechio_queue::lend(queue)? }.flushing.get() {
             return Err(Fail::new(
                 LEECHIO_BUSY,
                 "a queue cannot be freed from its own completion callback",
             ));
         }
         // SAFETY: the caller's contract.
-        let q = unsafe { queue_ref(queue)? };
+        let q = unsafe { leechio_queue::lend(queue)? };
         // Busy while cancelling: the callbacks may not flush, free or queue.
         q.flushing.set(true);
         q.freeing.set(true);
@@ -376,8 +371,8 @@ pub unsafe extern "C" fn leechio_queue_free(queue: *mut leechio_queue) {
             // SAFETY: the callback's contract from `leechio_queue_read`.
             unsafe { complete(&target, std::ptr::null_mut(), LEECHIO_NOT_ISSUED, fragments) };
         }
-        // SAFETY: a handle from Box::into_raw, freed once, after its last use.
-        drop(unsafe { Box::from_raw(queue) });
+        // SAFETY: a handle freed once, after its last use.
+        unsafe { leechio_queue::free(queue) };
         Ok(())
     });
 }
@@ -408,7 +403,7 @@ pub unsafe extern "C" fn leechio_queue_read(
 ) -> leechio_status {
     guard("leechio_queue_read", || {
         // SAFETY: the caller's contract.
-        let q = unsafe { queue_ref(queue)? };
+        let q = unsafe { leechio_queue::lend(queue)? };
         let mem = q.mem.clone();
         q.push(address, buffer, length, callback, context, |buf| {
             Box::pin(async move { mem.read_into_owned(address, buf).await })
@@ -438,7 +433,7 @@ pub unsafe extern "C" fn leechio_queue_read_virtual(
 ) -> leechio_status {
     guard("leechio_queue_read_virtual", || {
         // SAFETY: the caller's contract.
-        let (q, s) = unsafe { (queue_ref(queue)?, space_ref(space)?) };
+        let (q, s) = unsafe { (leechio_queue::lend(queue)?, leechio_space::lend(space)?) };
         // A space on another engine would queue its requests where this
         // queue's flush never looks: its reads would never complete.
         let same = Arc::as_ptr(s.space.memory().backend()).cast::<()>()
@@ -476,7 +471,7 @@ pub unsafe extern "C" fn leechio_queue_flush(
 ) -> leechio_status {
     guard("leechio_queue_flush", || {
         // SAFETY: the caller's contract.
-        let n = unsafe { queue_ref(queue)? }.flush(queue)?;
+        let n = unsafe { leechio_queue::lend(queue)? }.flush(queue)?;
         if !completed.is_null() {
             // SAFETY: non-NULL; the caller passes a valid pointer.
             unsafe { *completed = n };
@@ -501,7 +496,7 @@ pub unsafe extern "C" fn leechio_queue_run(
 ) -> leechio_status {
     guard("leechio_queue_run", || {
         // SAFETY: the caller's contract.
-        let q = unsafe { queue_ref(queue)? };
+        let q = unsafe { leechio_queue::lend(queue)? };
         // (Checked first: from the last callback of a flush, nothing may
         // be pending, and that is no reason to say OK.)
         if q.flushing.get() {
@@ -530,6 +525,6 @@ pub unsafe extern "C" fn leechio_queue_run(
 pub unsafe extern "C" fn leechio_queue_pending(queue: *const leechio_queue) -> usize {
     guard_value("leechio_queue_pending", 0, || {
         // SAFETY: the caller's contract.
-        Ok(unsafe { queue_ref(queue)? }.pending())
+        Ok(unsafe { leechio_queue::lend(queue)? }.pending())
     })
 }

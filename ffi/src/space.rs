@@ -5,6 +5,7 @@
 //! costs one device call per table level plus one for the data, however
 //! many reads it holds.
 
+use crate::handle::Handle;
 use std::ffi::c_void;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use engine::join_all;
 use engine::vm::CacheConfig;
 use engine::{AddressSpace, VmConfig, WalkError};
 
-use crate::device::{device_ref, leechio_device};
+use crate::device::leechio_device;
 use crate::error::{guard, non_null, Fail};
 use crate::leechio_status::{self, *};
 use crate::ops::{
@@ -103,12 +104,8 @@ pub struct leechio_mapping {
 pub type leechio_mapping_fn =
     Option<unsafe extern "C" fn(context: *mut c_void, mapping: *const leechio_mapping)>;
 
-/// # Safety
-/// `p` must be NULL or a live handle from `leechio_space_new`.
-pub(crate) unsafe fn space_ref<'a>(p: *const leechio_space) -> Result<&'a leechio_space, Fail> {
-    non_null(p, "space")?;
-    // SAFETY: non-NULL; the caller passes a live handle.
-    Ok(unsafe { &*p })
+impl Handle for leechio_space {
+    const NAME: &'static str = "space";
 }
 
 fn cache(ms: u64, capacity: usize) -> CacheConfig {
@@ -141,7 +138,7 @@ pub unsafe extern "C" fn leechio_space_new(
         // SAFETY: checked non-NULL; NULL on every failure below.
         unsafe { *out = std::ptr::null_mut() };
         // SAFETY: the caller's contract.
-        let d = unsafe { device_ref(device)? };
+        let d = unsafe { leechio_device::lend(device)? };
         let config = if options.is_null() {
             VmConfig::default()
         } else {
@@ -156,7 +153,7 @@ pub unsafe extern "C" fn leechio_space_new(
         };
         let space = AddressSpace::with_config(d.mem.clone(), dtb, config);
         // SAFETY: checked non-NULL above.
-        unsafe { *out = Box::into_raw(Box::new(leechio_space { space })) };
+        unsafe { leechio_space { space }.give(out) };
         Ok(())
     })
 }
@@ -169,10 +166,8 @@ pub unsafe extern "C" fn leechio_space_new(
 #[no_mangle]
 pub unsafe extern "C" fn leechio_space_free(space: *mut leechio_space) {
     guard("leechio_space_free", || {
-        if !space.is_null() {
-            // SAFETY: a handle from Box::into_raw, freed once.
-            drop(unsafe { Box::from_raw(space) });
-        }
+        // SAFETY: NULL or a handle freed once (the caller's contract).
+        unsafe { leechio_space::free(space) };
         Ok(())
     });
 }
@@ -188,7 +183,7 @@ pub unsafe extern "C" fn leechio_space_free(space: *mut leechio_space) {
 pub unsafe extern "C" fn leechio_space_invalidate(space: *const leechio_space) -> leechio_status {
     guard("leechio_space_invalidate", || {
         // SAFETY: the caller's contract.
-        unsafe { space_ref(space)? }.space.invalidate();
+        unsafe { leechio_space::lend(space)? }.space.invalidate();
         Ok(())
     })
 }
@@ -244,7 +239,7 @@ pub unsafe extern "C" fn leechio_space_translate_many(
 ) -> leechio_status {
     guard("leechio_space_translate_many", || {
         // SAFETY: the caller's contract.
-        let (s, vas) = unsafe { (space_ref(space)?, op_array(vas, count, "vas")?) };
+        let (s, vas) = unsafe { (leechio_space::lend(space)?, op_array(vas, count, "vas")?) };
         if count > 0 {
             non_null(out, "out")?;
         }
@@ -287,7 +282,7 @@ pub unsafe extern "C" fn leechio_space_translate(
 ) -> leechio_status {
     guard("leechio_space_translate", || {
         // SAFETY: the caller's contract.
-        let s = unsafe { space_ref(space)? };
+        let s = unsafe { leechio_space::lend(space)? };
         non_null(out, "out")?;
         let t = translation(va, s.space.memory().block_on(s.space.translate(va)));
         // SAFETY: checked non-NULL.
@@ -320,7 +315,7 @@ pub unsafe extern "C" fn leechio_space_read(
 ) -> leechio_status {
     guard("leechio_space_read", || {
         // SAFETY (this block): the caller's contract on every pointer.
-        let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count, "ops")?) };
+        let (s, ops) = unsafe { (leechio_space::lend(space)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above; the buffers are used only during this call.
         let buffers = unsafe { read_buffers(ops)? };
         let (space, mem) = (&s.space, s.space.memory());
@@ -362,7 +357,7 @@ pub unsafe extern "C" fn leechio_space_write(
 ) -> leechio_status {
     guard("leechio_space_write", || {
         // SAFETY (this block): the caller's contract on every pointer.
-        let (s, ops) = unsafe { (space_ref(space)?, op_array(ops, count, "ops")?) };
+        let (s, ops) = unsafe { (leechio_space::lend(space)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above.
         let data = unsafe { write_data(ops)? };
         let (space, mem) = (&s.space, s.space.memory());
@@ -410,7 +405,7 @@ pub unsafe extern "C" fn leechio_space_mappings(
 ) -> leechio_status {
     guard("leechio_space_mappings", || {
         // SAFETY: the caller's contract.
-        let s = unsafe { space_ref(space)? };
+        let s = unsafe { leechio_space::lend(space)? };
         let Some(callback) = on_mapping else {
             return Err(Fail::new(LEECHIO_NULL_ARGUMENT, "`on_mapping` is NULL"));
         };

@@ -195,21 +195,20 @@ impl Fixture {
             .args(sources)
             .arg("-o")
             .arg(&exe);
+        let lib = prefix.join("lib");
         if static_lib {
             // What the staticlib needs from the system (rustc's
             // --print native-static-libs for this target).
-            cmd.arg(prefix.join("lib/libleechio.a")).args([
-                "-lpthread",
-                "-ldl",
-                "-lm",
-                "-lrt",
-                "-lutil",
-            ]);
+            cmd.arg(lib.join("libleechio.a"))
+                .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"]);
         } else {
-            let lib = prefix.join("lib");
             cmd.arg("-L").arg(&lib).arg("-lleechio");
-            cmd.arg(format!("-Wl,-rpath,{}", lib.display()));
         }
+        // The shared library is found through the rpath; so is LeechCore,
+        // which libleechio loads by name through the dynamic linker (with
+        // the static library, nothing else would find it there: no path
+        // of the build is kept in libleechio).
+        cmd.arg(format!("-Wl,-rpath,{}", lib.display()));
         run(&mut cmd);
         exe
     }
