@@ -7,6 +7,9 @@
 //!   opened from a LeechCore device string, loaded at run time) or
 //!   [`MemBackend`] (a byte vector, for tests and examples).
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod backend;
 pub mod engine;
 mod error;

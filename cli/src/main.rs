@@ -1,5 +1,7 @@
 //! `leechio`: look at a target behind LeechCore, translate addresses, dump
 //! memory. Every command prints plain text, or JSON lines with `--json`.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 #[macro_use]
 mod output;

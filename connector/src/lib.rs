@@ -4,6 +4,8 @@
 //!
 //! This crate only turns memflow's arguments into a device and wires it to
 //! memflow; everything else lives in `leechio`. No panic leaves the plugin.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod args;
 

@@ -25,6 +25,8 @@
 //! Type names follow C (`leechio_device`, `LEECHIO_OK`) because they are
 //! the names C sees.
 #![allow(non_camel_case_types)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 #![deny(missing_docs)]
 
 mod device;

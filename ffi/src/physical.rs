@@ -43,7 +43,7 @@ pub unsafe extern "C" fn leechio_read(
     context: *mut c_void,
 ) -> leechio_status {
     guard("leechio_read", || {
-        // SAFETY (this block): the caller's contract on every pointer.
+        // SAFETY: the caller's contract on every pointer.
         let (d, ops) = unsafe { (leechio_device::lend(device)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above; the buffers are used only during this call.
         let buffers = unsafe { read_buffers(ops)? };
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn leechio_write(
     context: *mut c_void,
 ) -> leechio_status {
     guard("leechio_write", || {
-        // SAFETY (this block): the caller's contract on every pointer.
+        // SAFETY: the caller's contract on every pointer.
         let (d, ops) = unsafe { (leechio_device::lend(device)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above.
         let data = unsafe { write_data(ops)? };

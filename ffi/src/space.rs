@@ -314,7 +314,7 @@ pub unsafe extern "C" fn leechio_space_read(
     context: *mut c_void,
 ) -> leechio_status {
     guard("leechio_space_read", || {
-        // SAFETY (this block): the caller's contract on every pointer.
+        // SAFETY: the caller's contract on every pointer.
         let (s, ops) = unsafe { (leechio_space::lend(space)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above; the buffers are used only during this call.
         let buffers = unsafe { read_buffers(ops)? };
@@ -356,7 +356,7 @@ pub unsafe extern "C" fn leechio_space_write(
     context: *mut c_void,
 ) -> leechio_status {
     guard("leechio_space_write", || {
-        // SAFETY (this block): the caller's contract on every pointer.
+        // SAFETY: the caller's contract on every pointer.
         let (s, ops) = unsafe { (leechio_space::lend(space)?, op_array(ops, count, "ops")?) };
         // SAFETY: as above.
         let data = unsafe { write_data(ops)? };

@@ -6,7 +6,8 @@
 //! the safe wrapper lives in the `leechio` crate.
 //!
 //! Names follow LeechCore's C header so that its documentation applies as is.
-
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types, non_snake_case)]
 
 mod library;

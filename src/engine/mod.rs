@@ -16,6 +16,7 @@
 
 mod flush;
 mod join;
+mod lent;
 mod outcome;
 mod queue;
 mod request;
@@ -46,6 +47,7 @@ pub use scope::Scope;
 
 use crate::backend::Backend;
 use flush::Flusher;
+use lent::LentBuffer;
 use queue::{Kind, NewRequest, Queue, SlotRef, Staging};
 
 /// What a synchronous batch ([`Memory::read_now`], [`Memory::write_now`])
@@ -226,7 +228,7 @@ impl Memory {
     pub fn read_now<'a>(&self, ops: impl IntoIterator<Item = (u64, &'a mut [u8])>) -> BatchOutcome {
         self.run_now(
             ops.into_iter()
-                .map(|(addr, buf)| (Kind::Read, addr, buf.as_mut_ptr(), buf.len())),
+                .map(|(addr, buf)| (Kind::Read, addr, LentBuffer::of_mut(buf))),
         )
     }
 
@@ -236,17 +238,17 @@ impl Memory {
         // The flush only reads from a write's buffer.
         self.run_now(
             ops.into_iter()
-                .map(|(addr, data)| (Kind::Write, addr, data.as_ptr() as *mut u8, data.len())),
+                .map(|(addr, data)| (Kind::Write, addr, LentBuffer::of(data))),
         )
     }
 
-    fn run_now(&self, ops: impl Iterator<Item = (Kind, u64, *mut u8, usize)>) -> BatchOutcome {
+    fn run_now(&self, ops: impl Iterator<Item = (Kind, u64, LentBuffer)>) -> BatchOutcome {
         let mut flusher = self.shared.flusher.lock_recovering();
         flusher.begin_batch();
-        for (kind, addr, ptr, len) in ops {
-            // SAFETY: the pointers come from slices borrowed by the public
-            // callers for the whole of this call.
-            unsafe { flusher.lend(kind, addr, ptr, len) };
+        for (kind, addr, buf) in ops {
+            // SAFETY: the buffers are slices borrowed by the public callers
+            // for the whole of this call.
+            unsafe { flusher.lend(kind, addr, buf) };
         }
         let stats = flusher.run(
             &*self.shared.backend,

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
 
+use super::lent::LentBuffer;
 use super::outcome::{Failure, Fragment};
 
 /// Whether a request reads or writes.
@@ -112,9 +113,9 @@ pub(crate) struct Req {
     pub kind: Kind,
     pub addr: u64,
     pub len: usize,
-    /// `len` bytes, valid and not otherwise accessed until the flush ends;
-    /// written only for reads.
-    pub ptr: *mut u8,
+    /// Its `len` bytes, lent until the flush that takes it ends; written
+    /// only for reads.
+    pub buf: LentBuffer,
     /// Record fragments (only streams need them).
     pub record: bool,
     /// The flush's own: the round it goes in.
@@ -125,18 +126,13 @@ pub(crate) struct Req {
     pub sees_writes: bool,
 }
 
-// SAFETY: `ptr` stands for a buffer lent to the engine (a slot's, a
-// scope's, or a synchronous caller's for one call), touched only by the
-// flush that holds the request.
-unsafe impl Send for Req {}
-
 /// A caller's buffer lent to the engine for the life of a scope (see
 /// `Memory::scope`): the flush reads or writes it in place, so it is
 /// never copied. The scope's end cancels what is still queued and waits
 /// for a flush in progress, so no flush touches it afterwards.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Lent {
-    pub ptr: NonNull<u8>,
+    pub buf: LentBuffer,
     pub scope: u64,
 }
 
@@ -189,6 +185,7 @@ pub(crate) struct SlotRef {
 // allows; the slot itself is shared through an atomic and an `UnsafeCell`
 // whose contents are `Send`.
 unsafe impl Send for SlotRef {}
+// SAFETY: as above: shared use goes through the atomic state.
 unsafe impl Sync for SlotRef {}
 
 impl SlotRef {
@@ -212,7 +209,9 @@ impl SlotRef {
     #[allow(clippy::mut_from_ref)]
     #[inline]
     pub unsafe fn done_body(&self) -> &mut Body {
-        &mut *self.slot.as_ref().body.get()
+        // SAFETY: the caller's contract: the slot is done and belongs to
+        // this future alone, until `collected`.
+        unsafe { &mut *self.slot().body.get() }
     }
 
     /// Hands a done slot back to the engine; the future must not touch it
@@ -241,15 +240,16 @@ impl SlotRef {
     ) -> Req {
         let slot = self.slot();
         let raw = slot.body.get();
-        let body = &mut *raw;
+        // SAFETY: the caller's contract: the slot is free and held alone.
+        let body = unsafe { &mut *raw };
         let NewRequest { sub, buffer, waker } = req;
         body.scope = 0;
         body.in_inline = false;
-        let ptr = match buffer {
+        let buf = match buffer {
             // The slot's own buffer is neither used nor resized.
             Buffer::Lent(lent) => {
                 body.scope = lent.scope;
-                lent.ptr.as_ptr()
+                lent.buf
             }
             Buffer::Owned(data) => {
                 let old = std::mem::replace(&mut body.data, data);
@@ -258,7 +258,7 @@ impl SlotRef {
                     spare.put(old);
                 }
                 body.large = body.data.capacity() > LARGE_BUFFER;
-                body.data.as_mut_ptr()
+                LentBuffer::of_vec(&mut body.data, sub.len)
             }
             Buffer::Engine if sub.len <= INLINE => {
                 body.in_inline = true;
@@ -267,7 +267,10 @@ impl SlotRef {
                 // the whole body made later (a pending poll's new waker)
                 // would end a pointer derived from this one (Miri, Stacked
                 // Borrows).
-                std::ptr::addr_of_mut!((*raw).inline).cast::<u8>()
+                // SAFETY: `raw` is the slot's body, which the caller holds
+                // alone; no reference is made.
+                let inline = unsafe { std::ptr::addr_of_mut!((*raw).inline) };
+                LentBuffer::of_raw(inline.cast::<u8>(), sub.len)
             }
             Buffer::Engine => {
                 let cap = body.data.capacity();
@@ -292,7 +295,7 @@ impl SlotRef {
                 }
                 fill(&mut body.data[..sub.len]);
                 body.large = body.data.capacity() > LARGE_BUFFER;
-                body.data.as_mut_ptr()
+                LentBuffer::of_vec(&mut body.data, sub.len)
             }
         };
         body.len = sub.len;
@@ -314,7 +317,7 @@ impl SlotRef {
             kind: sub.kind,
             addr: sub.addr,
             len: sub.len,
-            ptr,
+            buf,
             record: sub.record,
             round: 0,
             sees_writes: false,

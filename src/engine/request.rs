@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 use bytemuck::Pod;
 use futures::Stream;
 
+use super::lent::LentBuffer;
 use super::outcome::{for_each_success, Fragment, PartialError};
 use super::queue::{Body, Buffer, Kind, Lent, NewRequest, SlotRef, Submission};
 use super::Memory;
@@ -474,23 +475,15 @@ struct LentRequest<'s> {
     zero_failed: bool,
 }
 
-// SAFETY: the pointer stands for a `&mut [u8]` (reads) or `&[u8]` (writes)
-// borrowed for the scope, both `Send` and `Sync`; a shared
-// `LentRequest` gives no access to it.
-unsafe impl Send for LentRequest<'_> {}
-unsafe impl Sync for LentRequest<'_> {}
-
 impl<'s> LentRequest<'s> {
     #[inline]
-    fn new(mem: &'s Memory, scope: u64, kind: Kind, addr: u64, ptr: *const u8, len: usize) -> Self {
-        // (A slice's pointer is never null, even when it is empty.)
-        let ptr = std::ptr::NonNull::new(ptr as *mut u8).expect("a slice's pointer");
+    fn new(mem: &'s Memory, scope: u64, kind: Kind, addr: u64, buf: LentBuffer) -> Self {
         LentRequest {
             req: Request::new(mem),
             kind,
             addr,
-            lent: Lent { ptr, scope },
-            len,
+            lent: Lent { buf, scope },
+            len: buf.len(),
             zero_failed: false,
         }
     }
@@ -520,7 +513,7 @@ impl<'s> Requesting<'s> for LentRequest<'s> {
         if let (Err(e), true) = (&result, self.zero_failed) {
             // SAFETY: the request is done, so no flush uses the buffer any
             // more; this future holds its borrow.
-            let buf = unsafe { std::slice::from_raw_parts_mut(self.lent.ptr.as_ptr(), self.len) };
+            let buf = unsafe { self.lent.buf.whole_mut() };
             e.zero_fill(buf);
         }
         result
@@ -539,7 +532,7 @@ pub struct ScopedRead<'s> {
 impl<'s> ScopedRead<'s> {
     pub(super) fn new(mem: &'s Memory, scope: u64, addr: u64, buf: &'s mut [u8]) -> Self {
         ScopedRead {
-            inner: LentRequest::new(mem, scope, Kind::Read, addr, buf.as_mut_ptr(), buf.len()),
+            inner: LentRequest::new(mem, scope, Kind::Read, addr, LentBuffer::of_mut(buf)),
             _buf: PhantomData,
         }
     }
@@ -574,7 +567,7 @@ impl<'s> ScopedWrite<'s> {
     pub(super) fn new(mem: &'s Memory, scope: u64, addr: u64, data: &'s [u8]) -> Self {
         // The flush only reads from a write's buffer.
         ScopedWrite {
-            inner: LentRequest::new(mem, scope, Kind::Write, addr, data.as_ptr(), data.len()),
+            inner: LentRequest::new(mem, scope, Kind::Write, addr, LentBuffer::of(data)),
             _data: PhantomData,
         }
     }

@@ -185,22 +185,22 @@ impl PhysicalMemory for MemflowPhysical {
                 .iter()
                 .map(|CTup3(pa, _, buf)| (pa.address.to_umem(), buf.len())),
         );
-        // SAFETY: each CSliceMut is an exclusive borrow of its buffer for
-        // the whole call; the buffers are disjoint, and so are the runs of
-        // one buffer.
         let slices = runs.iter().filter_map(|(i, run)| {
+            let at = run.at?;
             let ptr = items[*i].2.as_mut_ptr();
-            Some((run.at?, unsafe {
-                std::slice::from_raw_parts_mut(ptr.add(run.offset), run.len)
-            }))
+            // SAFETY: each CSliceMut is an exclusive borrow of its buffer
+            // for the whole call; the buffers are disjoint, and so are the
+            // runs of one buffer.
+            let part = unsafe { std::slice::from_raw_parts_mut(ptr.add(run.offset), run.len) };
+            Some((at, part))
         });
         let outcome = self.mem.read_now(slices);
         failed_runs(&runs, items.len(), &outcome, |i, failed| {
             let CTup3(_, meta, buf) = &items[i];
             let ptr = buf.as_mut_ptr();
-            // SAFETY: the runs are disjoint parts of the buffer, handed
-            // out once each.
             let part = |a: usize, b: usize| {
+                // SAFETY: the runs are disjoint parts of the buffer, handed
+                // out once each.
                 unsafe { std::slice::from_raw_parts_mut(ptr.add(a), b - a) }.into()
             };
             report(
