@@ -41,16 +41,18 @@ fresh:
 
 ## miri: the library's unit tests under Miri, which catches undefined
 ## behaviour in the engine's unsafe code (installs a nightly toolchain with
-## Miri; about 5 minutes). Skipped: tests that need the file system or
-## spawn processes, which Miri cannot run, and one whose 1 s cache lifetime
-## runs out on Miri's clock. The tests that leak futures on purpose run
+## Miri; about 5 minutes). Skipped: tests that need the file system,
+## sockets or processes, which Miri cannot run, one whose 1 s cache
+## lifetime runs out on Miri's clock, and the walks of whole table graphs
+## (vm has no unsafe code; they would take hours under Miri). The tests that leak futures on purpose run
 ## without the leak check, and the threaded ones again with other
 ## schedules (seeds), where races show.
 MIRI_SKIP := a_missing_ram_file_is_not_called_a_gone_guest \
   device_file_names_the_image_or_guest_ram_a_device_reads diagnosis_names_the_likely_cause \
   folders_and_other_non_images_are_refused_before_opening a_process_watch_sees_its_process_exit \
   a_thousand_cold_reads_cost_five_calls_and_warm_ones_one \
-  random_virtual_reads_and_writes_match_a_model_of_the_tables
+  random_virtual_reads_and_writes_match_a_model_of_the_tables \
+  backend::time_limit user_file::tests vm::mappings::tests
 MIRI_LEAKY := a_scope_ends_with_no_request_left_on_its_buffers \
   dropped_and_leaked_futures_never_have_their_buffers_written
 .PHONY: miri

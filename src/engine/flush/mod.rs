@@ -20,7 +20,9 @@ use rustc_hash::FxHashMap;
 
 use super::lent::LentBuffer;
 use super::outcome::{Failure, Fragment};
-use super::queue::{Kind, Queue, Req, Staging, State};
+use super::queue::{Kind, Queue, Req};
+use super::slot::State;
+use super::staging::Staging;
 use crate::backend::{Backend, EntryRule, Limits, PageError, ScatterEntry, WriteEntry};
 use plan::*;
 
