@@ -154,7 +154,7 @@ impl DeviceString {
 
 /// Whether LeechCore opens `kind` as a device: built in, or a plugin
 /// beside `library`.
-pub(crate) fn is_device_type(kind: &str, library: &Path) -> bool {
+pub(super) fn is_device_type(kind: &str, library: &Path) -> bool {
     let dir = library.parent().unwrap_or(Path::new("."));
     BUILT_IN_DEVICES.contains(&kind) || dir.join(format!("leechcore_device_{kind}.so")).exists()
 }

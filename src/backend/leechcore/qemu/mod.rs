@@ -26,6 +26,7 @@ const QMP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A QEMU guest as found before LeechCore connects to it.
 pub(super) struct Found {
+    /// The device string's parameters.
     params: QemuParams,
     /// QEMU's process, when this process can see it.
     process: Option<ProcessWatch>,
