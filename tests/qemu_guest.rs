@@ -8,8 +8,6 @@
 
 mod common;
 
-use leechio::targets::fit_emulated_delay;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -323,15 +321,7 @@ fn fpga_emulation_delays_every_call() {
     // delay-latency-ns: at least that long per call, even for 8 bytes.
     let device = guest.open_with(&guest.device_string_with_delays(LATENCY_NS, 0));
     for _ in 0..5 {
-        let mut buf = [0u8; 8];
-        let mut entries = [ScatterEntry::new(0x100_0000, &mut buf)];
-        // LeechCore's emulated delays end early when they cross a whole
-        // second of the monotonic clock.
-        fit_emulated_delay(Duration::from_millis(100));
-        let t = Instant::now();
-        device.read_scatter(&mut entries);
-        let took = t.elapsed();
-        assert_eq!(entries[0].result, Ok(()));
+        let took = time_8_byte_read(&device);
         assert!(
             took >= Duration::from_nanos(LATENCY_NS),
             "a call took {took:?}"
@@ -342,7 +332,6 @@ fn fpga_emulation_delays_every_call() {
     // delay-readpage-ns: at least that long per page read.
     let device = guest.open_with(&guest.device_string_with_delays(0, READPAGE_NS));
     for _ in 0..3 {
-        fit_emulated_delay(Duration::from_millis(100));
         let t = Instant::now();
         read_pages(&device, 0x100_0000, (PAGES * PAGE) as usize);
         let took = t.elapsed();
@@ -359,7 +348,6 @@ fn fpga_emulation_delays_every_call() {
     let mem = Memory::with_config(device.clone(), EngineConfig::default());
     let mut buf = vec![0u8; (PAGES * PAGE) as usize];
     let calls = device.call_count(Call::ReadScatter);
-    fit_emulated_delay(Duration::from_millis(100));
     let t = Instant::now();
     mem.block_on(mem.read(0x100_0000, &mut buf)).unwrap();
     let took = t.elapsed();
@@ -368,6 +356,55 @@ fn fpga_emulation_delays_every_call() {
         took >= Duration::from_nanos(LATENCY_NS + PAGES * READPAGE_NS),
         "{PAGES} pages took {took:?}"
     );
+    drop((mem, device));
+
+    // LeechCore's wait compares only the nanoseconds of CLOCK_MONOTONIC, so
+    // on its own a delay that crosses a whole second ends there; the device
+    // waits out the rest. Each call starts with 50 ms of the second left.
+    const ACROSS_NS: u64 = 200_000_000;
+    let device = guest.open_with(&guest.device_string_with_delays(ACROSS_NS, 0));
+    for _ in 0..2 {
+        wait_until_the_second_has_left(Duration::from_millis(50));
+        let took = time_8_byte_read(&device);
+        assert!(
+            took >= Duration::from_nanos(ACROSS_NS),
+            "a call across a whole second took {took:?}"
+        );
+    }
+}
+
+/// How long one scatter call reading 8 bytes takes (and that it reads
+/// them).
+fn time_8_byte_read(device: &LeechCore) -> Duration {
+    let mut buf = [0u8; 8];
+    let mut entries = [ScatterEntry::new(0x100_0000, &mut buf)];
+    let t = Instant::now();
+    device.read_scatter(&mut entries);
+    let took = t.elapsed();
+    assert_eq!(entries[0].result, Ok(()));
+    took
+}
+
+/// Sleeps until the current second of CLOCK_MONOTONIC has at most `left`
+/// to run.
+fn wait_until_the_second_has_left(left: Duration) {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes only into `now`.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) },
+        0
+    );
+    let second = Duration::from_secs(1);
+    let into = Duration::from_nanos(now.tv_nsec as u64);
+    let target = second - left;
+    std::thread::sleep(if into < target {
+        target - into
+    } else {
+        second - into + target
+    });
 }
 
 #[test]

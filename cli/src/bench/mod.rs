@@ -13,7 +13,6 @@ mod virtual_reads;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -324,7 +323,6 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
             )
         })?,
     };
-    ALIGN_RUNS.store(emulates_delays(&device.device), Ordering::Relaxed);
     let mut bench = Bench {
         device,
         plugin_dir,

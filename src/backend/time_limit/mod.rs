@@ -39,8 +39,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::leechcore::DeviceString;
 use super::PageError;
-use sockets::{open_sockets, rawtcp_address, SigpipeBlocked, Socket};
+use sockets::{open_sockets, SigpipeBlocked, Socket};
 
 /// The time limit of a device when none is given: how long a call may hear
 /// nothing from the device's sockets.
@@ -153,9 +154,9 @@ impl std::fmt::Debug for Watchdog {
 impl Watchdog {
     /// Starts watching the opening of `device`, which begins now. Without
     /// a thread (the system refused one) nothing is ever cut.
-    pub(crate) fn opening(device: &str, limit: Duration) -> Watchdog {
+    pub(crate) fn opening(device: &DeviceString, limit: Duration) -> Watchdog {
         let shared = Arc::new(Shared {
-            device: device.to_string(),
+            device: device.text().to_string(),
             limit,
             epoch: Instant::now(),
             deadline: AtomicU64::new(IDLE),
@@ -164,7 +165,7 @@ impl Watchdog {
             lost: AtomicU8::new(NOT_LOST),
             watched: Mutex::new(Watched::Opening {
                 before: open_sockets().iter().map(|s| s.inode).collect(),
-                peer: rawtcp_address(device),
+                peer: device.rawtcp_address(),
             }),
         });
         let thread = {
@@ -174,7 +175,7 @@ impl Watchdog {
                 .spawn(move || watch(&shared))
         };
         let thread = thread
-            .map_err(|e| log::warn!("{device}: no time limit ({e}: no watchdog thread)"))
+            .map_err(|e| log::warn!("{}: no time limit ({e}: no watchdog thread)", device.text()))
             .ok();
         let watchdog = Watchdog { shared, thread };
         watchdog.arm();
@@ -447,7 +448,7 @@ mod tests {
         let server = TcpListener::bind("127.0.0.1:0").unwrap();
         let device = format!("rawtcp://{}", server.local_addr().unwrap());
         let limit = Duration::from_millis(300);
-        let dog = Watchdog::opening(&device, limit);
+        let dog = Watchdog::opening(&DeviceString::parse(&device), limit);
         let mut client = TcpStream::connect(server.local_addr().unwrap()).unwrap();
         let (mut peer, _) = server.accept().unwrap();
         // A socket opened to another address meanwhile is not the device's.
@@ -483,7 +484,7 @@ mod tests {
     #[test]
     fn a_peer_that_closes_marks_the_device_disconnected() {
         let server = TcpListener::bind("127.0.0.1:0").unwrap();
-        let dog = Watchdog::opening("socket test", Duration::from_secs(60));
+        let dog = Watchdog::opening(&DeviceString::parse("socket test"), Duration::from_secs(60));
         let client = TcpStream::connect(server.local_addr().unwrap()).unwrap();
         let (peer, _) = server.accept().unwrap();
         assert_eq!(dog.opened(), Ok(true));
@@ -514,7 +515,10 @@ mod tests {
             let write = || unsafe { libc::send(a.as_raw_fd(), b"x".as_ptr().cast(), 1, 0) };
             let write = || (write() == -1).then(|| std::io::Error::last_os_error().raw_os_error());
             let err = if how == "guarded" {
-                let dog = Watchdog::opening("sigpipe test", Duration::from_secs(60));
+                let dog = Watchdog::opening(
+                    &DeviceString::parse("sigpipe test"),
+                    Duration::from_secs(60),
+                );
                 dog.call(write)
             } else {
                 write()
@@ -539,7 +543,7 @@ mod tests {
 
     #[test]
     fn an_opening_that_makes_no_socket_needs_no_watchdog() {
-        let dog = Watchdog::opening("file:///x", Duration::from_secs(1));
+        let dog = Watchdog::opening(&DeviceString::parse("file:///x"), Duration::from_secs(1));
         let _file = std::fs::File::open("/proc/self/status").unwrap();
         assert_eq!(dog.opened(), Ok(false));
     }

@@ -137,21 +137,6 @@ pub(super) fn open_sockets() -> Vec<Socket> {
     .collect()
 }
 
-/// The address a `rawtcp://A.B.C.D[:PORT]` device connects to, read as
-/// LeechCore's rawtcp plugin reads it (IPv4 only; port 8888 when none).
-pub(super) fn rawtcp_address(device: &str) -> Option<SocketAddrV4> {
-    let (kind, rest) = device.split_once("://")?;
-    if !kind.eq_ignore_ascii_case("rawtcp") {
-        return None;
-    }
-    let (host, port) = rest.split_once(':').unwrap_or((rest, ""));
-    let port = match port.parse::<u16>() {
-        Ok(p) if p != 0 => p,
-        _ => 8888,
-    };
-    Some(SocketAddrV4::new(host.parse().ok()?, port))
-}
-
 /// SIGPIPE blocked on this thread until dropped; a SIGPIPE raised
 /// meanwhile is taken back first. (Nothing happens if it was blocked
 /// already: the caller's own choice.)
@@ -203,22 +188,5 @@ impl Drop for SigpipeBlocked {
             }
             libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rawtcp_addresses_are_read_as_leechcore_reads_them() {
-        let at = |d| rawtcp_address(d).map(|a| a.to_string());
-        assert_eq!(
-            at("rawtcp://10.0.0.1:4444").as_deref(),
-            Some("10.0.0.1:4444")
-        );
-        assert_eq!(at("RAWTCP://10.0.0.1").as_deref(), Some("10.0.0.1:8888"));
-        assert_eq!(at("rawtcp://host.example:1"), None);
-        assert_eq!(at("file:///mem.raw"), None);
     }
 }

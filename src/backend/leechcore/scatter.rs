@@ -1,0 +1,289 @@
+//! The scatter calls: each entry checked once against the device's rules
+//! and the user's max address, one `LcReadScatterEx` / `LcWriteScatter`
+//! call with reused arrays, and the results judged per entry. A writable
+//! file device is closed and opened again after each write (see
+//! `Handle::unflushed`).
+
+use std::ptr;
+use std::sync::MutexGuard;
+use std::time::Instant;
+
+use leechcore_sys::{self as sys, HANDLE, MEM_SCATTER};
+
+use super::ffi::create;
+use super::LeechCore;
+use crate::backend::{Limits, PageError, ScatterEntry, WriteEntry};
+
+/// The raw handle and the scratch arrays of one scatter call, reused so a
+/// call allocates nothing once they have grown.
+pub(super) struct Handle {
+    /// Null only when reopening failed; no call is made then.
+    pub(super) raw: HANDLE,
+    /// LeechCore's file device holds each write in the stdio buffer of one
+    /// of its several handles on the file until it is closed: its other
+    /// handles read the old bytes, two writes of the same bytes reach the
+    /// file in handle order, not in write order, and no other reader of
+    /// the file sees them. So right after a write the device is closed
+    /// (which writes the bytes out) and opened again.
+    unflushed: bool,
+    /// Call counts of the handles closed by reopening, by statistics id.
+    pub(super) retired_calls: [u64; 8],
+    /// The memory map set by the caller (`LC_MEMMAP_ENTRY`s), set again
+    /// after reopening.
+    pub(super) map: Option<Vec<u8>>,
+    mems: Vec<MEM_SCATTER>,
+    ptrs: Vec<*mut MEM_SCATTER>,
+    codes: Vec<u32>,
+    /// For each entry of `mems`, the index of the caller's entry.
+    owners: Vec<usize>,
+}
+
+// SAFETY: a LeechCore handle is not tied to the thread that opened it, and
+// the raw pointers in the scratch arrays are only dereferenced by LeechCore
+// during a call made under the lock, after being rewritten for that call.
+unsafe impl Send for Handle {}
+
+impl Handle {
+    /// The state of a device just opened as `raw`.
+    pub(super) fn new(raw: HANDLE) -> Handle {
+        Handle {
+            raw,
+            unflushed: false,
+            retired_calls: [0; 8],
+            map: None,
+            mems: Vec::new(),
+            ptrs: Vec::new(),
+            codes: Vec::new(),
+            owners: Vec::new(),
+        }
+    }
+
+    /// Fills the scratch arrays with the legal entries below `limit`;
+    /// the others get their error at once.
+    fn prepare<E: Entry>(&mut self, limit: u64, rules: Limits, entries: &mut [E]) {
+        self.mems.clear();
+        self.owners.clear();
+        for (i, entry) in entries.iter_mut().enumerate() {
+            let (addr, pb, len) = entry.raw();
+            // A legal entry stays inside one page and the limit is a page
+            // boundary, so an entry is wholly below it or wholly past it.
+            let checked = match rules.check(addr, len) {
+                Ok(()) if addr >= limit => Err(PageError::OutOfRange),
+                other => other,
+            };
+            match checked {
+                Ok(()) => {
+                    *entry.result() = Err(PageError::NotIssued);
+                    self.mems.push(MEM_SCATTER::new(addr, pb, len as u32));
+                    self.owners.push(i);
+                }
+                Err(e) => *entry.result() = Err(e),
+            }
+        }
+        // Taken after all pushes: `mems` does not move again until the call.
+        self.ptrs.clear();
+        self.ptrs
+            .extend(self.mems.iter_mut().map(|m| m as *mut MEM_SCATTER));
+    }
+}
+
+/// A read or a write entry, as a scatter call takes it.
+trait Entry {
+    /// Address, buffer and length for `MEM_SCATTER`.
+    fn raw(&mut self) -> (u64, *mut u8, usize);
+    /// Where the entry's result goes.
+    fn result(&mut self) -> &mut Result<(), PageError>;
+}
+
+impl Entry for ScatterEntry<'_> {
+    fn raw(&mut self) -> (u64, *mut u8, usize) {
+        (self.addr, self.buf.as_mut_ptr(), self.buf.len())
+    }
+
+    fn result(&mut self) -> &mut Result<(), PageError> {
+        &mut self.result
+    }
+}
+
+impl Entry for WriteEntry<'_> {
+    /// LeechCore's write path only reads from `pb`.
+    fn raw(&mut self) -> (u64, *mut u8, usize) {
+        (self.addr, self.data.as_ptr() as *mut u8, self.data.len())
+    }
+
+    fn result(&mut self) -> &mut Result<(), PageError> {
+        &mut self.result
+    }
+}
+
+impl LeechCore {
+    /// Reads every entry in one LeechCore scatter call; each entry's
+    /// `result` says whether its buffer was filled.
+    ///
+    /// Entries that break the device's [`Limits`] fail with
+    /// [`PageError::InvalidEntry`], and entries at or past the user's max
+    /// address with [`PageError::OutOfRange`], without reaching the device.
+    /// No call is made when no entry is left.
+    pub fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]) {
+        let Some(mut state) = self.begin(entries) else {
+            return;
+        };
+        let state = &mut *state;
+        let count = state.mems.len() as u32;
+        state.codes.clear();
+        state
+            .codes
+            .resize(state.mems.len(), sys::LC_READ_PAGE_RESULT_NONE);
+        let delay = self.device_string.qemu().and_then(|q| q.delay);
+        let started = delay.is_some().then(Instant::now);
+        self.guarded(|| match self.lib.LcReadScatterEx {
+            // SAFETY: `ptrs` points at `count` initialised entries whose
+            // buffers are the callers' live slices of at least `cb` bytes;
+            // `codes` has room for `count` results.
+            Some(read_ex) => unsafe {
+                read_ex(
+                    state.raw,
+                    count,
+                    state.ptrs.as_mut_ptr(),
+                    state.codes.as_mut_ptr(),
+                );
+            },
+            // SAFETY: as above, without the result array.
+            None => unsafe { (self.lib.LcReadScatter)(state.raw, count, state.ptrs.as_mut_ptr()) },
+        });
+        if let (Some(delay), Some(started)) = (delay, started) {
+            // Under the lock: the emulated board is busy until then.
+            delay.finish(started, state.mems.len());
+        }
+        self.judge(state, entries, |k| {
+            PageError::from_leechcore_code(state.codes[k])
+        });
+    }
+
+    /// Writes every entry in one LeechCore scatter call; each entry's
+    /// `result` says whether it was written. On a read-only device every
+    /// entry fails with [`PageError::ReadOnly`] and no call is made.
+    pub fn write_scatter(&self, entries: &mut [WriteEntry<'_>]) {
+        if self.info.read_only {
+            for e in entries.iter_mut() {
+                e.result = Err(PageError::ReadOnly);
+            }
+            return;
+        }
+        let Some(mut state) = self.begin(entries) else {
+            return;
+        };
+        let state = &mut *state;
+        // SAFETY: `ptrs` points at `mems.len()` initialised entries whose
+        // buffers are the callers' live slices of `cb` bytes.
+        self.guarded(|| unsafe {
+            (self.lib.LcWriteScatter)(state.raw, state.mems.len() as u32, state.ptrs.as_mut_ptr())
+        });
+        state.unflushed = self.reopen.is_some();
+        self.judge(state, entries, |_| PageError::WriteFailed);
+        // The bytes are in the file when this returns, for every reader of
+        // it. A failed reopen fails the calls after this one (`settle`).
+        self.reopen_if_unflushed(state);
+    }
+
+    /// Takes the lock and fills the call's arrays with the legal entries;
+    /// `None` when no call is to be made (every entry has its result then):
+    /// the guest is gone, the device lost or unusable, or no entry legal.
+    fn begin<E: Entry>(&self, entries: &mut [E]) -> Option<MutexGuard<'_, Handle>> {
+        if self.target_gone(entries.iter_mut().map(E::result))
+            || self.cut_off(entries.iter_mut().map(E::result))
+        {
+            return None;
+        }
+        let mut state = self.lock();
+        if !self.settle(&mut state, entries.iter_mut().map(E::result)) {
+            return None;
+        }
+        state.prepare(self.limit(), self.rules, entries);
+        (!state.mems.is_empty()).then_some(state)
+    }
+
+    /// After the call: each issued entry succeeded where LeechCore set its
+    /// `f`, else failed with `failed(k)` (`k` its index in the call) or,
+    /// when the device was lost during the call, with that reason.
+    fn judge<E: Entry>(
+        &self,
+        state: &Handle,
+        entries: &mut [E],
+        failed: impl Fn(usize) -> PageError,
+    ) {
+        let lost = self.lost_in_call(&state.mems);
+        for (k, &owner) in state.owners.iter().enumerate() {
+            *entries[owner].result() = match (state.mems[k].f, lost) {
+                (0, Some(lost)) => Err(lost.page_error()),
+                (0, None) => Err(failed(k)),
+                _ => Ok(()),
+            };
+        }
+    }
+
+    /// Makes earlier writes visible (see `Handle::unflushed`). When the
+    /// device could not be opened again, every call fails: the entries of
+    /// this one get `NotIssued`, and false comes back.
+    fn settle<'e>(
+        &self,
+        state: &mut Handle,
+        results: impl Iterator<Item = &'e mut Result<(), PageError>>,
+    ) -> bool {
+        let usable = self.reopen_if_unflushed(state);
+        if !usable {
+            results.for_each(|r| *r = Err(PageError::NotIssued));
+        }
+        usable
+    }
+
+    fn reopen_if_unflushed(&self, state: &mut Handle) -> bool {
+        let (true, Some(config)) = (state.unflushed, &self.reopen) else {
+            return !state.raw.is_null();
+        };
+        state.unflushed = false;
+        for id in 0..state.retired_calls.len() {
+            let counter = sys::LC_OPT_CORE_STATISTICS_CALL_COUNT | id as u64;
+            state.retired_calls[id] += self.option_locked(state, counter).unwrap_or(0);
+        }
+        // SAFETY: the handle came from LcCreateEx; it is replaced below and
+        // never used again. Closing is what writes the buffered bytes out.
+        unsafe { (self.lib.LcClose)(state.raw) };
+        // Null until the reopen succeeds: a failed one must leave no
+        // handle to use or to close again.
+        state.raw = ptr::null_mut();
+        let mut config = *config;
+        state.raw = match create(&self.lib, &mut config) {
+            Ok(raw) => raw,
+            Err(message) => {
+                log::error!(
+                    "could not open {} again after writing to it ({}): every read and write now fails",
+                    self.info.name,
+                    message.unwrap_or_else(|| "LeechCore gave no reason".into())
+                );
+                return false;
+            }
+        };
+        if let Some(map) = &mut state.map {
+            let raw = state.raw;
+            if let Err(e) = self.command_on(
+                raw,
+                sys::LC_CMD_MEMMAP_SET_STRUCT,
+                map,
+                "LC_CMD_MEMMAP_SET_STRUCT",
+            ) {
+                log::error!("could not set the memory map again after reopening: {e}");
+            }
+        }
+        true
+    }
+
+    /// Fails every entry, without a call, when the target behind the device
+    /// is known to be gone.
+    fn target_gone<'e>(
+        &self,
+        results: impl Iterator<Item = &'e mut Result<(), PageError>>,
+    ) -> bool {
+        self.guest.as_ref().is_some_and(|g| g.gone(results))
+    }
+}
