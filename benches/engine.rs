@@ -5,6 +5,11 @@
 //! without futures. The engine is measured reading into borrowed, scoped
 //! and owned buffers, and, for 8 bytes, reading values (`read_val`).
 //!
+//! The same on LeechCore's file device (`file device, read …` groups): the
+//! engine against a direct `LeechCore` scatter call on the same device, so
+//! that what a call into LeechCore costs the engine shows, which the
+//! in-memory backend hides.
+//!
 //! `cargo bench --bench engine` (criterion; add `-- --quick` for a short run).
 
 use std::cell::{Cell, RefCell};
@@ -389,5 +394,86 @@ fn per_read(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, per_read);
+/// The file device's image: the address pattern of `MemBackend` (each
+/// 8-byte word holds its own address), in a temporary file.
+fn pattern_image() -> tempfile::TempPath {
+    use std::io::Write;
+    let file = tempfile::NamedTempFile::new().expect("a temporary image");
+    let mut out = std::io::BufWriter::new(file.as_file());
+    for addr in (0..MEMORY as u64).step_by(8) {
+        out.write_all(&addr.to_le_bytes()).expect("write the image");
+    }
+    out.flush().expect("write the image");
+    drop(out);
+    file.into_temp_path()
+}
+
+fn per_read_on_leechcore(c: &mut Criterion) {
+    let image = pattern_image();
+    let config = leechio::DeviceConfig::new(format!("file://{}", image.display()));
+    let device =
+        std::sync::Arc::new(leechio::LeechCore::open(&config).expect("LeechCore (make setup)"));
+    let mem = Memory::with_config(device.clone(), Default::default());
+    let direct: &dyn Backend = &*device;
+    for size in SIZES {
+        let mut group = c.benchmark_group(format!("file device, read {size} B"));
+        for batch in [1, 16, 256] {
+            let addrs = addresses(batch);
+            let mut bufs = vec![vec![0u8; size]; batch];
+            let mut ran = false;
+            group.throughput(Throughput::Elements(batch as u64));
+            group.bench_with_input(
+                BenchmarkId::new("direct read_scatter", batch),
+                &batch,
+                |b, _| {
+                    ran = true;
+                    b.iter(|| {
+                        let mut entries: Vec<ScatterEntry> = addrs
+                            .iter()
+                            .zip(bufs.iter_mut())
+                            .map(|(&a, buf)| ScatterEntry::new(a, buf))
+                            .collect();
+                        direct.read_scatter(&mut entries);
+                        assert!(entries.iter().all(|e| e.result.is_ok()));
+                    })
+                },
+            );
+            if std::mem::take(&mut ran) {
+                check_and_poison(&mut bufs, &addrs);
+            }
+            group.bench_with_input(
+                BenchmarkId::new("engine read_now", batch),
+                &batch,
+                |b, _| {
+                    ran = true;
+                    b.iter(|| {
+                        let ops = addrs.iter().zip(bufs.iter_mut());
+                        let outcome = mem.read_now(ops.map(|(&a, buf)| (a, &mut buf[..])));
+                        assert!(outcome.is_ok());
+                    })
+                },
+            );
+            if std::mem::take(&mut ran) {
+                check_and_poison(&mut bufs, &addrs);
+            }
+            group.bench_with_input(BenchmarkId::new("engine read", batch), &batch, |b, _| {
+                ran = true;
+                b.iter(|| {
+                    let reads = addrs
+                        .iter()
+                        .zip(bufs.iter_mut())
+                        .map(|(&addr, buf)| mem.read(addr, buf));
+                    let results = mem.block_on(leechio::join_all(reads));
+                    assert!(results.iter().all(Result::is_ok));
+                })
+            });
+            if std::mem::take(&mut ran) {
+                check_and_poison(&mut bufs, &addrs);
+            }
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, per_read, per_read_on_leechcore);
 criterion_main!(benches);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Prints the engine benchmark as a Markdown table: per-read CPU time of the
+"""Prints the engine benchmark as Markdown tables: per-read CPU time of the
 engine against the direct backend call measured in the same run, from
-criterion's estimates.
+criterion's estimates; first on the in-memory backend, then, where the run
+has them, on LeechCore's file device.
 
     scripts/bench-table.py [DIR ...]
 
@@ -38,25 +39,38 @@ def median(values):
     return statistics.median(values) if values else None
 
 
-groups = sorted(
-    {p.name for root in roots for p in root.iterdir() if p.is_dir() and p.name.startswith("read ")},
-    key=lambda g: int(g.split()[1]),
-)
-header = ["reads of", "batch", "direct call, ns/read"]
-for _, name in benches:
-    header += [f"{name}, ns/read", "ratio"]
-print("| " + " | ".join(header) + " |")
-print("|---|" + "---:|" * (len(header) - 1))
-for group in groups:
-    batches = sorted(
-        {int(p.name) for root in roots for p in (root / group / baseline).iterdir() if p.name.isdigit()}
+def table(prefix):
+    groups = sorted(
+        {p.name for root in roots for p in root.iterdir() if p.is_dir() and p.name.startswith(prefix)},
+        key=lambda g: int(g[len(prefix):].split()[0]),
     )
-    for batch in batches:
-        bases = [per_read_ns(root, group, baseline, batch) for root in roots]
-        cells = []
-        for bench, _ in benches:
-            times = [per_read_ns(root, group, bench, batch) for root in roots]
-            ratios = [t / b for t, b in zip(times, bases) if t is not None and b is not None]
-            t = median(times)
-            cells += ["–", "–"] if t is None else [f"{t:.0f}", f"{median(ratios):.2f}x"]
-        print(f"| {group.split()[1]} B | {batch} | {median(bases):.0f} | " + " | ".join(cells) + " |")
+    if not groups:
+        return
+    rows = [(b, n) for b, n in benches if any((root / g / b).exists() for root in roots for g in groups)]
+    header = ["reads of", "batch", "direct call, ns/read"]
+    for _, name in rows:
+        header += [f"{name}, ns/read", "ratio"]
+    print("| " + " | ".join(header) + " |")
+    print("|---|" + "---:|" * (len(header) - 1))
+    for group in groups:
+        batches = sorted(
+            {int(p.name) for root in roots for p in (root / group / baseline).iterdir() if p.name.isdigit()}
+        )
+        for batch in batches:
+            bases = [per_read_ns(root, group, baseline, batch) for root in roots]
+            cells = []
+            for bench, _ in rows:
+                times = [per_read_ns(root, group, bench, batch) for root in roots]
+                ratios = [t / b for t, b in zip(times, bases) if t is not None and b is not None]
+                t = median(times)
+                cells += ["–", "–"] if t is None else [f"{t:.0f}", f"{median(ratios):.2f}x"]
+            size = group[len(prefix):].split()[0]
+            print(f"| {size} B | {batch} | {median(bases):.0f} | " + " | ".join(cells) + " |")
+
+
+table("read ")
+if any(p.name.startswith("file device") for root in roots for p in root.iterdir()):
+    print()
+    print("On LeechCore's file device:")
+    print()
+    table("file device, read ")

@@ -171,3 +171,37 @@ fn scoped_reads_and_writes_use_the_callers_buffers_in_one_leechcore_call_each() 
     want[0xffd..0xffd + data.len()].copy_from_slice(&data);
     assert!(image.bytes(0x20_0000, 0x3000) == want);
 }
+
+#[test]
+fn flushes_ask_the_device_nothing_but_their_reads_until_its_map_changes() {
+    let image = Image::new(32 * MIB);
+    let (mem, device) = engine(&image);
+    let reads = |at: u64| {
+        mem.block_on(join_all(
+            (0..8u64).map(|i| mem.read_val::<u64>(at + i * 0x1000)),
+        ))
+    };
+    reads(0);
+    let scatters = device.call_count(Call::ReadScatter);
+    let options = device.call_count(Call::GetOption);
+    for round in 0..20u64 {
+        let got = reads(round * 0x10_0000);
+        for (i, v) in got.into_iter().enumerate() {
+            assert_eq!(v, Ok(pattern_word(round * 0x10_0000 + i as u64 * 0x1000)));
+        }
+    }
+    // Not one option asked by 20 flushes: the one counted is the reading
+    // of the counter itself (an LcGetOption too).
+    assert_eq!(device.call_count(Call::GetOption) - options, 1);
+    // One scatter call a flush.
+    assert_eq!(device.call_count(Call::ReadScatter) - scatters, 20);
+    // A new map is seen at the next flush: its end is the device's end.
+    let map = MemoryMap::new(vec![MemoryRange::new(0, 16 * MIB)]).unwrap();
+    device.set_memory_map(&map).unwrap();
+    let past = mem.block_on(mem.read_val::<u64>(16 * MIB + 0x1000));
+    assert_eq!(past.unwrap_err().failed[0].reason, PageError::OutOfRange);
+    assert_eq!(
+        mem.block_on(mem.read_val::<u64>(16 * MIB - 8)),
+        Ok(pattern_word(16 * MIB - 8))
+    );
+}

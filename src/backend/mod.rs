@@ -39,6 +39,36 @@ pub trait Backend: Send + Sync {
     fn prefers_address_order(&self) -> bool {
         false
     }
+    /// Counts the changes of what the engine keeps of the device between
+    /// flushes ([`Backend::limits`], [`Backend::max_address`],
+    /// [`Backend::read_only`], [`Backend::prefers_address_order`]), so that
+    /// it asks for them once, not once per flush (for LeechCore each is a
+    /// call into the library). A device whose answers can change after it
+    /// is opened (a memory map set, a reopen) increments it with each
+    /// change; the default, 0 for ever, is for devices whose answers never
+    /// change.
+    fn geometry_epoch(&self) -> u64 {
+        0
+    }
+    /// Whether the target can still be served, checked once per flush
+    /// before its calls, which then go through
+    /// [`Backend::read_scatter_checked`] and
+    /// [`Backend::write_scatter_checked`]; `Err` fails the whole flush with
+    /// that reason, without a call. For a device whose every call would
+    /// otherwise check the same thing with system calls (a QEMU guest's
+    /// process and RAM file).
+    fn check_target(&self) -> Result<(), PageError> {
+        Ok(())
+    }
+    /// [`Backend::read_scatter`], for a caller that just had
+    /// [`Backend::check_target`] succeed: the device may skip that check.
+    fn read_scatter_checked(&self, entries: &mut [ScatterEntry<'_>]) {
+        self.read_scatter(entries)
+    }
+    /// [`Backend::write_scatter`], after [`Backend::check_target`].
+    fn write_scatter_checked(&self, entries: &mut [WriteEntry<'_>]) {
+        self.write_scatter(entries)
+    }
     /// Why every read and write now fails, when the whole device is lost
     /// (it stopped answering, its connection closed): a message that names
     /// the device. `None` while it serves.

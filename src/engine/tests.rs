@@ -1380,3 +1380,109 @@ async fn yield_once() {
     })
     .await
 }
+
+/// A `MemBackend` that counts what the engine asks of it besides reads:
+/// its geometry, its target's liveness, and the calls made after that.
+#[derive(Default)]
+struct Asked {
+    geometry: std::sync::atomic::AtomicUsize,
+    checks: std::sync::atomic::AtomicUsize,
+    checked_reads: std::sync::atomic::AtomicUsize,
+    epoch: std::sync::atomic::AtomicU64,
+    gone: std::sync::atomic::AtomicBool,
+}
+
+struct Counting {
+    inner: MemBackend,
+    asked: Arc<Asked>,
+}
+
+impl Counting {
+    fn note_geometry(&self) {
+        self.asked.geometry.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Backend for Counting {
+    fn read_scatter(&self, entries: &mut [crate::ScatterEntry<'_>]) {
+        self.inner.read_scatter(entries)
+    }
+    fn write_scatter(&self, entries: &mut [crate::WriteEntry<'_>]) {
+        self.inner.write_scatter(entries)
+    }
+    fn limits(&self) -> Limits {
+        self.note_geometry();
+        Limits {
+            max_entries: 2,
+            ..self.inner.limits()
+        }
+    }
+    fn max_address(&self) -> u64 {
+        self.note_geometry();
+        self.inner.max_address()
+    }
+    fn memory_map(&self) -> crate::MemoryMap {
+        self.inner.memory_map()
+    }
+    fn read_only(&self) -> bool {
+        self.note_geometry();
+        Backend::read_only(&self.inner)
+    }
+    fn prefers_address_order(&self) -> bool {
+        self.note_geometry();
+        false
+    }
+    fn geometry_epoch(&self) -> u64 {
+        self.asked.epoch.load(Ordering::Relaxed)
+    }
+    fn check_target(&self) -> Result<(), PageError> {
+        self.asked.checks.fetch_add(1, Ordering::Relaxed);
+        match self.asked.gone.load(Ordering::Relaxed) {
+            true => Err(PageError::TargetGone),
+            false => Ok(()),
+        }
+    }
+    fn read_scatter_checked(&self, entries: &mut [crate::ScatterEntry<'_>]) {
+        self.asked.checked_reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.read_scatter(entries)
+    }
+}
+
+#[test]
+fn the_device_is_asked_its_geometry_once_and_its_target_once_a_flush() {
+    let asked = Arc::new(Asked::default());
+    let backend = Counting {
+        inner: MemBackend::with_address_pattern(MIB),
+        asked: asked.clone(),
+    };
+    let mem = Memory::new(backend);
+    let load = |n: &std::sync::atomic::AtomicUsize| n.load(Ordering::Relaxed);
+    // Five reads on pages of their own, two entries a call: three calls a
+    // flush, one look at the target.
+    let reads =
+        |mem: &Memory| mem.block_on(join_all((0..5).map(|i| mem.read_val::<u64>(i * 0x1000))));
+    for _ in 0..10 {
+        assert!(reads(&mem).iter().all(Result::is_ok));
+    }
+    assert_eq!(load(&asked.geometry), 4, "asked once: four answers");
+    assert_eq!(load(&asked.checks), 10);
+    assert_eq!(load(&asked.checked_reads), 30);
+    // A new epoch (a memory map set, say): asked again, once.
+    asked.epoch.fetch_add(1, Ordering::Relaxed);
+    reads(&mem);
+    reads(&mem);
+    assert_eq!(load(&asked.geometry), 8);
+    // A target found gone fails the whole flush, with no call.
+    asked.gone.store(true, Ordering::Relaxed);
+    let calls = load(&asked.checked_reads);
+    for r in reads(&mem) {
+        assert_eq!(r.unwrap_err().failed[0].reason, PageError::TargetGone);
+    }
+    let mut buf = [0u8; 16];
+    let outcome = mem.read_now([(0x10u64, &mut buf[..])]);
+    assert_eq!(
+        outcome.failures(0).map(|f| f.reason).collect::<Vec<_>>(),
+        vec![PageError::TargetGone]
+    );
+    assert_eq!(load(&asked.checked_reads), calls);
+}

@@ -77,6 +77,7 @@ impl LeechCore {
         if self.reopen.is_some() {
             state.map = Some(entries);
         }
+        self.map_changed();
         Ok(())
     }
 

@@ -33,7 +33,7 @@ use config::check_max_address;
 pub(crate) use device_string::DeviceString;
 use diagnosis::{check_image_file, diagnose_open_failure, remote_failure};
 use ffi::{c_string, copy_c_string, create};
-use scatter::Handle;
+use scatter::{Checked, Handle};
 
 /// An open LeechCore device. Closed (`LcClose`) on drop.
 ///
@@ -59,6 +59,9 @@ pub struct LeechCore {
     rules: Limits,
     /// For a device with sockets: its time limit ([`DeviceConfig::timeout`]).
     watchdog: Option<Watchdog>,
+    /// Counts the changes of the memory map, and so of the max address
+    /// (see [`Backend::geometry_epoch`]).
+    geometry_epoch: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for LeechCore {
@@ -140,6 +143,7 @@ impl LeechCore {
             limit: config.max_address,
             rules: device_rules(&name),
             watchdog: has_sockets.then_some(watchdog),
+            geometry_epoch: Default::default(),
             info: DeviceInfo {
                 name,
                 version: Version {
@@ -252,6 +256,12 @@ impl LeechCore {
         watchdog.lost_after(mems.iter().all(|m| m.f != 0))
     }
 
+    /// The memory map, and so the max address, may have changed: the
+    /// engine asks for them again (see [`Backend::geometry_epoch`]).
+    fn map_changed(&self) {
+        (self.geometry_epoch).fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
     fn lock(&self) -> MutexGuard<'_, Handle> {
         // No code under the lock panics between FFI calls; a poisoned lock
         // still holds a consistent handle.
@@ -266,6 +276,25 @@ impl Backend for LeechCore {
 
     fn write_scatter(&self, entries: &mut [WriteEntry<'_>]) {
         LeechCore::write_scatter(self, entries)
+    }
+
+    fn geometry_epoch(&self) -> u64 {
+        self.geometry_epoch
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn check_target(&self) -> Result<(), PageError> {
+        let mut verdict = Ok(());
+        self.target_gone(std::iter::once(&mut verdict));
+        verdict
+    }
+
+    fn read_scatter_checked(&self, entries: &mut [ScatterEntry<'_>]) {
+        self.read_scatter_after(entries, Checked::Before)
+    }
+
+    fn write_scatter_checked(&self, entries: &mut [WriteEntry<'_>]) {
+        self.write_scatter_after(entries, Checked::Before)
     }
 
     fn limits(&self) -> Limits {

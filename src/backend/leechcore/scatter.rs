@@ -87,6 +87,16 @@ impl Handle {
     }
 }
 
+/// Who looked at the target's liveness (a QEMU guest's process and RAM
+/// file, two system calls) for a scatter call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Checked {
+    /// The caller, just before ([`crate::Backend::check_target`]).
+    Before,
+    /// Nobody yet: the call does.
+    Here,
+}
+
 /// A read or a write entry, as a scatter call takes it.
 trait Entry {
     /// Address, buffer and length for `MEM_SCATTER`.
@@ -125,7 +135,12 @@ impl LeechCore {
     /// address with [`PageError::OutOfRange`], without reaching the device.
     /// No call is made when no entry is left.
     pub fn read_scatter(&self, entries: &mut [ScatterEntry<'_>]) {
-        let Some(mut state) = self.begin(entries) else {
+        self.read_scatter_after(entries, Checked::Here)
+    }
+
+    /// [`LeechCore::read_scatter`], checking the target here or not.
+    pub(super) fn read_scatter_after(&self, entries: &mut [ScatterEntry<'_>], checked: Checked) {
+        let Some(mut state) = self.begin(entries, checked) else {
             return;
         };
         let state = &mut *state;
@@ -164,13 +179,18 @@ impl LeechCore {
     /// `result` says whether it was written. On a read-only device every
     /// entry fails with [`PageError::ReadOnly`] and no call is made.
     pub fn write_scatter(&self, entries: &mut [WriteEntry<'_>]) {
+        self.write_scatter_after(entries, Checked::Here)
+    }
+
+    /// [`LeechCore::write_scatter`], checking the target here or not.
+    pub(super) fn write_scatter_after(&self, entries: &mut [WriteEntry<'_>], checked: Checked) {
         if self.info.read_only {
             for e in entries.iter_mut() {
                 e.result = Err(PageError::ReadOnly);
             }
             return;
         }
-        let Some(mut state) = self.begin(entries) else {
+        let Some(mut state) = self.begin(entries, checked) else {
             return;
         };
         let state = &mut *state;
@@ -189,10 +209,15 @@ impl LeechCore {
     /// Takes the lock and fills the call's arrays with the legal entries;
     /// `None` when no call is to be made (every entry has its result then):
     /// the guest is gone, the device lost or unusable, or no entry legal.
-    fn begin<E: Entry>(&self, entries: &mut [E]) -> Option<MutexGuard<'_, Handle>> {
-        if self.target_gone(entries.iter_mut().map(E::result))
-            || self.cut_off(entries.iter_mut().map(E::result))
-        {
+    /// The guest's liveness is looked at unless the caller just did
+    /// (`Checked::Before`: a flush's calls after `Backend::check_target`).
+    fn begin<E: Entry>(
+        &self,
+        entries: &mut [E],
+        checked: Checked,
+    ) -> Option<MutexGuard<'_, Handle>> {
+        let gone = checked == Checked::Here && self.target_gone(entries.iter_mut().map(E::result));
+        if gone || self.cut_off(entries.iter_mut().map(E::result)) {
             return None;
         }
         let mut state = self.lock();
@@ -275,12 +300,14 @@ impl LeechCore {
                 log::error!("could not set the memory map again after reopening: {e}");
             }
         }
+        // A new handle: what it says of its memory is asked again.
+        self.map_changed();
         true
     }
 
     /// Fails every entry, without a call, when the target behind the device
     /// is known to be gone.
-    fn target_gone<'e>(
+    pub(super) fn target_gone<'e>(
         &self,
         results: impl Iterator<Item = &'e mut Result<(), PageError>>,
     ) -> bool {

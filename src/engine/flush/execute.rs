@@ -113,7 +113,8 @@ impl Flusher {
         entries: &mut [ScatterEntry<'static>],
         max_entries: usize,
     ) -> usize {
-        if !backend.prefers_address_order() || entries.windows(2).all(|w| w[0].addr <= w[1].addr) {
+        let in_order = self.geometry.is_some_and(|g| g.address_order);
+        if !in_order || entries.windows(2).all(|w| w[0].addr <= w[1].addr) {
             return read_in_calls(backend, entries, max_entries);
         }
         self.order_keys.clear();
@@ -294,7 +295,7 @@ impl Flusher {
         }
         let mut calls = 0;
         for chunk in entries.chunks_mut(max_entries) {
-            backend.write_scatter(chunk);
+            backend.write_scatter_checked(chunk);
             calls += 1;
         }
         for (&pi, e) in sent.iter().zip(&entries) {
@@ -315,7 +316,7 @@ pub(super) fn read_in_calls(
 ) -> usize {
     let mut calls = 0;
     for chunk in entries.chunks_mut(max_entries) {
-        backend.read_scatter(chunk);
+        backend.read_scatter_checked(chunk);
         calls += 1;
     }
     calls

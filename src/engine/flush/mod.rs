@@ -82,6 +82,38 @@ pub(crate) struct Flusher {
     records: bool,
     /// Some piece of this flush failed: results must be collected.
     any_failed: bool,
+    /// What was last asked of the device, kept until its epoch changes.
+    geometry: Option<Geometry>,
+}
+
+/// What a flush needs to know of the device, asked once per
+/// [`Backend::geometry_epoch`] rather than once per flush.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    epoch: u64,
+    limits: Limits,
+    max_address: u64,
+    read_only: bool,
+    address_order: bool,
+}
+
+impl Geometry {
+    /// The device's answers now, or the kept ones if its epoch has not
+    /// moved. The epoch is read first: answers that change meanwhile are
+    /// kept under the old epoch and asked again next time.
+    fn of(kept: Option<Geometry>, backend: &dyn Backend) -> Geometry {
+        let epoch = backend.geometry_epoch();
+        match kept {
+            Some(g) if g.epoch == epoch => g,
+            _ => Geometry {
+                epoch,
+                limits: backend.limits(),
+                max_address: backend.max_address(),
+                read_only: backend.read_only(),
+                address_order: backend.prefers_address_order(),
+            },
+        }
+    }
 }
 
 // SAFETY: the raw pointers in `reqs` and the `'static` entries point into
@@ -167,17 +199,24 @@ impl Flusher {
 
     /// Sends the taken requests to `backend`.
     pub fn run(&mut self, backend: &dyn Backend, max_entries: usize) -> FlushStats {
-        let limits = backend.limits();
+        let geometry = Geometry::of(self.geometry, backend);
+        self.geometry = Some(geometry);
+        let limits = geometry.limits;
         let max_entries = max_entries.min(limits.max_entries).max(1);
         let mut stats = FlushStats {
             requests: self.reqs.len(),
             ..Default::default()
         };
         self.any_failed = false;
+        // Once for the whole flush: its calls then skip the check.
+        if let Err(reason) = backend.check_target() {
+            self.fail_all(reason);
+            return stats;
+        }
         // The last page of the 64-bit space is never served: a window on
         // it would end at 2^64. (No device has memory there.)
         let last_page = !(limits.page_size.max(1) - 1);
-        let max_address = backend.max_address().min(last_page);
+        let max_address = geometry.max_address.min(last_page);
         let Some(shape) = Shape::new(&limits, max_address) else {
             self.fail_all(PageError::InvalidEntry(EntryRule::BadDeviceShape));
             return stats;
@@ -195,7 +234,7 @@ impl Flusher {
         } else {
             1
         };
-        let read_only = backend.read_only();
+        let read_only = geometry.read_only;
         for round in 0..rounds {
             if writes {
                 let write_calls =
