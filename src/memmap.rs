@@ -46,7 +46,7 @@ pub enum MemoryMapError {
     Syntax {
         /// 1-based line number.
         line: usize,
-        /// The offending line.
+        /// The offending line, control characters escaped.
         text: String,
         /// What is wrong with it.
         reason: &'static str,
@@ -168,7 +168,7 @@ impl FromStr for MemoryMap {
             }
             let syntax = |reason| MemoryMapError::Syntax {
                 line: i + 1,
-                text: raw.to_string(),
+                text: printable(raw),
                 reason,
             };
             let tokens: Vec<&str> = line.split_whitespace().collect();
@@ -204,6 +204,20 @@ impl FromStr for MemoryMap {
         ranges.sort_by_key(|r| r.start);
         MemoryMap::new(ranges)
     }
+}
+
+/// `line` with its control characters escaped (`\r`, `\u{1b}`), so that an
+/// error quoting it stays one line and cannot drive a terminal.
+pub(crate) fn printable(line: &str) -> String {
+    line.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// Prints the map in the layout LeechCore itself prints
@@ -265,6 +279,19 @@ mod tests {
                 other => panic!("{text:?} gave {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_error_quotes_control_characters_escaped_on_one_line() {
+        // Found by the fuzz target memory_map: a lone `\r` (or an escape
+        // sequence) inside a line reached the message as it was.
+        let err = "1000 1fff\n\r]\x1b[2J 1000\n"
+            .parse::<MemoryMap>()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 2: not a hex number in `\\r]\\u{1b}[2J 1000`"
+        );
     }
 
     #[test]
