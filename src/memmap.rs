@@ -168,7 +168,7 @@ impl FromStr for MemoryMap {
             }
             let syntax = |reason| MemoryMapError::Syntax {
                 line: i + 1,
-                text: printable(raw),
+                text: crate::printable(raw),
                 reason,
             };
             let tokens: Vec<&str> = line.split_whitespace().collect();
@@ -204,20 +204,6 @@ impl FromStr for MemoryMap {
         ranges.sort_by_key(|r| r.start);
         MemoryMap::new(ranges)
     }
-}
-
-/// `line` with its control characters escaped (`\r`, `\u{1b}`), so that an
-/// error quoting it stays one line and cannot drive a terminal.
-pub(crate) fn printable(line: &str) -> String {
-    line.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// Prints the map in the layout LeechCore itself prints

@@ -5,7 +5,12 @@
 //! This crate only turns memflow's arguments into a device and wires it to
 //! memflow; everything else lives in `leechio`. No panic leaves the plugin.
 
+#[cfg(not(fuzzing))]
 mod args;
+/// The argument parser, for the fuzz target `plugin_args` only.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod args;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;

@@ -316,7 +316,7 @@ fn parse_toml(text: &str) -> std::result::Result<MemoryMap, String> {
         let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
         format!(
             "not a memflow memory map file (line {line}, column {column}: {})",
-            crate::memmap::printable(e.message())
+            crate::printable(e.message())
         )
     })?;
     let mut ranges: Vec<MemoryRange> = file
