@@ -68,7 +68,7 @@ miri:
 ## fuzz: every fuzz target (fuzz/) for FUZZ_SECONDS each, under
 ## AddressSanitizer (installs a nightly toolchain and cargo-fuzz); the
 ## corpus grows in fuzz/corpus/, what fails is kept in fuzz/artifacts/
-FUZZ_SECONDS ?= 600
+FUZZ_SECONDS ?= 300
 .PHONY: fuzz
 fuzz:
 	@scripts/fuzz-setup.sh

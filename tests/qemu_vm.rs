@@ -360,7 +360,7 @@ fn assert_aliases_map_as_the_monitor_says(guest: &Guest, aliases: &[Alias]) {
         .step_by(aliases.len().div_ceil(24))
         .chain(last)
     {
-        for offset in [0, a.size / 2 & !0xfff, a.size - 0x1000] {
+        for offset in [0, (a.size / 2) & !0xfff, a.size - 0x1000] {
             for inside in [0, 0x10, 0xff8] {
                 let at = offset + inside;
                 assert_eq!(

@@ -49,9 +49,15 @@ fn entry(u: &mut Unstructured, tables: &[u64]) -> Result<u64> {
         0..=2 => table | PRESENT_RW | flags(u)?,
         3 => table | PRESENT_RW | PS,
         4 => {
-            // A large page, with bits between PAT and its alignment.
+            // A large page, maybe with one bit set from PAT (bit 12) to
+            // a 1 GiB page's alignment: reserved but for PAT itself, and
+            // for a 2 MiB page above its own alignment (bit 21).
             let base = u.int_in_range(0..=63u64)? << 21;
-            base | PRESENT_RW | PS | u.int_in_range(0..=3u64)? << 13 | flags(u)?
+            let low_bit = match u.arbitrary()? {
+                true => 1 << u.int_in_range(12..=29u64)?,
+                false => 0,
+            };
+            base | PRESENT_RW | PS | low_bit | flags(u)?
         }
         5 => u.int_in_range(0..=8191u64)? << 12 | PRESENT_RW,
         6 => table | 1 << u.int_in_range(36..=51u64)? | PRESENT_RW,
