@@ -37,7 +37,7 @@ test: setup check unit
 	@scripts/fuzz.sh 60
 
 ## fresh: `make test` then `make demo` on a fresh Debian 12 in a chroot
-## (as root; about 7 minutes): catches an install step the set-up forgot
+## (as root; about 17 minutes with the fuzz targets): catches an install step the set-up forgot
 .PHONY: fresh
 fresh:
 	@scripts/fresh-debian.sh
