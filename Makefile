@@ -15,6 +15,7 @@ setup:
 ## check: formatting and lints
 check:
 	$(CARGO) fmt --all --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## plugin: the memflow plugin, built on its own so no test-only feature
@@ -30,11 +31,13 @@ unit: plugin ffi
 install: setup plugin
 	scripts/install-plugin.sh "$(MEMFLOW_PLUGINS)"
 
-## test: set-up, then formatting, lints and every test
+## test: set-up, then formatting, lints, every test, and every fuzz target
+## for a minute (see `make fuzz`)
 test: setup check unit
+	@scripts/fuzz.sh 60
 
 ## fresh: `make test` then `make demo` on a fresh Debian 12 in a chroot
-## (as root; about 7 minutes): catches an install step the set-up forgot
+## (as root; about 17 minutes with the fuzz targets): catches an install step the set-up forgot
 .PHONY: fresh
 fresh:
 	@scripts/fresh-debian.sh
@@ -63,6 +66,15 @@ miri:
 	MIRIFLAGS=-Zmiri-many-seeds=0..8 $(CARGO) +nightly miri test --lib -p leechio -- \
 	  a_scope_ends_on_one_thread a_future_dropped_on_another_thread join_all_waits_for_futures_woken \
 	  futures_dropped_while_their_flush_is_in_the_device
+
+## fuzz: every fuzz target (fuzz/) for FUZZ_SECONDS each, under
+## AddressSanitizer (installs a nightly toolchain and cargo-fuzz); the
+## corpus grows in fuzz/corpus/, what fails is kept in fuzz/artifacts/
+FUZZ_SECONDS ?= 300
+.PHONY: fuzz
+fuzz:
+	@scripts/fuzz-setup.sh
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # The C and C++ API (ffi/): libleechio.so, libleechio.a, ffi/include/.
 .PHONY: ffi header install-c

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a Debian machine (run as root), and
 # does nothing that is already done:
-#   - Rust, when cargo is missing or older than the crate's rust-version:
+#   - Rust, when cargo is missing or older than the crate's rust-version,
+#     or when rustup is (the fuzz targets need its nightly toolchain):
 #     rustup's stable toolchain (minimal, with rustfmt and clippy) in
 #     ~/.cargo (the Makefile puts ~/.cargo/bin first on PATH); rustfmt and
 #     clippy added to a rustup toolchain that lacks them;
+#   - for the fuzz targets (fuzz/), scripts/fuzz-setup.sh: rustup's nightly
+#     toolchain (minimal) and cargo-fuzz;
 #   - Debian packages: libusb-1.0-0 (LeechCore links it); gcc, g++,
 #     binutils and valgrind (the C API tests compile and check C programs);
 #     python3 (the demo and the bench talk to QEMU's monitor with it) and
@@ -64,7 +67,7 @@ rust_new_enough() {
     v=$(rustc --version 2>/dev/null | cut -d' ' -f2) || return 1
     [ -n "$v" ] && printf '%s\n%s\n' "$rust_min" "$v" | sort -V -C
 }
-if ! { command -v cargo >/dev/null && rust_new_enough; }; then
+if ! { command -v cargo >/dev/null && rust_new_enough && command -v rustup >/dev/null; }; then
     if command -v rustup >/dev/null; then
         say "installing Rust stable with rustup (rustc ${rust_min} or newer is needed)"
         rustup toolchain install stable --profile minimal -c rustfmt,clippy >/dev/null
@@ -76,7 +79,9 @@ if ! { command -v cargo >/dev/null && rust_new_enough; }; then
         curl --proto '=https' --tlsv1.2 -sSf -o "$rtmp/rustup-init" \
             "https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init"
         chmod +x "$rtmp/rustup-init"
-        "$rtmp/rustup-init" -y -q --no-modify-path --profile minimal -c rustfmt,clippy >/dev/null
+        # (Beside a distribution's cargo, which it would otherwise refuse.)
+        RUSTUP_INIT_SKIP_PATH_CHECK=yes \
+            "$rtmp/rustup-init" -y -q --no-modify-path --profile minimal -c rustfmt,clippy >/dev/null
     fi
     rust_new_enough || { say "rustc is still older than $rust_min: $(rustc --version)"; exit 1; }
 fi
@@ -86,6 +91,8 @@ if ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then
     say "adding rustfmt and clippy to the Rust toolchain"
     rustup component add rustfmt clippy >/dev/null
 fi
+
+scripts/fuzz-setup.sh
 
 if ! { [ -f "$DEST/VERSION" ] && [ "$(cat "$DEST/VERSION")" = "$LEECHCORE_VERSION" ] && [ -f "$DEST/leechcore.so" ]; }; then
     python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip

@@ -35,3 +35,18 @@ pub enum Error {
     #[error("memory map: {0}")]
     MemoryMap(#[from] MemoryMapError),
 }
+
+/// `text` with its control characters escaped (`\r`, `\u{1b}`): for
+/// quoting what a user gave in an error, which then stays one line and
+/// cannot drive a terminal.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}

@@ -27,7 +27,7 @@ pub use backend::{Backend, EntryRule, Limits, PageError, ScatterEntry, WriteEntr
 pub use engine::{
     join_all, BatchOutcome, EngineConfig, Failure, Fragment, Memory, PartialError, Scope,
 };
-pub use error::Error;
+pub use error::{printable, Error};
 pub use leechcore_sys;
 pub use memmap::{MemoryMap, MemoryMapError, MemoryRange};
 pub use vm::{

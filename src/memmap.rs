@@ -46,7 +46,7 @@ pub enum MemoryMapError {
     Syntax {
         /// 1-based line number.
         line: usize,
-        /// The offending line.
+        /// The offending line, control characters escaped.
         text: String,
         /// What is wrong with it.
         reason: &'static str,
@@ -168,7 +168,7 @@ impl FromStr for MemoryMap {
             }
             let syntax = |reason| MemoryMapError::Syntax {
                 line: i + 1,
-                text: raw.to_string(),
+                text: crate::printable(raw),
                 reason,
             };
             let tokens: Vec<&str> = line.split_whitespace().collect();
@@ -265,6 +265,19 @@ mod tests {
                 other => panic!("{text:?} gave {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_error_quotes_control_characters_escaped_on_one_line() {
+        // Found by the fuzz target memory_map: a lone `\r` (or an escape
+        // sequence) inside a line reached the message as it was.
+        let err = "1000 1fff\n\r]\x1b[2J 1000\n"
+            .parse::<MemoryMap>()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 2: not a hex number in `\\r]\\u{1b}[2J 1000`"
+        );
     }
 
     #[test]

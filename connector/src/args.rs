@@ -44,8 +44,14 @@ pub struct Settings {
     pub max_entries: Option<usize>,
 }
 
-/// Reads the arguments; the error says what is wrong and what is valid.
+/// Reads the arguments; the error says what is wrong and what is valid,
+/// on one line.
 pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
+    // The messages quote what was given, which may hold a line break.
+    read_settings(args).map_err(|e| leechio::printable(&e))
+}
+
+fn read_settings(args: &ConnectorArgs) -> Result<Settings, String> {
     let target = args.target.as_deref().map(unquote);
     let pairs = pairs_of(&args.extra_args)?;
     if let Some(hint) = split_device_hint(target.as_deref(), &pairs) {
@@ -327,6 +333,19 @@ mod tests {
         .unwrap();
         assert_eq!(s.device.verbosity, Verbosity::from_level(4));
         assert_eq!(s.memmap, Some(PathBuf::from("/tmp/a.toml")));
+    }
+
+    #[test]
+    fn what_is_quoted_in_an_error_stays_on_its_line() {
+        // Found by the fuzz target plugin_args: a line break in a key or
+        // value reached the message as it was.
+        let err = listed(Some("fpga"), &[("col\nour", "red")]).unwrap_err();
+        assert!(
+            err.starts_with("unknown argument `col\\nour`; valid"),
+            "{err}"
+        );
+        let err = settings("fpga:verbosity=\"1\r\u{1b}[2J\"").unwrap_err();
+        assert_eq!(err, "verbosity `1\\r\\u{1b}[2J`: give 0 to 4");
     }
 
     #[test]

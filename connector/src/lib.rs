@@ -7,7 +7,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(not(fuzzing))]
 mod args;
+/// The argument parser, for the fuzz target `plugin_args` only.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod args;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;

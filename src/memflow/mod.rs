@@ -291,19 +291,40 @@ pub fn read_memory_map_file(
     let bad =
         |why: String| crate::Error::InvalidConfig(format!("memory map {}: {why}", path.display()));
     let text = crate::user_file::read_regular_file(path, MEMORY_MAP_FILE_MAX).map_err(bad)?;
-    if !text.contains("[[range]]") {
-        let map: MemoryMap = text
-            .parse()
-            .map_err(|e: crate::MemoryMapError| bad(e.to_string()))?;
-        if map.is_empty() {
-            return Err(bad("no ranges in it".into()));
-        }
-        return Ok(map);
+    parse_memory_map_text(&text).map_err(bad)
+}
+
+/// Reads the text of a memory map file (see [`read_memory_map_file`]);
+/// the error says what is wrong, without naming the file.
+pub fn parse_memory_map_text(text: &str) -> std::result::Result<MemoryMap, String> {
+    let map = if text.contains("[[range]]") {
+        parse_toml(text)?
+    } else {
+        text.parse()
+            .map_err(|e: crate::MemoryMapError| e.to_string())?
+    };
+    // (`range = []`, with `[[range]]` in a comment, is TOML with none.)
+    if map.is_empty() {
+        return Err("no ranges in it".into());
     }
+    Ok(map)
+}
+
+/// Reads memflow's TOML form.
+fn parse_toml(text: &str) -> std::result::Result<MemoryMap, String> {
     // Parsed here rather than by memflow, whose parser panics on ranges
     // that overlap and on touching ones listed from the highest down.
-    let file: MapFile =
-        toml::from_str(&text).map_err(|e| bad(format!("not a memflow memory map file ({e})")))?;
+    let file: MapFile = toml::from_str(text).map_err(|e| {
+        // toml's own text is several lines, quoting the file.
+        let at = e.span().map_or(0, |span| span.start);
+        let before = text.get(..at).unwrap_or(text);
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+        format!(
+            "not a memflow memory map file (line {line}, column {column}: {})",
+            crate::printable(e.message())
+        )
+    })?;
     let mut ranges: Vec<MemoryRange> = file
         .range
         .iter()
@@ -314,7 +335,7 @@ pub fn read_memory_map_file(
         })
         .collect();
     ranges.sort_by_key(|r| r.start);
-    MemoryMap::new(ranges).map_err(|e| bad(e.to_string()))
+    MemoryMap::new(ranges).map_err(|e| e.to_string())
 }
 
 /// memflow's memory map file: `[[range]]` tables.
@@ -390,5 +411,29 @@ mod tests {
                 dir.path().display()
             )
         );
+    }
+
+    #[test]
+    fn a_map_file_is_refused_on_one_line_naming_where() {
+        // Found by the fuzz target memory_map: toml's message is several
+        // lines quoting the file, and a TOML map with no range was taken.
+        assert_eq!(
+            parse_memory_map_text("[[range]]\nbase = 0x1000\nlength = 0x1000 0x2000\n"),
+            Err("not a memflow memory map file (line 3, column 17: expected newline, `#`)".into())
+        );
+        assert_eq!(
+            parse_memory_map_text("[[range]]\nbase = 0\n\"len\\u001bgth\" = 1\n"),
+            Err(
+                "not a memflow memory map file (line 3, column 1: unknown field `len\\u{1b}gth`, \
+                 expected one of `base`, `length`, `real_base`)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            parse_memory_map_text("range = [] # [[range]]\n"),
+            Err("no ranges in it".into())
+        );
+        let map = parse_memory_map_text("[[range]]\nbase = 0x1000\nlength = 0x2000\n").unwrap();
+        assert_eq!(map.ranges(), &[MemoryRange::new(0x1000, 0x2000)]);
     }
 }

@@ -311,7 +311,7 @@ fn inclusive(range: impl RangeBounds<u64>) -> Option<RangeInclusive<u64>> {
 
 /// Adds a page to the mappings, clipped to `range`, merging it with the
 /// previous one when both are contiguous.
-fn push_mapping(
+pub(super) fn push_mapping(
     mappings: &mut Vec<Mapping>,
     va: u64,
     pa: u64,

@@ -8,6 +8,9 @@
 mod cache;
 mod mappings;
 mod paging;
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod reference;
 mod runs;
 mod scan;
 mod tables;

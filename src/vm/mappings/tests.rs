@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::vm::paging::table_index;
+use crate::vm::reference::{expand, misplaced_alias, mistranslated, Reference};
 use crate::vm::tests::{setup, Tables, KERNEL, MIB, PRESENT_RW, PS, USER};
 use crate::vm::VmConfig;
 use crate::{EngineConfig, MemBackend, Memory};
@@ -328,157 +329,6 @@ fn entries_a_cpu_faults_on_are_failed_ranges_and_failed_walks() {
     );
 }
 
-/// A plain walker for the tests: it follows every path (nothing shared,
-/// nothing remembered) and decodes entries from the bit layout of the
-/// Intel SDM, written apart from `paging::step`. Mappings merged as the
-/// walk merges them; failed ranges of unreadable tables and of entries
-/// with reserved bits.
-struct Reference<'a> {
-    backend: &'a MemBackend,
-    memory_end: u64,
-    physical_bits: u8,
-    lo: u64,
-    hi: u64,
-    pages: Vec<(u64, u64, PageSize)>,
-    failed: Vec<FailedRange>,
-}
-
-impl Reference<'_> {
-    fn fail(&mut self, first: u64, last: u64, reason: PageError) {
-        let (first, last) = (first.max(self.lo), last.min(self.hi));
-        if first <= last {
-            self.failed.push(FailedRange {
-                va: first,
-                size: last - first + 1,
-                reason,
-            });
-        }
-    }
-
-    fn table(&mut self, pa: u64, level: u32, first: u64) {
-        let shift = 39 - 9 * level;
-        if pa + 0x1000 > self.memory_end {
-            if level == 0 {
-                self.fail(0, (1 << 47) - 1, PageError::OutOfRange);
-                self.fail(0xffff_8000_0000_0000, u64::MAX, PageError::OutOfRange);
-            } else {
-                self.fail(
-                    first,
-                    first + ((1u64 << (shift + 9)) - 1),
-                    PageError::OutOfRange,
-                );
-            }
-            return;
-        }
-        let bytes = self.backend.bytes(pa, 0x1000);
-        for i in 0..512u64 {
-            let e = u64::from_le_bytes(bytes[i as usize * 8..][..8].try_into().unwrap());
-            let va = match level {
-                0 if i >= 256 => 0xffff_0000_0000_0000 | i << shift,
-                0 => i << shift,
-                _ => first + (i << shift),
-            };
-            let last = va + ((1u64 << shift) - 1);
-            if last < self.lo || va > self.hi || e & 1 == 0 {
-                continue;
-            }
-            let address = e & 0x000f_ffff_ffff_f000;
-            let too_high = self.physical_bits < 52 && address >> self.physical_bits != 0;
-            let large = e & 0x80 != 0;
-            let (reserved, leaf) = match level {
-                0 => (too_high || large, None),
-                1 if large => (
-                    too_high || (e >> 13) & 0x1_ffff != 0,
-                    Some(PageSize::Size1G),
-                ),
-                2 if large => (too_high || (e >> 13) & 0xff != 0, Some(PageSize::Size2M)),
-                3 => (too_high, Some(PageSize::Size4K)),
-                _ => (too_high, None),
-            };
-            match leaf {
-                _ if reserved => self.fail(va, last, PageError::ReservedBits),
-                Some(size) => self.pages.push((va, address & !(size.bytes() - 1), size)),
-                None => self.table(address, level + 1, va),
-            }
-        }
-    }
-}
-
-/// Every mapping and failure of `found` with its aliases written out in
-/// full, as a plain walk would list them.
-fn expand(found: &Mappings) -> (Vec<Mapping>, Vec<FailedRange>) {
-    fn within(found: &Mappings, first: u64, last: u64, shift: u64, out: &mut Mappings) {
-        for m in &found.mappings {
-            let (a, b) = (m.va.max(first), (m.va + (m.size - 1)).min(last));
-            if a <= b {
-                out.mappings.push(Mapping {
-                    va: a.wrapping_add(shift),
-                    pa: m.pa + (a - m.va),
-                    size: b - a + 1,
-                    page_size: m.page_size,
-                });
-            }
-        }
-        for f in &found.failed {
-            let (a, b) = (f.va.max(first), (f.va + (f.size - 1)).min(last));
-            if a <= b {
-                out.failed.push(FailedRange {
-                    va: a.wrapping_add(shift),
-                    size: b - a + 1,
-                    reason: f.reason,
-                });
-            }
-        }
-        for alias in &found.aliases {
-            if first <= alias.va && alias.va + (alias.size - 1) <= last {
-                let from = alias.same_as;
-                let to = alias.va.wrapping_add(shift);
-                within(
-                    found,
-                    from,
-                    from + (alias.size - 1),
-                    to.wrapping_sub(from),
-                    out,
-                );
-            }
-        }
-    }
-    let mut out = Mappings::default();
-    within(found, 0, u64::MAX, 0, &mut out);
-    normalized(out.mappings, out.failed)
-}
-
-/// Mappings and failures sorted, with neighbours that continue each other
-/// merged: one form for two lists of the same memory.
-fn normalized(
-    mut mappings: Vec<Mapping>,
-    mut failed: Vec<FailedRange>,
-) -> (Vec<Mapping>, Vec<FailedRange>) {
-    mappings.sort_unstable_by_key(|m| m.va);
-    let mut merged: Vec<Mapping> = Vec::new();
-    for m in mappings {
-        match merged.last_mut() {
-            Some(l)
-                if l.page_size == m.page_size && l.va + l.size == m.va && l.pa + l.size == m.pa =>
-            {
-                l.size += m.size
-            }
-            _ => merged.push(m),
-        }
-    }
-    failed.sort_unstable_by_key(|f| f.va);
-    let mut failures: Vec<FailedRange> = Vec::new();
-    for f in failed {
-        match failures.last_mut() {
-            Some(l) if l.reason == f.reason && l.va.wrapping_add(l.size) == f.va => {
-                l.size += f.size
-            }
-            _ => failures.push(f),
-        }
-    }
-    (merged, failures)
-}
-
 /// A random entry: tables (of `tables`), pages, garbage and the faulty.
 fn random_entry(rng: &mut fastrand::Rng, tables: &[u64]) -> u64 {
     let table = tables[rng.usize(..tables.len())];
@@ -523,23 +373,17 @@ fn random_tables_map_what_a_plain_walk_of_every_path_maps() {
         };
         let space = AddressSpace::with_config(mem.clone(), tables[0], config);
         let found = mem.block_on(space.mappings(lo..=hi));
-        let mut reference = Reference {
-            backend: &backend,
-            memory_end: 16 * MIB,
-            physical_bits,
-            lo,
-            hi,
-            pages: Vec::new(),
-            failed: Vec::new(),
-        };
-        reference.table(tables[0], 0, 0);
-        reference.pages.sort_unstable_by_key(|p| p.0);
-        let mut pages = Vec::new();
-        for &(va, pa, size) in &reference.pages {
-            push_mapping(&mut pages, va, pa, size, &(lo..=hi));
-        }
-        let expected = normalized(pages, reference.failed);
-        assert_eq!(expand(&found), expected, "case {case}: {found:x?}");
+        let reference = Reference::walk(&backend, 16 * MIB, physical_bits, tables[0], lo..=hi);
+        assert_eq!(
+            expand(&found),
+            reference.mappings(),
+            "case {case}: {found:x?}"
+        );
+        // The ends of the range and a byte inside each page found.
+        let inside = reference.pages.iter().take(16).map(|p| p.0 + 0x123);
+        let vas: Vec<u64> = [lo, hi].into_iter().chain(inside).collect();
+        let wrong = mem.block_on(mistranslated(&space, &reference, tables[0], vas));
+        assert_eq!(wrong, None, "case {case}");
         for (n, shows) in [
             !found.mappings.is_empty(),
             !found.aliases.is_empty(),
@@ -559,25 +403,11 @@ fn random_tables_map_what_a_plain_walk_of_every_path_maps() {
         }
         // Aliases name a range walked before, which no alias of its size
         // or larger holds (so writing them out ends).
-        for a in &found.aliases {
-            assert!(a.same_as < a.va, "case {case}: {a:x?}");
-            assert!(!found
-                .aliases
-                .iter()
-                .any(|b| b.size >= a.size && b.va <= a.same_as && a.same_as - b.va < b.size));
-        }
+        assert_eq!(misplaced_alias(&found), None, "case {case}");
         if (lo, hi) == (0, u64::MAX) {
-            let half = |upper: bool| {
-                reference
-                    .pages
-                    .iter()
-                    .filter(|p| (p.0 >> 63 == 1) == upper)
-                    .map(|p| p.2.bytes())
-                    .sum::<u64>()
-            };
             assert_eq!(
                 mem.block_on(mapped_bytes(&space, &[tables[0]])),
-                vec![(half(false), half(true))],
+                vec![reference.mapped_bytes()],
                 "case {case}"
             );
         }
