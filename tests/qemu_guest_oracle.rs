@@ -261,13 +261,6 @@ fn check_symbols_with_the_monitor(guest: &Guest) {
     );
 }
 
-/// The value of `page_offset_base` (the direct map's base), read through
-/// the monitor.
-fn page_offset_base(guest: &Guest) -> u64 {
-    let va = guest.symbol("page_offset_base");
-    guest.x(va, 1).expect("page_offset_base is readable")[0]
-}
-
 #[test]
 fn the_default_guest_says_what_its_proc_says() {
     let guest = shared_guest();
@@ -275,7 +268,7 @@ fn the_default_guest_says_what_its_proc_says() {
     assert!(guest.oracle().kernel_cmdline.contains("nokaslr"));
     assert_eq!(guest.symbol("_text"), DEFAULT_TEXT);
     assert_eq!(guest.gva2gpa(DEFAULT_TEXT), Some(DEFAULT_TEXT_PHYSICAL));
-    assert_eq!(page_offset_base(&guest), DIRECT_MAP);
+    assert_eq!(guest.page_offset_base(), DIRECT_MAP);
 }
 
 /// Under KASLR the kernel's virtual base, its physical base and the
@@ -294,7 +287,7 @@ fn the_kaslr_guest_moves_the_kernel() {
         text != DEFAULT_TEXT || text_pa != DEFAULT_TEXT_PHYSICAL,
         "the kernel did not move: _text {text:#x} at {text_pa:#x}"
     );
-    assert_ne!(page_offset_base(guest), DIRECT_MAP);
+    assert_ne!(guest.page_offset_base(), DIRECT_MAP);
 }
 
 #[test]

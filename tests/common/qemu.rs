@@ -373,6 +373,13 @@ impl Guest {
         self.oracle().pattern
     }
 
+    /// The direct map's base: the value of the kernel's `page_offset_base`,
+    /// read through the monitor (the guest itself cannot read it).
+    pub fn page_offset_base(&self) -> u64 {
+        let va = self.symbol("page_offset_base");
+        self.x(va, 1).expect("page_offset_base is readable")[0]
+    }
+
     /// The guest's RAM file, `/dev/shm/<name>`.
     pub fn shm_path(&self) -> &Path {
         &self.shm
