@@ -3,6 +3,7 @@
 # so LeechCore's qemu device can read and write it live.
 #
 #   scripts/guest.sh [--memory SIZE] [--name NAME] [--dir DIR] [--append ARGS]
+#                    [--kaslr] [--kernel FLAVOUR]
 #
 #   --memory SIZE  guest RAM, in QEMU's units (default 256M); from 3.5G on,
 #                  RAM past 3 GiB sits above the PCI hole, from 4 GiB up
@@ -12,13 +13,47 @@
 #   --append ARGS  extra kernel arguments, after the defaults; e.g.
 #                  'memmap=2M$0xC000000' keeps the guest off 2 MiB of RAM at
 #                  192 MiB (what `make bench` writes its pointer chains into)
+#   --kaslr        boot without `nokaslr`: the kernel's physical load
+#                  address, its virtual base and the direct map's base
+#                  (page_offset_base) each move at random
+#   --kernel FLAVOUR  `default` (target/guest/vmlinuz, Debian's
+#                  linux-image-amd64) or `cloud` (target/guest/vmlinuz-cloud,
+#                  linux-image-cloud-amd64: same version, another config, so
+#                  other struct layouts); both from `make setup`
 #
 # It prints one `key=value` line each for: device (the LeechCore device
 # string), monitor (a second QMP socket, for tools and tests: QMP serves one
 # client at a time), serial (the console log), shm (the RAM file) and pid
-# (QEMU's), then `ready` once the guest's /init runs (about 5 s). The guest
-# prints `leechio-guest: ... init_top_pgt` (its kernel page table's virtual
-# address, from /proc/kallsyms) to the serial log just before.
+# (QEMU's), then `ready` once the guest's /init has printed everything
+# below (about 6 s).
+#
+# What the guest prints (its serial log), from inside, before `ready`:
+#   leechio-guest: <kallsyms lines of _text and init_top_pgt, on one line>
+#   leechio-oracle: pattern pid=PID start=HEX end=HEX
+#       the pattern process (scripts/guest-pattern.c): START..END holds
+#       pattern_word(VA) at each 8-byte VA; START..MID rw-p, MID..END r--p
+#   leechio-oracle: version <line of /proc/version>
+#   leechio-oracle: cmdline <the kernel's command line>
+#   leechio-oracle: btf SIZE | btf none    (/sys/kernel/btf/vmlinux)
+#   leechio-oracle: symbol NAME HEX TYPE   (one per /proc/kallsyms line of
+#       _text, init_top_pgt, init_task, init_pid_ns, page_offset_base,
+#       __start_BTF, __stop_BTF, linux_banner and the kallsyms_* tables the
+#       kernel lists)
+#   leechio-oracle: task pid=N tgid=N ppid=N state=C kthread=0|1 comm=HEX cmdline=HEX
+#       one per thread of every process (/proc/*/task/*): stat, status'
+#       Tgid, PF_KTHREAD from stat's flags; comm and cmdline as the bytes
+#       of /proc's files in hex (comm without its newline; cmdline with its
+#       NULs: arguments end in a NUL each)
+#   leechio-oracle: map PID <line of /proc/PID/maps>
+#       for pid 1 (/init), `sleep 100001`, the shell `leechio-args ...`
+#       and the pattern process
+#   leechio-oracle: end tasks=N maps=N symbols=N   (how many lines of each)
+#   leechio-guest: ready
+# The processes it starts (children of /init; they run for ever): `sleep
+# 100001`; the shell `sh -c 'while :; do sleep 100002; done' leechio-args
+# ...` with a command line of 5 KiB (spaces, parentheses, UTF-8, a tab, an
+# empty argument); the pattern process, comm "leech (pat) x", with two
+# threads (leechio-thr-1, -2), a stopped child and a zombie child.
 #
 # The guest runs until this script's standard input ends (Ctrl-D, or the
 # process that started it dies) or a line `stop` comes, or the script gets
@@ -27,7 +62,7 @@
 # signal); when QEMU exits by itself, the script cleans up and exits 1.
 #
 # Needs what `make setup` installs: qemu-system-x86, busybox-static, cpio,
-# and the kernel in target/guest/vmlinuz.
+# gcc with static glibc, and the kernels in target/guest/.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +70,8 @@ memory=256M
 name=
 dir=
 append=
+kaslr=nokaslr
+flavour=default
 
 die() { printf 'guest.sh: %s\n' "$*" >&2; exit 2; }
 
@@ -44,6 +81,8 @@ while [ $# -gt 0 ]; do
         --name) name=${2:?--name needs a name}; shift 2 ;;
         --dir) dir=${2:?--dir needs a folder}; shift 2 ;;
         --append) append=${2?--append needs kernel arguments}; shift 2 ;;
+        --kaslr) kaslr=; shift ;;
+        --kernel) flavour=${2:?--kernel needs a flavour}; shift 2 ;;
         -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
@@ -54,30 +93,120 @@ case "$name" in */* | *,* | .* | '') die "bad name '$name'" ;; esac
 case "$dir" in *,*) die "the folder may not contain a comma (it goes into a device string)" ;; esac
 
 guest=$here/target/guest
-kernel=$guest/vmlinuz
+case "$flavour" in
+    default) kernel=$guest/vmlinuz ;;
+    cloud) kernel=$guest/vmlinuz-cloud ;;
+    *) die "unknown kernel flavour '$flavour' (default or cloud)" ;;
+esac
 [ -f "$kernel" ] || die "no guest kernel at $kernel: run make setup"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found: run make setup"
 [ -x /bin/busybox ] || die "/bin/busybox not found: run make setup"
 
-# The initramfs: busybox and an /init that mounts proc, sys and dev, prints
-# the marker lines and sleeps. Rebuilt when this script or busybox is newer;
-# built under a temporary name and renamed, so guests starting at once never
-# see half a file.
+# The initramfs: busybox (with a link per applet, so processes have their
+# applets' names), the pattern process (scripts/guest-pattern.c, linked
+# statically) and /init, which mounts proc, sys and dev, starts the test
+# processes, prints the oracle and the marker lines and sleeps. Rebuilt when
+# this script, the pattern process's source or busybox is newer; built under
+# a temporary name and renamed, so guests starting at once never see half a
+# file.
 initramfs=$guest/initramfs.cpio.gz
-if [ ! -s "$initramfs" ] || [ "$0" -nt "$initramfs" ] || [ /bin/busybox -nt "$initramfs" ]; then
+pattern_source=$here/scripts/guest-pattern.c
+if [ ! -s "$initramfs" ] || [ "$0" -nt "$initramfs" ] || [ "$pattern_source" -nt "$initramfs" ] ||
+    [ /bin/busybox -nt "$initramfs" ]; then
+    command -v gcc >/dev/null || die "gcc not found (it builds the guest's pattern process): run make setup"
     build=$(mktemp -d "$guest/initramfs.XXXXXX")
     mkdir -p "$build/root/bin" "$build/root/proc" "$build/root/sys" "$build/root/dev"
     cp /bin/busybox "$build/root/bin/busybox"
-    cat >"$build/root/init" <<'EOF'
+    for applet in $(/bin/busybox --list); do
+        [ "$applet" = busybox ] || ln -s busybox "$build/root/bin/$applet"
+    done
+    gcc -static -O2 -pthread -o "$build/root/bin/leechio-pattern" "$pattern_source" ||
+        { rm -rf "$build"; die "cannot build the pattern process (static glibc comes with libc6-dev)"; }
+    cat >"$build/root/init" <<'INIT'
 #!/bin/busybox sh
-/bin/busybox mount -t proc proc /proc
-/bin/busybox mount -t sysfs sys /sys
-/bin/busybox mount -t devtmpfs dev /dev
+# The guest's /init: see "What the guest prints" in scripts/guest.sh.
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
 exec </dev/console >/dev/console 2>&1
-echo "leechio-guest: $(/bin/busybox grep -w -e _text -e init_top_pgt /proc/kallsyms | /bin/busybox tr '\n' ' ')"
+# Kernel messages would land inside the lines below; real addresses in
+# /proc/kallsyms, whatever the kernel's default.
+echo 1 >/proc/sys/kernel/printk
+echo 0 >/proc/sys/kernel/kptr_restrict
+# The kernel symbols the tests check, in one pass over /proc/kallsyms: awk
+# looks each name up in a table (grep -w with many patterns takes seconds
+# under TCG).
+awk 'BEGIN {
+    split("_text _stext init_top_pgt init_task init_pid_ns page_offset_base __start_BTF " \
+        "__stop_BTF linux_banner kallsyms_num_syms kallsyms_names kallsyms_token_table " \
+        "kallsyms_token_index kallsyms_offsets kallsyms_relative_base kallsyms_markers " \
+        "kallsyms_addresses kallsyms_seqs_of_names", names, " ")
+    for (i in names) wanted[names[i]] = 1
+} $3 in wanted' /proc/kallsyms >/symbols
+echo "leechio-guest: $(grep -w -e _text -e init_top_pgt /symbols | tr '\n' ' ')"
+
+# The test processes, children of this shell; they run for ever.
+sleep 100001 &
+sleep_pid=$!
+# A command line longer than a page: spaces, UTF-8, an empty argument.
+sh -c 'while :; do sleep 100002; done' leechio-args 'two words' '(paren) ) (' \
+    'ünïcödé ✓ λ' '' "tab	and 'quotes'" $(seq 1000001 1000600) last-argument &
+args_pid=$!
+mkfifo /pattern.fifo
+leechio-pattern >/pattern.fifo &
+pattern_pid=$!
+if read -r pattern_start pattern_end </pattern.fifo; then
+    echo "leechio-oracle: pattern pid=$pattern_pid start=$pattern_start end=$pattern_end"
+else
+    echo "leechio-oracle: error the pattern process did not start"
+fi
+rm -f /pattern.fifo
+
+# What /proc says: the kernel, its symbols, then every task and the maps of
+# the user processes that start above. Counted, so a lost line shows.
+read -r version </proc/version
+echo "leechio-oracle: version $version"
+read -r cmdline </proc/cmdline
+echo "leechio-oracle: cmdline $cmdline"
+if [ -e /sys/kernel/btf/vmlinux ]; then
+    echo "leechio-oracle: btf $(wc -c </sys/kernel/btf/vmlinux)"
+else
+    echo "leechio-oracle: btf none"
+fi
+symbols=0
+while read -r address type name; do
+    echo "leechio-oracle: symbol $name $address $type"
+    symbols=$((symbols + 1))
+done </symbols
+tasks=0
+for task in /proc/[0-9]*/task/[0-9]*; do
+    IFS= read -r stat <"$task/stat" || continue
+    tgid=
+    while read -r key value; do
+        [ "$key" = Tgid: ] && { tgid=$value; break; }
+    done <"$task/status"
+    # "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may
+    # hold spaces and parentheses, the fields after the last ") " do not.
+    set -- ${stat##*) }
+    kthread=0
+    [ $(($7 & 0x200000)) -ne 0 ] && kthread=1 # PF_KTHREAD
+    comm=$(hexdump -v -e '1/1 "%02x"' "$task/comm")
+    cmdline=$(hexdump -v -e '1/1 "%02x"' "$task/cmdline")
+    echo "leechio-oracle: task pid=${stat%% *} tgid=$tgid ppid=$2 state=$1 kthread=$kthread comm=${comm%0a} cmdline=$cmdline"
+    tasks=$((tasks + 1))
+done
+maps=0
+for pid in 1 $sleep_pid $args_pid $pattern_pid; do
+    while IFS= read -r line; do
+        echo "leechio-oracle: map $pid $line"
+        maps=$((maps + 1))
+    done <"/proc/$pid/maps"
+done
+echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols"
 echo "leechio-guest: ready"
-while :; do /bin/busybox sleep 3600; done
-EOF
+while :; do sleep 3600; done
+INIT
     chmod 0755 "$build/root/init"
     (cd "$build/root" && find . | cpio -o -H newc --quiet | gzip -6) >"$build/initramfs.cpio.gz"
     mv -f "$build/initramfs.cpio.gz" "$initramfs"
@@ -124,7 +253,7 @@ setpriv --pdeathsig KILL -- qemu-system-x86_64 \
     -machine pc,accel=tcg,memory-backend=qemu-ram \
     -object "memory-backend-file,id=qemu-ram,size=$memory,mem-path=$shm,share=on" \
     -kernel "$kernel" -initrd "$initramfs" \
-    -append "console=ttyS0 nokaslr pti=off panic=-1${append:+ $append}" \
+    -append "console=ttyS0${kaslr:+ $kaslr} pti=off panic=-1${append:+ $append}" \
     -display none -serial "file:$serial" \
     -qmp "unix:$dir/leechcore.qmp,server=on,wait=off" \
     -qmp "unix:$dir/monitor.qmp,server=on,wait=off" \

@@ -16,8 +16,9 @@
 #     target/leechcore/ (leechcore.so beside its device plugins);
 #   - for the live-guest tests (scripts/guest.sh): Debian's qemu-system-x86
 #     (no GUI), busybox-static and cpio, and the kernel of Debian's
-#     linux-image-amd64, of which only vmlinuz is kept, in target/guest/
-#     (it is booted by QEMU, never installed on this machine).
+#     linux-image-amd64 and of its cloud flavour linux-image-cloud-amd64 (a
+#     second kernel for tests), of which only vmlinuz is kept, in
+#     target/guest/ (booted by QEMU, never installed on this machine).
 # Prints nothing when there is nothing to do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -112,13 +113,17 @@ if ! { [ -f "$DEST/VERSION" ] && [ "$(cat "$DEST/VERSION")" = "$LEECHCORE_VERSIO
     say "LeechCore $LEECHCORE_VERSION installed in $DEST"
 fi
 
-# The guest kernel: linux-image-amd64 is a metapackage; the kernel is the
+# The guest kernels: linux-image-amd64 is a metapackage; the kernel is the
 # linux-image-* package it depends on. Its files are pulled out of the .deb
 # (vmlinuz only: the guest needs no modules, and the package's System.map is
 # a placeholder; the guest prints the symbols the tests need itself).
-if ! { [ -f "$GUEST/vmlinuz" ] && [ -f "$GUEST/KERNEL" ]; }; then
+# `fetch_kernel METAPACKAGE SUFFIX` keeps it as target/guest/vmlinuz-SUFFIX
+# with its version in KERNEL-SUFFIX (vmlinuz and KERNEL when SUFFIX is empty).
+fetch_kernel() {
+    local meta=$1 suffix=${2:+-$2} pkg version ktmp
+    [ -f "$GUEST/vmlinuz$suffix" ] && [ -f "$GUEST/KERNEL$suffix" ] && return 0
     kernel_package() {
-        apt-cache depends linux-image-amd64 2>/dev/null |
+        apt-cache depends "$meta" 2>/dev/null |
             sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -n 1
     }
     pkg=$(kernel_package)
@@ -126,17 +131,22 @@ if ! { [ -f "$GUEST/vmlinuz" ] && [ -f "$GUEST/KERNEL" ]; }; then
         apt_update_once
         pkg=$(kernel_package)
     fi
-    [ -n "$pkg" ] || { say "cannot find the kernel package linux-image-amd64 depends on"; exit 1; }
+    [ -n "$pkg" ] || { say "cannot find the kernel package $meta depends on"; exit 1; }
     ktmp=$(mktemp -d)
     scratch+=("$ktmp")
-    say "downloading $pkg (the guest's kernel)"
+    say "downloading $pkg (a guest kernel)"
     # As root, apt fetches into a folder its sandbox user cannot write to.
     (cd "$ktmp" && apt-get download -qq -o APT::Sandbox::User=root "$pkg" >/dev/null)
     version=${pkg#linux-image-}
     dpkg-deb --fsys-tarfile "$ktmp"/"$pkg"_*.deb |
         tar -x -C "$ktmp" "./boot/vmlinuz-$version"
     mkdir -p "$GUEST"
-    install -m 0644 "$ktmp/boot/vmlinuz-$version" "$GUEST/vmlinuz"
-    echo "$version" > "$GUEST/KERNEL"
-    say "guest kernel $version in $GUEST"
-fi
+    install -m 0644 "$ktmp/boot/vmlinuz-$version" "$GUEST/vmlinuz$suffix"
+    echo "$version" > "$GUEST/KERNEL$suffix"
+    say "guest kernel $version in $GUEST/vmlinuz$suffix"
+}
+# The default guest kernel, and a second flavour of the same version built
+# with another configuration (other struct layouts): `scripts/guest.sh
+# --kernel cloud`.
+fetch_kernel linux-image-amd64 ''
+fetch_kernel linux-image-cloud-amd64 cloud

@@ -4,7 +4,8 @@
 //! [`Guest::start`] runs `scripts/guest.sh`, which boots the guest with its
 //! RAM in `/dev/shm/<name>` and two QMP sockets: one for LeechCore, one for
 //! the monitor here (QMP serves one client at a time). It returns once the
-//! guest's `/init` runs, so the kernel's page tables are in place.
+//! guest's `/init` has printed what its `/proc` says, so the kernel's page
+//! tables and the test processes are in place.
 //!
 //! Cleanup, whatever happens to the test:
 //! - `Drop` asks the script to stop (QEMU quits, the RAM file and the socket
@@ -19,9 +20,18 @@
 //!
 //! Names are `leechio-test-<pid>-<n>`, so guests of parallel tests and test
 //! binaries never clash.
+//!
+//! The guest also says what its own `/proc` shows (tasks, maps, kernel
+//! symbols; [`oracle`]), and [`Guest::start_with`] boots it with KASLR or
+//! with a second kernel build.
+
+pub mod oracle;
+mod qmp;
+
+use oracle::{GuestMap, GuestTask, Oracle, PatternProcess};
+use qmp::{parse_dump, Qmp};
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -35,8 +45,6 @@ use serde_json::{json, Value};
 /// How long a guest may take from start to its `/init` (about 5 s alone;
 /// much more when several boot at once on two cores under TCG).
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
-/// The longest one monitor command may take.
-const MONITOR_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the script gets to stop QEMU and clean up on drop.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -74,10 +82,42 @@ impl GuestMemory {
     }
 }
 
+/// Which kernel a guest boots (both from `make setup`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GuestKernel {
+    /// Debian's `linux-image-amd64`. The default.
+    #[default]
+    Default,
+    /// Debian's `linux-image-cloud-amd64`: the same version built with
+    /// another configuration, so other struct layouts.
+    Cloud,
+}
+
+impl GuestKernel {
+    fn flavour(self) -> &'static str {
+        match self {
+            GuestKernel::Default => "default",
+            GuestKernel::Cloud => "cloud",
+        }
+    }
+}
+
+/// How a guest boots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GuestOptions {
+    /// RAM size.
+    pub memory: GuestMemory,
+    /// KASLR on (the kernel's physical and virtual bases and the direct
+    /// map's move at random); off by default (`nokaslr`).
+    pub kaslr: bool,
+    /// The kernel build.
+    pub kernel: GuestKernel,
+}
+
 /// A running guest; stopped and cleaned up on drop.
 pub struct Guest {
     name: String,
-    memory: GuestMemory,
+    options: GuestOptions,
     device: String,
     shm: PathBuf,
     dir: PathBuf,
@@ -89,13 +129,24 @@ pub struct Guest {
     kernel_text: u64,
     init_top_pgt: u64,
     kernel_dtb: u64,
+    oracle: Option<Oracle>,
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 impl Guest {
-    /// Boots a guest and waits until its `/init` runs.
+    /// Boots a guest with `memory` and the default kernel, KASLR off, and
+    /// waits until its `/init` has printed its oracle.
     pub fn start(memory: GuestMemory) -> Guest {
+        Guest::start_with(GuestOptions {
+            memory,
+            ..GuestOptions::default()
+        })
+    }
+
+    /// Boots a guest as `options` say and waits until its `/init` has
+    /// printed its oracle.
+    pub fn start_with(options: GuestOptions) -> Guest {
         let name = format!(
             "leechio-test-{}-{}",
             std::process::id(),
@@ -105,8 +156,10 @@ impl Guest {
         let script = super::repo_root().join("scripts/guest.sh");
         let mut child = Command::new("bash")
             .arg(&script)
-            .args(["--memory", memory.qemu_size(), "--name", &name, "--dir"])
+            .args(["--memory", options.memory.qemu_size(), "--name", &name])
+            .args(["--kernel", options.kernel.flavour(), "--dir"])
             .arg(&dir)
+            .args(options.kaslr.then_some("--kaslr"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -126,7 +179,7 @@ impl Guest {
         let mut guest = Guest {
             shm: Path::new("/dev/shm").join(&name),
             name,
-            memory,
+            options,
             device: String::new(),
             dir,
             serial: PathBuf::new(),
@@ -137,6 +190,7 @@ impl Guest {
             kernel_text: 0,
             init_top_pgt: 0,
             kernel_dtb: 0,
+            oracle: None,
         };
         // From here on, a panic drops `guest`, which cleans up.
         guest.wait_until_ready(lines);
@@ -176,22 +230,13 @@ impl Guest {
                 _ => {}
             }
         }
-        // The guest printed its kernel's symbols (from /proc/kallsyms).
+        // The guest printed what its /proc says, kernel symbols included.
         let log = self.serial_log();
-        let symbol = |name: &str| -> u64 {
-            let marker = log
-                .lines()
-                .find(|l| l.starts_with("leechio-guest: ") && l.contains(" init_top_pgt"))
-                .unwrap_or_else(|| panic!("no symbol line in the serial log:\n{log}"));
-            let words: Vec<&str> = marker.split_whitespace().collect();
-            let at = words
-                .iter()
-                .position(|w| *w == name)
-                .unwrap_or_else(|| panic!("no {name} in {marker:?}"));
-            u64::from_str_radix(words[at - 2], 16).expect("symbol address")
-        };
-        self.kernel_text = symbol("_text");
-        self.init_top_pgt = symbol("init_top_pgt");
+        let oracle = Oracle::parse(&log)
+            .unwrap_or_else(|e| panic!("guest {}: {e}; serial log:\n{log}", self.name));
+        self.oracle = Some(oracle);
+        self.kernel_text = self.symbol("_text");
+        self.init_top_pgt = self.symbol("init_top_pgt");
         // The monitor translates through the CPU's CR3, which by now holds a
         // page table with the kernel half mapped (the running process's, or
         // the kernel's own); the kernel's own is init_top_pgt.
@@ -274,7 +319,65 @@ impl Guest {
 
     /// The guest's RAM size.
     pub fn memory(&self) -> GuestMemory {
-        self.memory
+        self.options.memory
+    }
+
+    /// How the guest was booted.
+    pub fn options(&self) -> GuestOptions {
+        self.options
+    }
+
+    /// What the guest's `/proc` said at boot.
+    pub fn oracle(&self) -> &Oracle {
+        self.oracle.as_ref().expect("the guest is ready")
+    }
+
+    /// Every task the guest listed (threads too), by pid.
+    pub fn tasks(&self) -> &[GuestTask] {
+        &self.oracle().tasks
+    }
+
+    /// The processes the guest listed (thread-group leaders), by pid.
+    pub fn processes(&self) -> Vec<&GuestTask> {
+        self.oracle().processes().collect()
+    }
+
+    /// `/proc/PID/maps` of `pid`, which must be one whose maps the guest
+    /// prints (pid 1, `sleep 100001`, the `leechio-args` shell and the
+    /// pattern process).
+    pub fn maps(&self, pid: u32) -> &[GuestMap] {
+        let maps = &self.oracle().maps;
+        maps.get(&pid).unwrap_or_else(|| {
+            panic!(
+                "the guest printed no maps of pid {pid}, only of {:?}",
+                maps.keys().collect::<Vec<_>>()
+            )
+        })
+    }
+
+    /// The address of kernel symbol `name` (per the guest's
+    /// `/proc/kallsyms`); it must be one the guest prints.
+    pub fn symbol(&self, name: &str) -> u64 {
+        self.oracle()
+            .symbol(name)
+            .unwrap_or_else(|| panic!("the guest printed no symbol {name}"))
+    }
+
+    /// The kernel's `/proc/version` line.
+    pub fn kernel_version(&self) -> &str {
+        &self.oracle().version
+    }
+
+    /// The process whose memory holds the known pattern, and where.
+    pub fn pattern(&self) -> PatternProcess {
+        self.oracle().pattern
+    }
+
+    /// The direct map's base: the value of the kernel's `page_offset_base`,
+    /// read through the monitor (the guest itself cannot read it).
+    pub fn page_offset_base(&self) -> u64 {
+        let va = self.symbol("page_offset_base");
+        self.x(va, 1).expect("page_offset_base is readable")[0]
     }
 
     /// The guest's RAM file, `/dev/shm/<name>`.
@@ -544,85 +647,5 @@ fn kill_process(pid: u32) {
         let _ = Command::new("kill")
             .args(["-KILL", &pid.to_string()])
             .status();
-    }
-}
-
-/// Parses the monitor's `xp /Ngx` or `x /Ngx` dump: lines
-/// `<address>: 0x<qword> 0x<qword>`, addresses from `start` on.
-fn parse_dump(text: &str, start: u64, n: usize) -> Option<Vec<u64>> {
-    let mut words = Vec::with_capacity(n);
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (addr, rest) = line.split_once(':')?;
-        let addr = u64::from_str_radix(addr.trim(), 16).ok()?;
-        if addr != start + 8 * words.len() as u64 {
-            return None;
-        }
-        for word in rest.split_whitespace() {
-            words.push(u64::from_str_radix(word.strip_prefix("0x")?, 16).ok()?);
-        }
-    }
-    (words.len() == n).then_some(words)
-}
-
-/// A QMP client on a unix socket.
-struct Qmp {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-}
-
-impl Qmp {
-    /// Connects (retrying until QEMU listens) and leaves negotiation mode.
-    fn connect(path: &Path, deadline: Instant) -> Qmp {
-        let stream = loop {
-            match UnixStream::connect(path) {
-                Ok(s) => break s,
-                Err(e) if Instant::now() >= deadline => {
-                    panic!("QMP socket {}: {e}", path.display())
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        };
-        stream.set_read_timeout(Some(MONITOR_TIMEOUT)).unwrap();
-        stream.set_write_timeout(Some(MONITOR_TIMEOUT)).unwrap();
-        let mut qmp = Qmp {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-        };
-        let greeting = qmp.message().expect("QMP greeting");
-        assert!(
-            greeting.get("QMP").is_some(),
-            "not a QMP greeting: {greeting}"
-        );
-        qmp.execute("qmp_capabilities", json!({}))
-            .expect("qmp_capabilities");
-        qmp
-    }
-
-    /// The next message that is not an event.
-    fn message(&mut self) -> Result<Value, String> {
-        loop {
-            let mut line = String::new();
-            match self.reader.read_line(&mut line) {
-                Ok(0) => return Err("QMP connection closed".into()),
-                Ok(_) => {}
-                Err(e) => return Err(format!("QMP read: {e}")),
-            }
-            let msg: Value =
-                serde_json::from_str(&line).map_err(|e| format!("QMP sent {line:?}: {e}"))?;
-            if msg.get("event").is_none() {
-                return Ok(msg);
-            }
-        }
-    }
-
-    fn execute(&mut self, command: &str, arguments: Value) -> Result<Value, String> {
-        let request = json!({ "execute": command, "arguments": arguments });
-        writeln!(self.writer, "{request}").map_err(|e| format!("QMP write: {e}"))?;
-        let reply = self.message()?;
-        match (reply.get("return"), reply.get("error")) {
-            (Some(value), _) => Ok(value.clone()),
-            (None, Some(error)) => Err(error.to_string()),
-            _ => Err(format!("unexpected QMP reply {reply}")),
-        }
     }
 }

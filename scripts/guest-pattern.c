@@ -1,0 +1,130 @@
+/*
+ * The test guest's pattern process, /bin/leechio-pattern in the initramfs
+ * that scripts/guest.sh builds (statically linked, so the guest needs no
+ * libraries). It gives the tests what busybox cannot:
+ *
+ *   - memory whose every byte is known: PAGES pages (64, 256 KiB) of private
+ *     anonymous memory in which the 8 bytes at virtual address VA hold
+ *     pattern_word(VA), little endian (the same hash as the tests'
+ *     `common::pattern_word`, so a page read from the wrong place shows).
+ *     The first half stays read-write, the second half is made read-only:
+ *     two VMAs, `rw-p` and `r--p`. One inaccessible page on each side keeps
+ *     the kernel from merging them with a neighbour (a thread's stack, say),
+ *     so /proc/PID/maps shows exactly START-MID and MID-END;
+ *   - two threads, named leechio-thr-1 and leechio-thr-2, so the process
+ *     has three tasks (pid == tgid for the first only);
+ *   - a comm with spaces and parentheses, "leech (pat) x";
+ *   - two children that stay in known states: one stopped (state T, comm
+ *     leechio-stopped) and one exited but never reaped (state Z, comm
+ *     leechio-zombie: no mm, yet not a kernel thread).
+ *
+ * Once all of that is in place it writes one line "START END" (hex, no
+ * 0x) to standard output, closes it, and then waits for ever. /init reads
+ * that line from a FIFO, so nothing is printed about the process before it
+ * is ready.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { PAGE = 4096, PAGES = 64 };
+
+/* splitmix64's finaliser of addr + golden ratio: tests/common/mod.rs
+ * pattern_word. */
+static uint64_t pattern_word(uint64_t addr)
+{
+    uint64_t z = addr + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void fail(const char *what)
+{
+    perror(what);
+    exit(1);
+}
+
+static void *idle(void *unused)
+{
+    (void)unused;
+    for (;;)
+        pause();
+    return NULL;
+}
+
+/* A child that is stopped (state T) when this returns. */
+static void stopped_child(void)
+{
+    int status;
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork");
+    if (pid == 0) {
+        prctl(PR_SET_NAME, "leechio-stopped");
+        raise(SIGSTOP);
+        for (;;)
+            pause();
+    }
+    if (waitpid(pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status))
+        fail("waitpid (stopped child)");
+}
+
+/* A child that has exited and stays unreaped (state Z) when this returns:
+ * WNOWAIT waits for its exit without reaping it. */
+static void zombie_child(void)
+{
+    siginfo_t info;
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork");
+    if (pid == 0) {
+        prctl(PR_SET_NAME, "leechio-zombie");
+        _exit(0);
+    }
+    if (waitid(P_PID, pid, &info, WEXITED | WNOWAIT) != 0)
+        fail("waitid (zombie child)");
+}
+
+int main(void)
+{
+    size_t size = (size_t)PAGES * PAGE;
+    /* Guard page, pattern, guard page; all inaccessible until mprotect. */
+    char *area = mmap(NULL, size + 2 * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED)
+        fail("mmap");
+    uint64_t *words = (uint64_t *)(area + PAGE);
+    if (mprotect(words, size, PROT_READ | PROT_WRITE) != 0)
+        fail("mprotect rw");
+    for (size_t i = 0; i < size / 8; i++)
+        words[i] = pattern_word((uint64_t)(uintptr_t)&words[i]);
+    if (mprotect((char *)words + size / 2, size / 2, PROT_READ) != 0)
+        fail("mprotect r");
+
+    stopped_child();
+    zombie_child();
+
+    const char *names[] = {"leechio-thr-1", "leechio-thr-2"};
+    for (int i = 0; i < 2; i++) {
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, idle, NULL) != 0)
+            fail("pthread_create");
+        if (pthread_setname_np(thread, names[i]) != 0)
+            fail("pthread_setname_np");
+    }
+    if (prctl(PR_SET_NAME, "leech (pat) x") != 0)
+        fail("prctl");
+
+    printf("%lx %lx\n", (unsigned long)(uintptr_t)words, (unsigned long)(uintptr_t)words + size);
+    if (fclose(stdout) != 0)
+        fail("stdout");
+    for (;;)
+        pause();
+}

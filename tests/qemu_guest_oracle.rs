@@ -1,0 +1,472 @@
+//! The live guest's own account of itself (`common::qemu::Oracle`: what its
+//! `/proc` says, printed by its `/init`), checked for completeness and
+//! self-consistency, and against QEMU's monitor: the oracle that walks of
+//! the guest's memory are tested against must itself be right.
+//!
+//! Three guests, each booted once for this binary and in parallel: the
+//! default (`nokaslr`), one with KASLR on, and one with Debian's cloud
+//! kernel (the same version built with another configuration).
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::sync::OnceLock;
+
+use common::qemu::oracle::{GuestTask, Oracle, PatternProcess};
+use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions, DIRECT_MAP, KERNEL_MAP};
+
+const PAGE: u64 = 0x1000;
+/// `_text` and its physical address without KASLR (`CONFIG_PHYSICAL_START`).
+const DEFAULT_TEXT: u64 = 0xffff_ffff_8100_0000;
+const DEFAULT_TEXT_PHYSICAL: u64 = 0x100_0000;
+/// The kernel symbols the guest must print (the kallsyms tables are not in
+/// 6.1's own /proc/kallsyms, so they are not required).
+const SYMBOLS: [&str; 9] = [
+    "_text",
+    "_stext",
+    "init_top_pgt",
+    "init_task",
+    "init_pid_ns",
+    "page_offset_base",
+    "__start_BTF",
+    "__stop_BTF",
+    "linux_banner",
+];
+
+fn kaslr_guest() -> &'static Guest {
+    static GUEST: OnceLock<Guest> = OnceLock::new();
+    GUEST.get_or_init(|| {
+        Guest::start_with(GuestOptions {
+            kaslr: true,
+            ..GuestOptions::default()
+        })
+    })
+}
+
+fn cloud_guest() -> &'static Guest {
+    static GUEST: OnceLock<Guest> = OnceLock::new();
+    GUEST.get_or_init(|| {
+        Guest::start_with(GuestOptions {
+            kernel: GuestKernel::Cloud,
+            ..GuestOptions::default()
+        })
+    })
+}
+
+/// The one process whose arguments are `args`.
+fn process_with_args<'g>(guest: &'g Guest, args: &[&str]) -> &'g GuestTask {
+    let found: Vec<_> = guest
+        .processes()
+        .into_iter()
+        .filter(|t| t.cmdline == args)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "processes with arguments {args:?}: {found:#?}"
+    );
+    found[0]
+}
+
+/// The arguments of the guest's `leechio-args` shell.
+fn long_arguments() -> Vec<String> {
+    let mut args: Vec<String> = [
+        "sh",
+        "-c",
+        "while :; do sleep 100002; done",
+        "leechio-args",
+        "two words",
+        "(paren) ) (",
+        "ünïcödé ✓ λ",
+        "",
+        "tab\tand 'quotes'",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend((1_000_001..=1_000_600).map(|n: u32| n.to_string()));
+    args.push("last-argument".into());
+    args
+}
+
+/// Everything every guest must say, whatever its kernel and KASLR: the
+/// task tree hangs together, the test processes are there as started, the
+/// maps are in order, and the kernel symbols are where QEMU's monitor finds
+/// the kernel.
+fn check_oracle(guest: &Guest) {
+    let oracle = guest.oracle();
+    assert!(
+        oracle.version.starts_with("Linux version 6."),
+        "{}",
+        oracle.version
+    );
+    let pids: BTreeSet<u32> = oracle.tasks.iter().map(|t| t.pid).collect();
+    for task in &oracle.tasks {
+        let root = task.ppid == 0 && (task.pid == 1 || task.pid == 2);
+        assert!(
+            root || pids.contains(&task.ppid),
+            "parent not listed: {task:?}"
+        );
+        let leader = oracle
+            .task(task.tgid)
+            .unwrap_or_else(|| panic!("thread group not listed: {task:?}"));
+        assert!(leader.is_process());
+        assert_eq!(task.kernel_thread, leader.kernel_thread, "{task:?}");
+        assert_eq!(task.cmdline_bytes, leader.cmdline_bytes, "{task:?}");
+        if task.kernel_thread {
+            assert!(task.cmdline.is_empty(), "{task:?}");
+            assert!(
+                task.pid == 2 || task.ppid == 2,
+                "not from kthreadd: {task:?}"
+            );
+        }
+    }
+    let init = oracle.task(1).expect("pid 1");
+    assert_eq!((init.comm.as_str(), init.kernel_thread), ("init", false));
+    let kthreadd = oracle.task(2).expect("pid 2");
+    assert_eq!(
+        (kthreadd.comm.as_str(), kthreadd.kernel_thread),
+        ("kthreadd", true)
+    );
+    assert!(oracle.processes().filter(|t| t.kernel_thread).count() > 20);
+
+    let sleep = process_with_args(guest, &["sleep", "100001"]);
+    assert_eq!((sleep.comm.as_str(), sleep.ppid), ("sleep", 1));
+    let args = long_arguments();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let shell = process_with_args(guest, &args);
+    assert_eq!((shell.comm.as_str(), shell.ppid), ("sh", 1));
+    assert_eq!(
+        shell.cmdline_bytes,
+        [args.join("\0").as_bytes(), b"\0"].concat()
+    );
+    assert!(shell.cmdline_bytes.len() > PAGE as usize);
+    let looped = process_with_args(guest, &["sleep", "100002"]);
+    assert_eq!(looped.ppid, shell.pid);
+
+    let pattern = guest.pattern();
+    check_pattern_process(oracle, pattern);
+    for pid in [1, sleep.pid, shell.pid, pattern.pid] {
+        let maps = guest.maps(pid);
+        let exe = if pid == pattern.pid {
+            "/bin/leechio-pattern"
+        } else {
+            "/bin/busybox"
+        };
+        assert_eq!(maps[0].path, exe, "pid {pid}");
+        for pair in maps.windows(2) {
+            assert!(pair[0].end <= pair[1].start, "pid {pid}: {pair:?}");
+        }
+        for map in maps {
+            assert!(
+                map.start < map.end && (map.start | map.end) % PAGE == 0,
+                "{map:?}"
+            );
+        }
+    }
+
+    for name in SYMBOLS {
+        assert!(
+            guest.symbol(name) >= KERNEL_MAP,
+            "{name} is not a kernel address"
+        );
+    }
+    assert_eq!(guest.symbol("_stext"), guest.symbol("_text"));
+    let btf = guest.symbol("__stop_BTF") - guest.symbol("__start_BTF");
+    assert_eq!(
+        oracle.btf_size,
+        Some(btf),
+        "/sys/kernel/btf/vmlinux against __stop_BTF - __start_BTF"
+    );
+    check_symbols_with_the_monitor(guest);
+}
+
+/// The pattern process as `scripts/guest-pattern.c` makes it.
+fn check_pattern_process(oracle: &Oracle, pattern: PatternProcess) {
+    let process = oracle.task(pattern.pid).expect("the pattern process");
+    assert_eq!(process.comm, "leech (pat) x");
+    assert_eq!(process.cmdline, ["leechio-pattern"]);
+    assert_eq!(
+        (process.ppid, process.tgid, process.kernel_thread),
+        (1, pattern.pid, false)
+    );
+    let threads: Vec<&str> = oracle
+        .tasks
+        .iter()
+        .filter(|t| t.tgid == pattern.pid)
+        .map(|t| t.comm.as_str())
+        .collect();
+    assert_eq!(threads, ["leech (pat) x", "leechio-thr-1", "leechio-thr-2"]);
+    let children: Vec<(&str, char, bool, usize)> = oracle
+        .tasks
+        .iter()
+        .filter(|t| t.ppid == pattern.pid)
+        .map(|t| (t.comm.as_str(), t.state, t.kernel_thread, t.cmdline.len()))
+        .collect();
+    assert_eq!(
+        children,
+        [
+            ("leechio-stopped", 'T', false, 1),
+            ("leechio-zombie", 'Z', false, 0)
+        ]
+    );
+    assert_eq!(pattern.end - pattern.start, 64 * PAGE);
+    let [rw, ro] = pattern.halves();
+    let maps = &oracle.maps[&pattern.pid];
+    let at = maps
+        .iter()
+        .position(|m| m.start == rw.start)
+        .unwrap_or_else(|| panic!("no VMA at {:#x}: {maps:#?}", rw.start));
+    let spans: Vec<(u64, u64, &str, &str)> = maps[at - 1..at + 3]
+        .iter()
+        .map(|m| (m.start, m.end, m.perms.as_str(), m.path.as_str()))
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            (rw.start - PAGE, rw.start, "---p", ""),
+            (rw.start, rw.end, "rw-p", ""),
+            (ro.start, ro.end, "r--p", ""),
+            (ro.end, ro.end + PAGE, "---p", ""),
+        ]
+    );
+}
+
+/// The kernel image is one physical run: every symbol sits at `_text`'s
+/// physical address plus its distance from `_text`, where the monitor
+/// (through the CPU's page tables) finds it too; and what the symbols name
+/// is there: the banner /proc/version prints, BTF's magic.
+fn check_symbols_with_the_monitor(guest: &Guest) {
+    let text = guest.symbol("_text");
+    let text_pa = guest.gva2gpa(text).expect("_text is mapped");
+    assert_eq!(text_pa % (2 << 20), 0, "_text at {text_pa:#x}");
+    for name in SYMBOLS {
+        let va = guest.symbol(name);
+        assert_eq!(guest.gva2gpa(va), Some(text_pa + (va - text)), "{name}");
+    }
+    assert_eq!(
+        guest.kernel_dtb(),
+        text_pa + guest.symbol("init_top_pgt") - text
+    );
+    let version = &guest.oracle().version;
+    let banner_pa = text_pa + guest.symbol("linux_banner") - text;
+    let banner = guest.pmemsave(banner_pa, version.len() as u64 + 1);
+    assert_eq!(banner, format!("{version}\n").as_bytes());
+    let btf_pa = text_pa + guest.symbol("__start_BTF") - text;
+    assert_eq!(
+        guest.pmemsave(btf_pa, 4),
+        [0x9f, 0xeb, 1, 0],
+        "BTF magic, version 1, flags 0"
+    );
+}
+
+#[test]
+fn the_default_guest_says_what_its_proc_says() {
+    let guest = shared_guest();
+    check_oracle(&guest);
+    assert!(guest.oracle().kernel_cmdline.contains("nokaslr"));
+    assert_eq!(guest.symbol("_text"), DEFAULT_TEXT);
+    assert_eq!(guest.gva2gpa(DEFAULT_TEXT), Some(DEFAULT_TEXT_PHYSICAL));
+    assert_eq!(guest.page_offset_base(), DIRECT_MAP);
+}
+
+/// Under KASLR the kernel's virtual base, its physical base and the
+/// direct map each move at random. The virtual base alone stays put once
+/// in ~500 boots, and with the physical base once in ~50,000: the test asks
+/// that one of the two moved, and that the direct map moved.
+#[test]
+fn the_kaslr_guest_moves_the_kernel() {
+    let guest = kaslr_guest();
+    check_oracle(guest);
+    assert!(!guest.oracle().kernel_cmdline.contains("nokaslr"));
+    let text = guest.symbol("_text");
+    let text_pa = guest.gva2gpa(text).expect("_text is mapped");
+    println!("KASLR: _text at {text:#x}, physical {text_pa:#x}");
+    assert!(
+        text != DEFAULT_TEXT || text_pa != DEFAULT_TEXT_PHYSICAL,
+        "the kernel did not move: _text {text:#x} at {text_pa:#x}"
+    );
+    assert_ne!(guest.page_offset_base(), DIRECT_MAP);
+}
+
+#[test]
+fn the_cloud_guest_is_another_build_of_the_kernel() {
+    let cloud = cloud_guest();
+    check_oracle(cloud);
+    let default = shared_guest();
+    assert_ne!(cloud.kernel_version(), default.kernel_version());
+    assert!(
+        cloud.kernel_version().contains("-cloud-amd64"),
+        "{}",
+        cloud.kernel_version()
+    );
+    // Other code, other data: the same symbols at other distances from
+    // _text, and BTF of another size.
+    let distance = |g: &Guest, name| g.symbol(name) - g.symbol("_text");
+    assert_ne!(
+        distance(cloud, "init_pid_ns"),
+        distance(&default, "init_pid_ns")
+    );
+    assert_ne!(cloud.oracle().btf_size, default.oracle().btf_size);
+}
+
+/// Every page of the pattern is in the guest's RAM, byte for byte as the
+/// oracle describes it (the RAM file itself, not LeechCore, is read).
+#[test]
+fn the_pattern_is_in_the_guests_ram() {
+    let guest = shared_guest();
+    let pattern = guest.pattern();
+    let pages: HashMap<Vec<u8>, u64> = (pattern.start..pattern.end)
+        .step_by(PAGE as usize)
+        .map(|va| (pattern.bytes(va, 8), va))
+        .collect();
+    let mut found = BTreeSet::new();
+    let mut ram = File::open(guest.shm_path()).expect("the guest's RAM file");
+    let mut chunk = vec![0; 16 << 20];
+    loop {
+        let n = ram.read(&mut chunk).expect("read the RAM file");
+        if n == 0 {
+            break;
+        }
+        assert_eq!(n % PAGE as usize, 0, "the RAM file read in whole pages");
+        for page in chunk[..n].chunks(PAGE as usize) {
+            if let Some(&va) = pages.get(&page[..8]) {
+                if page == pattern.bytes(va, PAGE as usize) {
+                    found.insert(va);
+                }
+            }
+        }
+    }
+    let missing: Vec<String> = pages
+        .values()
+        .filter(|va| !found.contains(va))
+        .map(|va| format!("{va:#x}"))
+        .collect();
+    assert!(missing.is_empty(), "pattern pages not in RAM: {missing:?}");
+}
+
+/// Lines as the guest prints them (with the console's `\r`), among kernel
+/// messages; `extra` goes before the end line, which says `end`.
+fn log(extra: &str, end: &str) -> String {
+    format!(
+        "[    1.3] Run /init as init process\r\n\
+         leechio-oracle: pattern pid=89 start=7f0000001000 end=7f0000041000\r\n\
+         leechio-oracle: version Linux version 6.1.0 (x) #1 SMP\r\n\
+         leechio-oracle: cmdline console=ttyS0 nokaslr\r\n\
+         leechio-oracle: btf 4359789\r\n\
+         leechio-oracle: symbol _text ffffffff81000000 T\r\n\
+         leechio-oracle: task pid=89 tgid=89 ppid=1 state=S kthread=0 comm=6c65656368202870617429 cmdline=610062000000\r\n\
+         leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 comm=6b776f726b65722f303a302d6576656e7473 cmdline=\r\n\
+         leechio-oracle: map 89 00400000-00401000 r--p 00001000 00:02 207                                /bin/leechio (x)\r\n\
+         leechio-oracle: map 89 7f0000001000-7f0000021000 rw-p 00000000 00:00 0 \r\n\
+         {extra}leechio-oracle: end {end}\r\n\
+         leechio-guest: ready\r\n"
+    )
+}
+
+#[test]
+fn oracle_lines_are_read_back() {
+    let oracle = Oracle::parse(&log("", "tasks=2 maps=2 symbols=1")).unwrap();
+    assert_eq!(oracle.version, "Linux version 6.1.0 (x) #1 SMP");
+    assert_eq!(oracle.kernel_cmdline, "console=ttyS0 nokaslr");
+    assert_eq!(oracle.btf_size, Some(4359789));
+    assert_eq!(oracle.symbol("_text"), Some(DEFAULT_TEXT));
+    let pattern = PatternProcess {
+        pid: 89,
+        start: 0x7f00_0000_1000,
+        end: 0x7f00_0004_1000,
+    };
+    assert_eq!(oracle.pattern, pattern);
+    assert_eq!(
+        pattern.halves(),
+        [
+            0x7f00_0000_1000..0x7f00_0002_1000,
+            0x7f00_0002_1000..0x7f00_0004_1000
+        ]
+    );
+    assert_eq!(
+        pattern.bytes(8, 12)[..8],
+        common::pattern_word(8).to_le_bytes()
+    );
+    assert_eq!(
+        pattern.bytes(8, 12)[8..],
+        common::pattern_word(16).to_le_bytes()[..4]
+    );
+    let task = oracle.task(89).unwrap();
+    assert_eq!(task.comm, "leech (pat)");
+    // "a", "b", "" and a last argument whose NUL was overwritten.
+    assert_eq!(task.cmdline_bytes, b"a\0b\0\0\0");
+    assert_eq!(task.cmdline, ["a", "b", "", ""]);
+    let worker = oracle.task(8).unwrap();
+    assert!(worker.kernel_thread && worker.cmdline.is_empty());
+    assert_eq!(worker.comm, "kworker/0:0-events");
+    let pids: Vec<u32> = oracle.tasks.iter().map(|t| t.pid).collect();
+    assert_eq!(pids, [8, 89]);
+    let maps = &oracle.maps[&89];
+    assert_eq!(maps[0].path, "/bin/leechio (x)");
+    assert_eq!((maps[0].offset, maps[0].inode), (0x1000, 207));
+    assert_eq!(maps[0].device, "00:02");
+    assert_eq!(maps[1].path, "");
+    assert_eq!(
+        (maps[1].start, maps[1].end),
+        (0x7f00_0000_1000, 0x7f00_0002_1000)
+    );
+}
+
+#[test]
+fn a_lost_or_bad_oracle_line_is_an_error() {
+    let lost = Oracle::parse(&log("", "tasks=3 maps=2 symbols=1")).unwrap_err();
+    assert_eq!(
+        lost,
+        "the guest printed [3, 2, 1] tasks, map lines and symbols; [2, 2, 1] read"
+    );
+    let odd = Oracle::parse(&log(
+        "leechio-oracle: task pid=9 tgid=9 ppid=2 state=S kthread=0 comm=abc cmdline=\r\n",
+        "tasks=3 maps=2 symbols=1",
+    ))
+    .unwrap_err();
+    assert!(odd.ends_with("comm: odd number of hex digits"), "{odd}");
+    let twice = Oracle::parse(&log(
+        "leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 comm=61 cmdline=\r\n",
+        "tasks=3 maps=2 symbols=1",
+    ))
+    .unwrap_err();
+    assert_eq!(twice, "pid 8 listed twice");
+    let error = Oracle::parse(&log(
+        "leechio-oracle: error the pattern process did not start\r\n",
+        "tasks=2 maps=2 symbols=1",
+    ))
+    .unwrap_err();
+    assert_eq!(error, "the guest says: the pattern process did not start");
+    let unended = log("", "tasks=2 maps=2 symbols=1").replace("leechio-oracle: end", "x");
+    assert_eq!(
+        Oracle::parse(&unended).unwrap_err(),
+        "no oracle end line in the serial log"
+    );
+}
+
+#[test]
+fn task_comm_is_what_task_struct_holds() {
+    let task = |comm: &str, kernel_thread| GuestTask {
+        pid: 1,
+        tgid: 1,
+        ppid: 0,
+        state: 'S',
+        kernel_thread,
+        comm: comm.into(),
+        cmdline: vec![],
+        cmdline_bytes: vec![],
+    };
+    assert_eq!(
+        task("rcu_tasks_rude_kthread", true).task_comm(),
+        "rcu_tasks_rude_"
+    );
+    assert_eq!(
+        task("kworker/u2:1+events_unbound", true).task_comm(),
+        "kworker/u2:1"
+    );
+    assert_eq!(task("kworker/0:1H", true).task_comm(), "kworker/0:1H");
+    assert_eq!(task("edac-poller", true).task_comm(), "edac-poller");
+    assert_eq!(task("leech (pat) x", false).task_comm(), "leech (pat) x");
+}
