@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::qemu::{shared_guest, Guest};
-use leechio::linux::{CacheLocation, FindError, Hints, Kernel, Source};
+use leechio::linux::{CacheLocation, FindError, Hints, Kernel, Source, KERNEL_MAP};
 use leechio::{Call, DeviceConfig, EngineConfig, LeechCore, Memory};
 
 /// Device calls a search may take (it takes 10 on the test guest: low
@@ -94,16 +94,173 @@ fn finds_the_kernel_of_a_live_guest() {
 fn finds_the_kernel_in_a_memory_image_of_the_guest() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("guest.raw");
     let _paused = guest.pause();
-    std::fs::write(&image, guest.pmemsave(0, guest.memory().bytes())).unwrap();
-    let (mem, device) = engine(open_image(&image));
+    let bytes = guest.pmemsave(0, guest.memory().bytes());
+    let (mem, device) = engine(image_device(dir.path(), "guest.raw", &bytes));
     let (kernel, calls) = find(&mem, &device, &no_cache());
     let kernel = kernel.unwrap();
     check_against_guest(&kernel, &guest);
     assert!(calls <= SEARCH_CALLS, "{calls} read calls");
 }
 
-fn open_image(path: &Path) -> LeechCore {
-    LeechCore::open(&DeviceConfig::new(&format!("file://{}", path.display()))).unwrap()
+/// Writes `bytes` as an image file in `dir` and opens it.
+fn image_device(dir: &Path, name: &str, bytes: &[u8]) -> LeechCore {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    LeechCore::open(&DeviceConfig::new(format!("file://{}", path.display()))).unwrap()
+}
+
+#[test]
+fn a_process_dtb_as_hint_skips_low_memory() {
+    let guest = shared_guest();
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let (_, search_calls) = find(&mem, &device, &no_cache());
+    let hints = Hints {
+        dtb: Some(guest.cr3()),
+        ..no_cache()
+    };
+    let (kernel, calls) = find(&mem, &device, &hints);
+    let kernel = kernel.unwrap();
+    // The kernel's own table, not the process's it was found through.
+    assert_eq!(kernel.dtb(), guest.kernel_dtb());
+    assert_eq!(calls, search_calls - 1);
+    // A hint that is no page table at all: a one-line error naming it.
+    let hints = Hints {
+        dtb: Some(0x10_0000),
+        ..no_cache()
+    };
+    let err = Kernel::find(&mem, &hints).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("no Linux kernel found: 1 candidate top-level table(s) (0x100000), none maps a kernel image at {KERNEL_MAP:#x} and up")
+    );
+}
+
+#[test]
+fn the_cache_skips_the_search_and_is_checked_against_memory() {
+    let guest = shared_guest();
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let dir = tempfile::tempdir().unwrap();
+    let hints = Hints {
+        cache: CacheLocation::Folder(dir.path().to_path_buf()),
+        ..Hints::default()
+    };
+    let (first, search_calls) = find(&mem, &device, &hints);
+    let first = first.unwrap();
+    assert_eq!(first.source(), Source::Search);
+    let file = hints.cache.file().unwrap();
+    assert!(std::fs::read_to_string(&file).unwrap().contains(first.banner()));
+    let (cached, calls) = find(&mem, &device, &hints);
+    let cached = cached.unwrap();
+    assert_eq!(cached.source(), Source::Cache);
+    check_against_guest(&cached, &guest);
+    assert_eq!(cached.init_task(), first.init_task());
+    eprintln!("{calls} calls from the cache, {search_calls} searching");
+    assert!(calls + 3 <= search_calls, "{calls} calls from the cache, {search_calls} searching");
+    // A cache whose kernel is not the one in memory (another DTB, another
+    // banner) is not trusted: the search runs and finds the truth.
+    let text = std::fs::read_to_string(&file).unwrap();
+    for (from, to) in [
+        (format!("{:#x}", first.dtb()), "0x9000".to_string()),
+        ("Linux version".to_string(), "Linux versioN".to_string()),
+    ] {
+        std::fs::write(&file, text.replace(&from, &to)).unwrap();
+        let kernel = Kernel::find(&mem, &hints).unwrap();
+        assert_eq!(kernel.source(), Source::Search, "after {from} -> {to}");
+        check_against_guest(&kernel, &guest);
+    }
+}
+
+#[test]
+fn a_kernel_without_btf_names_the_cause_and_takes_a_btf_file() {
+    let guest = shared_guest();
+    let dir = tempfile::tempdir().unwrap();
+    let _paused = guest.pause();
+    let mut bytes = guest.pmemsave(0, guest.memory().bytes());
+    let (mem, _) = engine(image_device(dir.path(), "guest.raw", &bytes));
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let (btf_va, btf_len) = kernel.btf_location().unwrap();
+    let btf_pa = (btf_va - kernel.virtual_base() + kernel.physical_base()) as usize;
+    let btf_file = dir.path().join("vmlinux.btf");
+    std::fs::write(&btf_file, &bytes[btf_pa..btf_pa + btf_len as usize]).unwrap();
+    // Without its BTF (zeros where it was), the kernel is refused by name.
+    bytes[btf_pa..btf_pa + btf_len as usize].fill(0);
+    let (mem, _) = engine(image_device(dir.path(), "no-btf.raw", &bytes));
+    let err = Kernel::find(&mem, &no_cache()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("the kernel holds no BTF (BTF that does not parse at {btf_va:#x}: not BTF: no valid header (magic 0xeb9f, version 1, 24-byte header, sections in bounds)); it was built without CONFIG_DEBUG_INFO_BTF: give its /sys/kernel/btf/vmlinux, copied off the target, as the BTF file")
+    );
+    // With the file it was saved to, it is found as before.
+    let hints = Hints {
+        btf_file: Some(btf_file),
+        ..no_cache()
+    };
+    let from_file = Kernel::find(&mem, &hints).unwrap();
+    assert_eq!(from_file.btf_location(), None);
+    assert_eq!(from_file.init_task(), kernel.init_task());
+    assert_eq!(from_file.init_pid_ns(), kernel.init_pid_ns());
+    assert_eq!(from_file.btf().type_count(), kernel.btf().type_count());
+    // A file that is not BTF.
+    let mut hints_small = hints.clone();
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"not btf").unwrap();
+    hints_small.btf_file = Some(junk);
+    assert_eq!(
+        Kernel::find(&mem, &hints_small).unwrap_err().to_string(),
+        "not BTF: no valid header (magic 0xeb9f, version 1, 24-byte header, sections in bounds)"
+    );
+}
+
+#[test]
+fn memory_that_only_looks_like_a_kernel_is_refused() {
+    let guest = shared_guest();
+    let dir = tempfile::tempdir().unwrap();
+    let _paused = guest.pause();
+    let bytes = guest.pmemsave(0, guest.memory().bytes());
+    let (mem, _) = engine(image_device(dir.path(), "guest.raw", &bytes));
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let pa = |va: u64| (va - kernel.virtual_base() + kernel.physical_base()) as usize;
+    // No RAM content at all.
+    let zeros = vec![0u8; 32 << 20];
+    let (mem, _) = engine(image_device(dir.path(), "zeros.raw", &zeros));
+    assert_eq!(
+        Kernel::find(&mem, &no_cache()).unwrap_err().to_string(),
+        "no Linux kernel found: no kernel top-level page table in the first MiB of RAM (the trampoline's copy); give the DTB"
+    );
+    // Page tables and an image, but no symbol table in its read-only data.
+    let rodata = kernel
+        .segments()
+        .iter()
+        .find(|s| !s.executable && !s.writable)
+        .unwrap();
+    let mut no_symbols = bytes.clone();
+    no_symbols[rodata.pa as usize..(rodata.pa + rodata.len) as usize].fill(0);
+    let (mem, _) = engine(image_device(dir.path(), "no-kallsyms.raw", &no_symbols));
+    assert_eq!(
+        Kernel::find(&mem, &no_cache()).unwrap_err(),
+        FindError::NoSymbols(rodata.va)
+    );
+    // An init_task whose comm is another's.
+    let comm = kernel.offset_of("task_struct", "comm").unwrap();
+    let mut renamed = bytes.clone();
+    renamed[pa(kernel.init_task() + comm)..][..9].copy_from_slice(b"swapper/1");
+    let (mem, _) = engine(image_device(dir.path(), "renamed.raw", &renamed));
+    assert_eq!(
+        Kernel::find(&mem, &no_cache()).unwrap_err().to_string(),
+        format!("memory looks like a Linux kernel, but init_task at {:#x} has comm \"swapper/1\", not \"swapper/0\"", kernel.init_task())
+    );
+    // Its task list cut: next points at itself.
+    let tasks = kernel.offset_of("task_struct", "tasks").unwrap();
+    let mut cut = bytes;
+    let own = kernel.init_task() + tasks;
+    cut[pa(own)..][..8].copy_from_slice(&(own + 0x40).to_le_bytes());
+    let (mem, _) = engine(image_device(dir.path(), "cut.raw", &cut));
+    let err = Kernel::find(&mem, &no_cache()).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("memory looks like a Linux kernel, but init_task at {:#x}: its tasks list (next {:#x}", kernel.init_task(), own + 0x40)),
+        "{err}"
+    );
 }

@@ -339,39 +339,69 @@ async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
     finish(mem, image, btf, btf_location, symbols, banner, Source::Search).await
 }
 
+/// The banner of `entry`, read where its image puts it, if it is still
+/// the same.
+async fn cached_banner(mem: &Memory, entry: &cache::Entry) -> Option<()> {
+    let va = *entry.symbols.get("linux_banner")?;
+    let pa = va.checked_sub(entry.virtual_base)?.checked_add(entry.physical_base)?;
+    let mut buf = vec![0u8; BANNER_MAX];
+    if let Err(err) = mem.read(pa, &mut buf).await {
+        err.zero_fill(&mut buf);
+    }
+    (banner_at(&buf)? == entry.banner).then_some(())
+}
+
 /// A kernel from the cache, if one entry's banner is in memory where it
-/// says and everything else checks out.
+/// says and everything else checks out. The newest entry's banner, tables
+/// and BTF are read together (the usual case: the same kernel as last
+/// time); the others' banners then in one batch.
 async fn from_cache(mem: &Memory, hints: &Hints, entries: &[cache::Entry]) -> Option<Kernel> {
+    let first = entries.first()?;
+    if let Some(kernel) = cached_kernel(mem, hints, first, true).await {
+        return Some(kernel);
+    }
+    let rest = &entries[1..];
+    let banners = futures::future::join_all(rest.iter().map(|e| cached_banner(mem, e))).await;
+    let entry = rest.iter().zip(banners).find(|(_, b)| b.is_some())?.0;
+    cached_kernel(mem, hints, entry, false).await
+}
+
+/// The kernel `entry` describes, checked against memory: its banner
+/// (unless already checked), its tables, its BTF, then as a search's.
+async fn cached_kernel(mem: &Memory, hints: &Hints, entry: &cache::Entry, check_banner: bool) -> Option<Kernel> {
     let limit = mem.backend().max_address();
-    // Every entry's banner in one batch, read where its image says.
-    let banners = futures::future::join_all(entries.iter().map(|e| async move {
-        let va = *e.symbols.get("linux_banner")?;
-        let pa = va.checked_sub(e.virtual_base)?.checked_add(e.physical_base)?;
-        let mut buf = vec![0u8; BANNER_MAX];
-        if let Err(err) = mem.read(pa, &mut buf).await {
-            err.zero_fill(&mut buf);
-        }
-        banner_at(&buf).filter(|b| *b == e.banner)
-    }))
-    .await;
-    let entry = entries.iter().zip(banners).find(|(_, b)| b.is_some())?.0;
     let dtb = hints.dtb.unwrap_or(entry.dtb);
-    let Some(image) = image::image_of(mem, dtb, Some(entry.virtual_base), limit).await else {
+    let btf_blob = async {
+        match entry.btf {
+            Some((va, len)) if len <= 1 << 28 => {
+                let pa = va.checked_sub(entry.virtual_base)?.checked_add(entry.physical_base)?;
+                let mut blob = vec![0u8; len as usize];
+                mem.read(pa, &mut blob).await.ok()?;
+                Some(blob)
+            }
+            _ => None,
+        }
+    };
+    let banner = async {
+        match check_banner {
+            true => cached_banner(mem, entry).await,
+            false => Some(()),
+        }
+    };
+    let (banner, image, blob) = futures::join!(
+        banner,
+        image::image_of(mem, dtb, Some(entry.virtual_base), limit),
+        btf_blob
+    );
+    banner?;
+    let Some(image) = image.filter(|i| i.physical_base == entry.physical_base) else {
         log::info!("cached kernel {:?}: its tables no longer match", entry.banner);
         return None;
     };
-    if image.physical_base != entry.physical_base {
-        return None;
-    }
-    let (btf, btf_location) = match entry.btf {
-        Some((va, len)) if len <= 1 << 28 => {
-            let pa = image.physical(va)?;
-            let mut blob = vec![0u8; len as usize];
-            mem.read(pa, &mut blob).await.ok()?;
-            (Btf::parse(&blob).ok()?, Some((va, len)))
-        }
-        Some(_) => return None,
-        None => (Btf::from_file(hints.btf_file.as_deref()?).ok()?, None),
+    let (btf, btf_location) = match (blob, entry.btf) {
+        (Some(blob), location) => (Btf::parse(&blob).ok()?, location),
+        (None, None) => (Btf::from_file(hints.btf_file.as_deref()?).ok()?, None),
+        (None, Some(_)) => return None,
     };
     let result = finish(
         mem,
