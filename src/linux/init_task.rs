@@ -55,20 +55,8 @@ fn word(bytes: &[u8], at: u64) -> Option<u64> {
     Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Reads the task at `address` (inside the kernel image) and checks it is
-/// `init_task`: `comm` "swapper/0" (or "swapper", before 3.x), pid 0, and
-/// its `tasks` list linked both ways (`next->prev` and `prev->next` point
-/// back). The neighbours are slab objects, read through the direct map:
-/// the first of `direct_maps` (candidate bases) through which both point
-/// back is the direct map. Two batches of reads; a reason when it is not
-/// `init_task`.
-pub async fn check(
-    mem: &Memory,
-    image: &Image,
-    layout: &TaskLayout,
-    address: u64,
-    direct_maps: &[u64],
-) -> Result<(InitTask, u64), String> {
+/// Reads the task at `address` (inside the kernel image), one batch.
+pub async fn read(mem: &Memory, image: &Image, layout: &TaskLayout, address: u64) -> Result<Vec<u8>, String> {
     let size = usize::try_from(layout.size).map_err(|_| "task_struct too large")?;
     if !(64..=1 << 16).contains(&size) {
         return Err(format!("BTF gives task_struct {size} bytes"));
@@ -80,6 +68,22 @@ pub async fn check(
     mem.read(pa, &mut task)
         .await
         .map_err(|e| format!("init_task at {address:#x} cannot be read: {e}"))?;
+    Ok(task)
+}
+
+/// Checks that `task`, read at `address`, is `init_task`: `comm` "swapper/0" (or "swapper", before 3.x), pid 0, and
+/// its `tasks` list linked both ways (`next->prev` and `prev->next` point
+/// back). The neighbours are slab objects, read through the direct map:
+/// the first of `direct_maps` (candidate bases) through which both point
+/// back is the direct map. One batch of reads; a reason when it is not
+/// `init_task`.
+pub async fn check(
+    mem: &Memory,
+    image: &Image,
+    layout: &TaskLayout,
+    (address, task): (u64, &[u8]),
+    direct_maps: &[u64],
+) -> Result<(InitTask, u64), String> {
     let comm_at = layout.comm as usize;
     let comm = task
         .get(comm_at..comm_at + 16)
@@ -90,14 +94,14 @@ pub async fn check(
         return Err(format!("init_task at {address:#x} has comm {comm:?}, not \"swapper/0\""));
     }
     let missing = || "a member lies outside task_struct".to_string();
-    let pid = word(&task, layout.pid).ok_or_else(missing)? as u32;
+    let pid = word(task, layout.pid).ok_or_else(missing)? as u32;
     if pid != 0 {
         return Err(format!("init_task at {address:#x} has pid {pid}, not 0"));
     }
     let own_tasks = address + layout.tasks;
-    let next = word(&task, layout.tasks).ok_or_else(missing)?;
-    let prev = word(&task, layout.tasks + 8).ok_or_else(missing)?;
-    let thread_pid = word(&task, layout.thread_pid).ok_or_else(missing)?;
+    let next = word(task, layout.tasks).ok_or_else(missing)?;
+    let prev = word(task, layout.tasks + 8).ok_or_else(missing)?;
+    let thread_pid = word(task, layout.thread_pid).ok_or_else(missing)?;
     let limit = mem.backend().max_address();
     let checks = futures::future::join_all(direct_maps.iter().map(|&base| async move {
         // A kernel address: in the image, else in the direct map at `base`.

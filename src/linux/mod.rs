@@ -447,7 +447,8 @@ async fn finish(
     // table (which shares the kernel half).
     let top = in_image("init_top_pgt");
     let offset_base = in_image("page_offset_base");
-    let (top_entry, offset_base) = futures::join!(
+    let (task, top_entry, offset_base) = futures::join!(
+        init_task::read(mem, &image, &layout, init_task),
         async {
             match top {
                 Some(pa) => mem.read_val::<u64>(pa + 511 * 8).await.ok(),
@@ -476,7 +477,8 @@ async fn finish(
         .flatten()
         .filter(|base| base % GIB == 0 && *base >= 0xffff_8000_0000_0000)
         .collect();
-    let (task, direct_map_base) = init_task::check(mem, &image, &layout, init_task, &bases)
+    let task = task.map_err(inconsistent)?;
+    let (task, direct_map_base) = init_task::check(mem, &image, &layout, (init_task, &task), &bases)
         .await
         .map_err(inconsistent)?;
     if let Some(&ns) = symbols.get("init_pid_ns") {
