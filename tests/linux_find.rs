@@ -45,7 +45,9 @@ fn find(mem: &Memory, device: &LeechCore, hints: &Hints) -> (Result<Kernel, Find
 
 /// Bytes at a guest virtual address, through the monitor.
 fn monitor_bytes(guest: &Guest, va: u64, len: usize) -> Vec<u8> {
-    let words = guest.x(va, len.div_ceil(8)).expect("monitor reads the address");
+    let words = guest
+        .x(va, len.div_ceil(8))
+        .expect("monitor reads the address");
     let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     bytes.truncate(len);
     bytes
@@ -56,14 +58,20 @@ fn check_against_guest(kernel: &Kernel, guest: &Guest) {
     assert_eq!(kernel.virtual_base(), guest.kernel_text());
     assert_eq!(kernel.symbol("init_top_pgt"), Some(guest.init_top_pgt()));
     assert_eq!(kernel.dtb(), guest.kernel_dtb());
-    assert_eq!(guest.gva2gpa(guest.kernel_text()), Some(kernel.physical_base()));
+    assert_eq!(
+        guest.gva2gpa(guest.kernel_text()),
+        Some(kernel.physical_base())
+    );
     // The direct map: the monitor sees physical P at base + P.
     let p = kernel.physical_base();
     assert_eq!(guest.gva2gpa(kernel.direct_map_base() + p), Some(p));
     assert_eq!(guest.gva2gpa(kernel.direct_map_base()), Some(0));
     // init_task's comm, read by the monitor at BTF's offset.
     let comm = kernel.offset_of("task_struct", "comm").unwrap();
-    assert_eq!(&monitor_bytes(guest, kernel.init_task() + comm, 10), b"swapper/0\0");
+    assert_eq!(
+        &monitor_bytes(guest, kernel.init_task() + comm, 10),
+        b"swapper/0\0"
+    );
     // init_pid_ns: init_task.thread_pid->numbers[0].ns, by the monitor.
     let thread_pid = kernel.offset_of("task_struct", "thread_pid").unwrap();
     let pid = guest.x(kernel.init_task() + thread_pid, 1).unwrap()[0];
@@ -76,9 +84,20 @@ fn check_against_guest(kernel: &Kernel, guest: &Guest) {
     assert_eq!(len as usize, kernel.btf().len());
     assert_eq!(Some(btf), kernel.symbol("__start_BTF"));
     let banner = kernel.banner().as_bytes();
-    assert_eq!(monitor_bytes(guest, kernel.symbol("linux_banner").unwrap(), banner.len()), banner);
-    assert!(kernel.banner().starts_with("Linux version "), "{}", kernel.banner());
-    assert!(guest.serial_log().contains(kernel.release()), "release {}", kernel.release());
+    assert_eq!(
+        monitor_bytes(guest, kernel.symbol("linux_banner").unwrap(), banner.len()),
+        banner
+    );
+    assert!(
+        kernel.banner().starts_with("Linux version "),
+        "{}",
+        kernel.banner()
+    );
+    assert!(
+        guest.serial_log().contains(kernel.release()),
+        "release {}",
+        kernel.release()
+    );
 }
 
 #[test]
@@ -155,7 +174,9 @@ fn the_cache_skips_the_search_and_is_checked_against_memory() {
     let first = first.unwrap();
     assert_eq!(first.source(), Source::Search);
     let file = hints.cache.file().unwrap();
-    assert!(std::fs::read_to_string(&file).unwrap().contains(first.banner()));
+    assert!(std::fs::read_to_string(&file)
+        .unwrap()
+        .contains(first.banner()));
     let (cached, calls) = find(&mem, &device, &hints);
     let cached = cached.unwrap();
     assert_eq!(cached.source(), Source::Cache);
@@ -263,7 +284,11 @@ fn memory_that_only_looks_like_a_kernel_is_refused() {
     let (mem, _) = engine(image_device(dir.path(), "cut.raw", &cut));
     let err = Kernel::find(&mem, &no_cache()).unwrap_err().to_string();
     assert!(
-        err.starts_with(&format!("memory looks like a Linux kernel, but init_task at {:#x}: its tasks list (next {:#x}", kernel.init_task(), own + 0x40)),
+        err.starts_with(&format!(
+            "memory looks like a Linux kernel, but init_task at {:#x}: its tasks list (next {:#x}",
+            kernel.init_task(),
+            own + 0x40
+        )),
         "{err}"
     );
 }

@@ -78,7 +78,9 @@ pub fn find_headers(bytes: &[u8]) -> impl Iterator<Item = (usize, Header)> + '_ 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BtfError {
     /// The bytes do not start with a sane BTF header.
-    #[error("not BTF: no valid header (magic 0xeb9f, version 1, 24-byte header, sections in bounds)")]
+    #[error(
+        "not BTF: no valid header (magic 0xeb9f, version 1, 24-byte header, sections in bounds)"
+    )]
     BadHeader,
     /// The parser refused the types.
     #[error("BTF does not parse: {0}")]

@@ -71,8 +71,11 @@ fn parse_hex(v: &Value) -> Option<u64> {
 
 impl Entry {
     fn to_json(&self) -> Value {
-        let symbols: serde_json::Map<String, Value> =
-            self.symbols.iter().map(|(k, v)| (k.clone(), hex(*v))).collect();
+        let symbols: serde_json::Map<String, Value> = self
+            .symbols
+            .iter()
+            .map(|(k, v)| (k.clone(), hex(*v)))
+            .collect();
         json!({
             "banner": self.banner,
             "dtb": hex(self.dtb),
@@ -150,7 +153,9 @@ mod tests {
     #[test]
     fn entries_round_trip_newest_first_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let file = CacheLocation::Folder(dir.path().join("sub")).file().unwrap();
+        let file = CacheLocation::Folder(dir.path().join("sub"))
+            .file()
+            .unwrap();
         assert!(load(&file).is_empty());
         for i in 0..10 {
             save(&file, &entry(&format!("Linux version {i}"))).unwrap();
@@ -160,7 +165,13 @@ mod tests {
         assert_eq!(loaded.len(), MAX_ENTRIES);
         assert_eq!(loaded[0], entry("Linux version 3"));
         assert_eq!(loaded[1].banner, "Linux version 9");
-        assert_eq!(loaded.iter().filter(|e| e.banner == "Linux version 3").count(), 1);
+        assert_eq!(
+            loaded
+                .iter()
+                .filter(|e| e.banner == "Linux version 3")
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -154,8 +154,14 @@ async fn read_page(mem: &Memory, pa: u64) -> Option<Vec<u8>> {
 /// `base_hint`, a virtual address of `_text`, is taken instead of the
 /// first present entry. `None` when the tables are not those of a kernel
 /// image below `limit`.
-pub async fn image_of(mem: &Memory, root: u64, base_hint: Option<u64>, limit: u64) -> Option<Image> {
-    let table = |e: u64| (e & PRESENT != 0 && e & HUGE == 0 && e & ADDR < limit).then_some(e & ADDR);
+pub async fn image_of(
+    mem: &Memory,
+    root: u64,
+    base_hint: Option<u64>,
+    limit: u64,
+) -> Option<Image> {
+    let table =
+        |e: u64| (e & PRESENT != 0 && e & HUGE == 0 && e & ADDR < limit).then_some(e & ADDR);
     let top_entry = mem.read_val::<u64>(root + 511 * 8).await.ok()?;
     let level3 = table(top_entry)?;
     let level2 = table(mem.read_val::<u64>(level3 + 510 * 8).await.ok()?)?;
@@ -257,7 +263,11 @@ mod tests {
         put(&mut m, l2 + 9 * 8, pt | 0x63);
         for i in 0..512u64 {
             let flags = if i < 100 { 0x161 } else { 0x163 }; // rodata, then data
-            put(&mut m, pt + i * 8, (0xa0_0000 + i * PAGE) | flags | NO_EXECUTE);
+            put(
+                &mut m,
+                pt + i * 8,
+                (0xa0_0000 + i * PAGE) | flags | NO_EXECUTE,
+            );
         }
         m
     }

@@ -56,7 +56,12 @@ fn word(bytes: &[u8], at: u64) -> Option<u64> {
 }
 
 /// Reads the task at `address` (inside the kernel image), one batch.
-pub async fn read(mem: &Memory, image: &Image, layout: &TaskLayout, address: u64) -> Result<Vec<u8>, String> {
+pub async fn read(
+    mem: &Memory,
+    image: &Image,
+    layout: &TaskLayout,
+    address: u64,
+) -> Result<Vec<u8>, String> {
     let size = usize::try_from(layout.size).map_err(|_| "task_struct too large")?;
     if !(64..=1 << 16).contains(&size) {
         return Err(format!("BTF gives task_struct {size} bytes"));
@@ -91,7 +96,9 @@ pub async fn check(
     let comm = &comm[..comm.iter().position(|&c| c == 0).unwrap_or(16)];
     let comm = String::from_utf8_lossy(comm).into_owned();
     if comm != "swapper/0" && comm != "swapper" {
-        return Err(format!("init_task at {address:#x} has comm {comm:?}, not \"swapper/0\""));
+        return Err(format!(
+            "init_task at {address:#x} has comm {comm:?}, not \"swapper/0\""
+        ));
     }
     let missing = || "a member lies outside task_struct".to_string();
     let pid = word(task, layout.pid).ok_or_else(missing)? as u32;
@@ -130,7 +137,8 @@ pub async fn check(
             direct_maps.iter().map(|b| format!("{b:#x}")).collect::<Vec<_>>().join(", ")
         )
     })?;
-    let pid_ns = pid_ns.ok_or_else(|| format!("init_task's thread_pid {thread_pid:#x} cannot be read"))?;
+    let pid_ns =
+        pid_ns.ok_or_else(|| format!("init_task's thread_pid {thread_pid:#x} cannot be read"))?;
     Ok((
         InitTask {
             address,

@@ -246,34 +246,37 @@ pub fn find(b: &[u8], text: u64, wanted: &[&str]) -> Option<Symbols> {
         pos = next;
     }
     let text_index = text_index?;
-    [before, after].into_iter().flatten().find_map(|(offsets_at, base_at)| {
-        let base = u64_at(b, base_at)?;
-        let offset = |i: usize| u32_at(b, offsets_at + 4 * i).map(|v| v as i32);
-        // With absolute per-CPU symbols (x86-64 until 6.15) an offset below
-        // zero counts down from the base; otherwise all are unsigned.
-        let absolute_percpu = offset(text_index)? < 0;
-        let address = |i: usize| -> Option<u64> {
-            let off = offset(i)?;
-            Some(if !absolute_percpu {
-                base.wrapping_add(u64::from(off as u32))
-            } else if off >= 0 {
-                off as u64
-            } else {
-                base.wrapping_sub(1).wrapping_sub(off as i64 as u64)
+    [before, after]
+        .into_iter()
+        .flatten()
+        .find_map(|(offsets_at, base_at)| {
+            let base = u64_at(b, base_at)?;
+            let offset = |i: usize| u32_at(b, offsets_at + 4 * i).map(|v| v as i32);
+            // With absolute per-CPU symbols (x86-64 until 6.15) an offset below
+            // zero counts down from the base; otherwise all are unsigned.
+            let absolute_percpu = offset(text_index)? < 0;
+            let address = |i: usize| -> Option<u64> {
+                let off = offset(i)?;
+                Some(if !absolute_percpu {
+                    base.wrapping_add(u64::from(off as u32))
+                } else if off >= 0 {
+                    off as u64
+                } else {
+                    base.wrapping_sub(1).wrapping_sub(off as i64 as u64)
+                })
+            };
+            if address(text_index)? != text {
+                return None;
+            }
+            let addresses = indices
+                .iter()
+                .map(|(i, name)| Some((name.clone(), address(*i)?)))
+                .collect::<Option<HashMap<_, _>>>()?;
+            Some(Symbols {
+                addresses,
+                count: names.count,
             })
-        };
-        if address(text_index)? != text {
-            return None;
-        }
-        let addresses = indices
-            .iter()
-            .map(|(i, name)| Some((name.clone(), address(*i)?)))
-            .collect::<Option<HashMap<_, _>>>()?;
-        Some(Symbols {
-            addresses,
-            count: names.count,
         })
-    })
 }
 
 #[cfg(test)]
@@ -361,7 +364,10 @@ pub(crate) mod tests {
             assert_eq!(found.count, symbols.len() as u32);
             assert_eq!(found.addresses.len(), 2);
             assert_eq!(found.addresses["init_task"], 0xffff_ffff_82a1_aa40);
-            assert_eq!(found.addresses["sym_299"], 0xffff_ffff_8100_0000 + 0x40 * 300);
+            assert_eq!(
+                found.addresses["sym_299"],
+                0xffff_ffff_8100_0000 + 0x40 * 300
+            );
         }
     }
 

@@ -235,7 +235,8 @@ fn banner_at(bytes: &[u8]) -> Option<String> {
     let end = text.iter().position(|&c| c == 0)?;
     let line = text[..end].strip_suffix(b"\n")?;
     let printable = line.iter().all(|c| c.is_ascii_graphic() || *c == b' ');
-    (line.starts_with(BANNER_PREFIX) && printable).then(|| String::from_utf8_lossy(line).into_owned())
+    (line.starts_with(BANNER_PREFIX) && printable)
+        .then(|| String::from_utf8_lossy(line).into_owned())
 }
 
 /// The first banner in `bytes`.
@@ -302,17 +303,22 @@ async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
         .get("linux_banner")
         .and_then(|&va| banner_at(bytes.get(va.checked_sub(rodata.va)? as usize..)?))
         .or_else(|| find_banner(&bytes).map(|(_, b)| b))
-        .ok_or_else(|| FindError::NotLinux("no \"Linux version\" banner in the read-only data".into()))?;
+        .ok_or_else(|| {
+            FindError::NotLinux("no \"Linux version\" banner in the read-only data".into())
+        })?;
     // BTF: between __start_BTF and __stop_BTF, else wherever a header
     // parses, else the user's file.
     let named = match (symbols.get("__start_BTF"), symbols.get("__stop_BTF")) {
-        (Some(&start), Some(&stop)) if stop > start => in_rodata(start, stop - start).map(|b| (start, b)),
+        (Some(&start), Some(&stop)) if stop > start => {
+            in_rodata(start, stop - start).map(|b| (start, b))
+        }
         _ => None,
     };
     let mut tried = Vec::new();
     let mut parsed = None;
     let candidates = named.into_iter().chain(
-        btf::find_headers(&bytes).map(|(at, h)| (rodata.va + at as u64, &bytes[at..at + h.total_len()])),
+        btf::find_headers(&bytes)
+            .map(|(at, h)| (rodata.va + at as u64, &bytes[at..at + h.total_len()])),
     );
     for (va, blob) in candidates.take(4) {
         match Btf::parse(blob) {
@@ -333,17 +339,33 @@ async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
                 bytes.len()
             )))
         }
-        (None, None) => return Err(FindError::NoBtf(format!("BTF that does not parse at {}", tried.join("; ")))),
+        (None, None) => {
+            return Err(FindError::NoBtf(format!(
+                "BTF that does not parse at {}",
+                tried.join("; ")
+            )))
+        }
     };
     drop(bytes);
-    finish(mem, image, btf, btf_location, symbols, banner, Source::Search).await
+    finish(
+        mem,
+        image,
+        btf,
+        btf_location,
+        symbols,
+        banner,
+        Source::Search,
+    )
+    .await
 }
 
 /// The banner of `entry`, read where its image puts it, if it is still
 /// the same.
 async fn cached_banner(mem: &Memory, entry: &cache::Entry) -> Option<()> {
     let va = *entry.symbols.get("linux_banner")?;
-    let pa = va.checked_sub(entry.virtual_base)?.checked_add(entry.physical_base)?;
+    let pa = va
+        .checked_sub(entry.virtual_base)?
+        .checked_add(entry.physical_base)?;
     let mut buf = vec![0u8; BANNER_MAX];
     if let Err(err) = mem.read(pa, &mut buf).await {
         err.zero_fill(&mut buf);
@@ -368,13 +390,20 @@ async fn from_cache(mem: &Memory, hints: &Hints, entries: &[cache::Entry]) -> Op
 
 /// The kernel `entry` describes, checked against memory: its banner
 /// (unless already checked), its tables, its BTF, then as a search's.
-async fn cached_kernel(mem: &Memory, hints: &Hints, entry: &cache::Entry, check_banner: bool) -> Option<Kernel> {
+async fn cached_kernel(
+    mem: &Memory,
+    hints: &Hints,
+    entry: &cache::Entry,
+    check_banner: bool,
+) -> Option<Kernel> {
     let limit = mem.backend().max_address();
     let dtb = hints.dtb.unwrap_or(entry.dtb);
     let btf_blob = async {
         match entry.btf {
             Some((va, len)) if len <= 1 << 28 => {
-                let pa = va.checked_sub(entry.virtual_base)?.checked_add(entry.physical_base)?;
+                let pa = va
+                    .checked_sub(entry.virtual_base)?
+                    .checked_add(entry.physical_base)?;
                 let mut blob = vec![0u8; len as usize];
                 mem.read(pa, &mut blob).await.ok()?;
                 Some(blob)
@@ -395,7 +424,10 @@ async fn cached_kernel(mem: &Memory, hints: &Hints, entry: &cache::Entry, check_
     );
     banner?;
     let Some(image) = image.filter(|i| i.physical_base == entry.physical_base) else {
-        log::info!("cached kernel {:?}: its tables no longer match", entry.banner);
+        log::info!(
+            "cached kernel {:?}: its tables no longer match",
+            entry.banner
+        );
         return None;
     };
     let (btf, btf_location) = match (blob, entry.btf) {
@@ -478,9 +510,10 @@ async fn finish(
         .filter(|base| base % GIB == 0 && *base >= 0xffff_8000_0000_0000)
         .collect();
     let task = task.map_err(inconsistent)?;
-    let (task, direct_map_base) = init_task::check(mem, &image, &layout, (init_task, &task), &bases)
-        .await
-        .map_err(inconsistent)?;
+    let (task, direct_map_base) =
+        init_task::check(mem, &image, &layout, (init_task, &task), &bases)
+            .await
+            .map_err(inconsistent)?;
     if let Some(&ns) = symbols.get("init_pid_ns") {
         if ns != task.pid_ns {
             return Err(inconsistent(format!(
@@ -512,9 +545,15 @@ mod tests {
         let good = b"xxLinux version 6.1.0-56-amd64 (debian) #1 SMP\n\0yy";
         assert_eq!(
             find_banner(good),
-            Some((2, "Linux version 6.1.0-56-amd64 (debian) #1 SMP".to_string()))
+            Some((
+                2,
+                "Linux version 6.1.0-56-amd64 (debian) #1 SMP".to_string()
+            ))
         );
-        assert_eq!(find_banner(b"Linux version %s (%s)\0Linux version 1\n\0").map(|b| b.0), Some(22));
+        assert_eq!(
+            find_banner(b"Linux version %s (%s)\0Linux version 1\n\0").map(|b| b.0),
+            Some(22)
+        );
         assert_eq!(find_banner(b"Linux version 6.1\x01\n\0"), None);
     }
 }
