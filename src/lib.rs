@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod engine;
 mod error;
+pub mod linux;
 mod lock;
 #[cfg(feature = "memflow")]
 pub mod memflow;

@@ -312,7 +312,7 @@ impl Shared {
             Watched::Opening { before, peer } => open_sockets()
                 .into_iter()
                 .filter(|s| !before.contains(&s.inode))
-                .filter(|s| peer.map_or(true, |p| s.may_be_connected_to(&p)))
+                .filter(|s| peer.is_none_or(|p| s.may_be_connected_to(&p)))
                 .collect(),
             Watched::Device(sockets) => sockets.clone(),
         }

@@ -1,0 +1,559 @@
+//! A Linux kernel in physical memory, found with no configuration: its page
+//! tables, its image, its type information (BTF) and the symbols a walk of
+//! its processes starts from, under KASLR.
+//!
+//! What [`Kernel::find`] reads, and what it costs:
+//! 1. the first MiB of RAM, for the copy of the kernel's top table that the
+//!    real-mode trampoline keeps there (one batch; skipped with a DTB hint);
+//! 2. three levels of the kernel image's page tables, which give its virtual
+//!    and physical base and its segments by permission;
+//! 3. the image's read-only data (`.rodata`: 9.5 MiB on Debian 12's
+//!    kernel), in one batch, where the kallsyms tables, the banner and BTF
+//!    lie;
+//! 4. `init_task` and the few words it is checked by.
+//!
+//! None of it grows with the target's RAM. A cached kernel (see
+//! [`CacheLocation`]) skips 1 and 3 but the BTF.
+
+mod btf;
+mod cache;
+mod image;
+mod init_task;
+mod kallsyms;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+pub use btf::{Btf, BtfError, Header as BtfHeader};
+pub use cache::CacheLocation;
+pub use image::{Segment, KERNEL_MAP};
+
+use crate::{AddressSpace, Memory};
+use image::Image;
+use init_task::{InitTask, TaskLayout};
+
+/// Symbols looked up in kallsyms, checked, and kept in the cache.
+const SYMBOLS: &[&str] = &[
+    "init_task",
+    "init_pid_ns",
+    "init_top_pgt",
+    "page_offset_base",
+    "linux_banner",
+    "__start_BTF",
+    "__stop_BTF",
+];
+/// The direct map's base without memory randomisation (4-level paging).
+const DEFAULT_DIRECT_MAP: u64 = 0xffff_8880_0000_0000;
+/// The direct map's base is 1 GiB aligned (KASLR moves it in PUD steps).
+const GIB: u64 = 1 << 30;
+/// What a banner starts with.
+const BANNER_PREFIX: &[u8] = b"Linux version ";
+/// Longest banner read.
+const BANNER_MAX: usize = 512;
+
+/// What a caller knows already; each hint skips a step of the search.
+#[derive(Debug, Clone, Default)]
+pub struct Hints {
+    /// A page-table root with the kernel's half mapped: the kernel's own
+    /// (`init_top_pgt`) or any process's CR3. Skips reading low memory.
+    pub dtb: Option<u64>,
+    /// The kernel's virtual base (`_text`, 2 MiB aligned).
+    pub kernel_base: Option<u64>,
+    /// A BTF file of the same kernel (its `/sys/kernel/btf/vmlinux`),
+    /// used when the kernel holds no BTF in memory.
+    pub btf_file: Option<PathBuf>,
+    /// Where learned kernels are remembered.
+    pub cache: CacheLocation,
+}
+
+/// Why no kernel was found. Each says what was missing in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FindError {
+    /// Nothing that looks like an x86-64 Linux kernel.
+    #[error("no Linux kernel found: {0}")]
+    NotLinux(String),
+    /// A kernel, but no BTF in its read-only data and no usable file.
+    #[error("the kernel holds no BTF ({0}); it was built without CONFIG_DEBUG_INFO_BTF: give its /sys/kernel/btf/vmlinux, copied off the target, as the BTF file")]
+    NoBtf(String),
+    /// The BTF given or found does not parse, or lacks a type the walk needs.
+    #[error("{0}")]
+    Btf(#[from] BtfError),
+    /// A kernel whose symbol table was not found in its read-only data.
+    #[error("no kallsyms tables in the kernel's read-only data at {0:#x}: symbols such as init_task cannot be located")]
+    NoSymbols(u64),
+    /// Memory that looks like a kernel but whose structures disagree.
+    #[error("memory looks like a Linux kernel, but {0}")]
+    Inconsistent(String),
+}
+
+/// How the kernel was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// By searching memory.
+    Search,
+    /// From the cache file, checked against memory.
+    Cache,
+}
+
+/// A Linux kernel found in physical memory, every value checked against
+/// the kernel's own structures.
+#[derive(Debug)]
+pub struct Kernel {
+    space: AddressSpace,
+    image: Image,
+    direct_map_base: u64,
+    btf: Btf,
+    btf_location: Option<(u64, u64)>,
+    symbols: BTreeMap<String, u64>,
+    banner: String,
+    init_task: InitTask,
+    source: Source,
+}
+
+impl Kernel {
+    /// Finds the kernel in `mem` (blocking; see [`Kernel::find_async`]).
+    pub fn find(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
+        mem.block_on(Kernel::find_async(mem, hints))
+    }
+
+    /// Finds the kernel in `mem`: from the cache when a kernel there is
+    /// still the one in memory, else by searching.
+    pub async fn find_async(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
+        let file = hints.cache.file();
+        if let Some(file) = &file {
+            let entries = cache::load(file);
+            if let Some(kernel) = from_cache(mem, hints, &entries).await {
+                return Ok(kernel);
+            }
+        }
+        let kernel = search(mem, hints).await?;
+        if let Some(file) = &file {
+            if let Err(e) = cache::save(file, &kernel.cache_entry()) {
+                log::warn!("cannot write the kernel cache {}: {e}", file.display());
+            }
+        }
+        Ok(kernel)
+    }
+
+    /// The kernel's address space (its own top-level page table).
+    pub fn space(&self) -> &AddressSpace {
+        &self.space
+    }
+
+    /// Physical address of the kernel's top-level page table
+    /// (`init_top_pgt`), the DTB of its address space.
+    pub fn dtb(&self) -> u64 {
+        self.space.dtb()
+    }
+
+    /// Virtual address of `_text`, the start of the kernel image.
+    pub fn virtual_base(&self) -> u64 {
+        self.image.virtual_base
+    }
+
+    /// Physical address of `_text`.
+    pub fn physical_base(&self) -> u64 {
+        self.image.physical_base
+    }
+
+    /// Where the direct map of all physical memory starts
+    /// (`page_offset_base`): physical address `pa` is at `base + pa`.
+    pub fn direct_map_base(&self) -> u64 {
+        self.direct_map_base
+    }
+
+    /// The image's mapping from `_text`, merged by permissions.
+    pub fn segments(&self) -> &[Segment] {
+        &self.image.segments
+    }
+
+    /// The kernel's types.
+    pub fn btf(&self) -> &Btf {
+        &self.btf
+    }
+
+    /// Where the BTF was read (virtual address and length); `None` when it
+    /// came from a file.
+    pub fn btf_location(&self) -> Option<(u64, u64)> {
+        self.btf_location
+    }
+
+    /// Byte offset of `path` (a member, or `a.b[0].c`) in struct `ty`.
+    pub fn offset_of(&self, ty: &str, path: &str) -> Result<u64, BtfError> {
+        self.btf.member_offset(ty, path)
+    }
+
+    /// Address of `init_task`, the first task (pid 0, "swapper/0").
+    pub fn init_task(&self) -> u64 {
+        self.init_task.address
+    }
+
+    /// Address of `init_pid_ns`, the first PID namespace (whose `idr`
+    /// holds every pid).
+    pub fn init_pid_ns(&self) -> u64 {
+        self.init_task.pid_ns
+    }
+
+    /// Address of a symbol that was looked up (`init_task`,
+    /// `init_pid_ns`, `init_top_pgt`, `page_offset_base`, `linux_banner`,
+    /// `__start_BTF`, `__stop_BTF`), when the kernel has it.
+    pub fn symbol(&self, name: &str) -> Option<u64> {
+        self.symbols.get(name).copied()
+    }
+
+    /// The kernel's banner, as `/proc/version` shows it.
+    pub fn banner(&self) -> &str {
+        &self.banner
+    }
+
+    /// The kernel's release, e.g. `6.1.0-56-amd64`: the banner's third word.
+    pub fn release(&self) -> &str {
+        self.banner.split_whitespace().nth(2).unwrap_or("")
+    }
+
+    /// Whether this run searched memory or started from the cache.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    fn cache_entry(&self) -> cache::Entry {
+        cache::Entry {
+            banner: self.banner.clone(),
+            dtb: self.dtb(),
+            virtual_base: self.virtual_base(),
+            physical_base: self.physical_base(),
+            btf: self.btf_location,
+            symbols: self.symbols.clone(),
+        }
+    }
+}
+
+/// The banner at the start of `bytes`: "Linux version ", printable text,
+/// a newline and its NUL.
+fn banner_at(bytes: &[u8]) -> Option<String> {
+    let text = bytes.get(..BANNER_MAX.min(bytes.len()))?;
+    let end = text.iter().position(|&c| c == 0)?;
+    let line = text[..end].strip_suffix(b"\n")?;
+    let printable = line.iter().all(|c| c.is_ascii_graphic() || *c == b' ');
+    (line.starts_with(BANNER_PREFIX) && printable)
+        .then(|| String::from_utf8_lossy(line).into_owned())
+}
+
+/// The first banner in `bytes`.
+fn find_banner(bytes: &[u8]) -> Option<(usize, String)> {
+    let mut at = 0;
+    while let Some(i) = find_bytes(&bytes[at..], BANNER_PREFIX) {
+        if let Some(banner) = banner_at(&bytes[at + i..]) {
+            return Some((at + i, banner));
+        }
+        at += i + 1;
+    }
+    None
+}
+
+fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A search: top table, image, read-only data, symbols, BTF, checks.
+async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
+    let limit = mem.backend().max_address();
+    let roots = match hints.dtb {
+        Some(dtb) => vec![dtb & 0x000f_ffff_ffff_f000],
+        None => image::low_memory_roots(mem, limit).await,
+    };
+    if roots.is_empty() {
+        return Err(FindError::NotLinux(
+            "no kernel top-level page table in the first MiB of RAM (the trampoline's copy); give the DTB".into(),
+        ));
+    }
+    let candidates = futures::future::join_all(
+        roots
+            .iter()
+            .map(|&root| image::image_of(mem, root, hints.kernel_base, limit)),
+    )
+    .await;
+    let Some(image) = candidates.into_iter().flatten().next() else {
+        return Err(FindError::NotLinux(format!(
+            "{} candidate top-level table(s) ({}), none maps a kernel image at {KERNEL_MAP:#x} and up",
+            roots.len(),
+            roots.iter().map(|r| format!("{r:#x}")).collect::<Vec<_>>().join(", ")
+        )));
+    };
+    let rodata = image.rodata().ok_or_else(|| {
+        FindError::NotLinux(format!(
+            "the image at {:#x} has no read-only data after its text",
+            image.virtual_base
+        ))
+    })?;
+    // Read through the image's own physical layout: it is contiguous, and
+    // a read by physical address needs no page walk.
+    let mut bytes = vec![0u8; rodata.len as usize];
+    if let Err(e) = mem.read(rodata.pa, &mut bytes).await {
+        e.zero_fill(&mut bytes);
+    }
+    let in_rodata = |va: u64, len: u64| {
+        let start = va.checked_sub(rodata.va)? as usize;
+        bytes.get(start..start.checked_add(len as usize)?)
+    };
+    let found = kallsyms::find(&bytes, image.virtual_base, SYMBOLS)
+        .ok_or(FindError::NoSymbols(rodata.va))?;
+    let symbols: BTreeMap<String, u64> = found.addresses.into_iter().collect();
+    let banner = symbols
+        .get("linux_banner")
+        .and_then(|&va| banner_at(bytes.get(va.checked_sub(rodata.va)? as usize..)?))
+        .or_else(|| find_banner(&bytes).map(|(_, b)| b))
+        .ok_or_else(|| {
+            FindError::NotLinux("no \"Linux version\" banner in the read-only data".into())
+        })?;
+    // BTF: between __start_BTF and __stop_BTF, else wherever a header
+    // parses, else the user's file.
+    let named = match (symbols.get("__start_BTF"), symbols.get("__stop_BTF")) {
+        (Some(&start), Some(&stop)) if stop > start => {
+            in_rodata(start, stop - start).map(|b| (start, b))
+        }
+        _ => None,
+    };
+    let mut tried = Vec::new();
+    let mut parsed = None;
+    let candidates = named.into_iter().chain(
+        btf::find_headers(&bytes)
+            .map(|(at, h)| (rodata.va + at as u64, &bytes[at..at + h.total_len()])),
+    );
+    for (va, blob) in candidates.take(4) {
+        match Btf::parse(blob) {
+            Ok(btf) => {
+                let len = btf.len() as u64;
+                parsed = Some((btf, Some((va, len))));
+                break;
+            }
+            Err(e) => tried.push(format!("{va:#x}: {e}")),
+        }
+    }
+    let (btf, btf_location) = match (parsed, &hints.btf_file) {
+        (Some(found), _) => found,
+        (None, Some(file)) => (Btf::from_file(file)?, None),
+        (None, None) if tried.is_empty() => {
+            return Err(FindError::NoBtf(format!(
+                "no BTF header in its {} bytes of read-only data",
+                bytes.len()
+            )))
+        }
+        (None, None) => {
+            return Err(FindError::NoBtf(format!(
+                "BTF that does not parse at {}",
+                tried.join("; ")
+            )))
+        }
+    };
+    drop(bytes);
+    finish(
+        mem,
+        image,
+        btf,
+        btf_location,
+        symbols,
+        banner,
+        Source::Search,
+    )
+    .await
+}
+
+/// The banner of `entry`, read where its image puts it, if it is still
+/// the same.
+async fn cached_banner(mem: &Memory, entry: &cache::Entry) -> Option<()> {
+    let va = *entry.symbols.get("linux_banner")?;
+    let pa = va
+        .checked_sub(entry.virtual_base)?
+        .checked_add(entry.physical_base)?;
+    let mut buf = vec![0u8; BANNER_MAX];
+    if let Err(err) = mem.read(pa, &mut buf).await {
+        err.zero_fill(&mut buf);
+    }
+    (banner_at(&buf)? == entry.banner).then_some(())
+}
+
+/// A kernel from the cache, if one entry's banner is in memory where it
+/// says and everything else checks out. The newest entry's banner, tables
+/// and BTF are read together (the usual case: the same kernel as last
+/// time); the others' banners then in one batch.
+async fn from_cache(mem: &Memory, hints: &Hints, entries: &[cache::Entry]) -> Option<Kernel> {
+    let first = entries.first()?;
+    if let Some(kernel) = cached_kernel(mem, hints, first, true).await {
+        return Some(kernel);
+    }
+    let rest = &entries[1..];
+    let banners = futures::future::join_all(rest.iter().map(|e| cached_banner(mem, e))).await;
+    let entry = rest.iter().zip(banners).find(|(_, b)| b.is_some())?.0;
+    cached_kernel(mem, hints, entry, false).await
+}
+
+/// The kernel `entry` describes, checked against memory: its banner
+/// (unless already checked), its tables, its BTF, then as a search's.
+async fn cached_kernel(
+    mem: &Memory,
+    hints: &Hints,
+    entry: &cache::Entry,
+    check_banner: bool,
+) -> Option<Kernel> {
+    let limit = mem.backend().max_address();
+    let dtb = hints.dtb.unwrap_or(entry.dtb);
+    let btf_blob = async {
+        match entry.btf {
+            Some((va, len)) if len <= 1 << 28 => {
+                let pa = va
+                    .checked_sub(entry.virtual_base)?
+                    .checked_add(entry.physical_base)?;
+                let mut blob = vec![0u8; len as usize];
+                mem.read(pa, &mut blob).await.ok()?;
+                Some(blob)
+            }
+            _ => None,
+        }
+    };
+    let banner = async {
+        match check_banner {
+            true => cached_banner(mem, entry).await,
+            false => Some(()),
+        }
+    };
+    let (banner, image, blob) = futures::join!(
+        banner,
+        image::image_of(mem, dtb, Some(entry.virtual_base), limit),
+        btf_blob
+    );
+    banner?;
+    let Some(image) = image.filter(|i| i.physical_base == entry.physical_base) else {
+        log::info!(
+            "cached kernel {:?}: its tables no longer match",
+            entry.banner
+        );
+        return None;
+    };
+    let (btf, btf_location) = match (blob, entry.btf) {
+        (Some(blob), location) => (Btf::parse(&blob).ok()?, location),
+        (None, None) => (Btf::from_file(hints.btf_file.as_deref()?).ok()?, None),
+        (None, Some(_)) => return None,
+    };
+    let result = finish(
+        mem,
+        image,
+        btf,
+        btf_location,
+        entry.symbols.clone(),
+        entry.banner.clone(),
+        Source::Cache,
+    )
+    .await;
+    match result {
+        Ok(kernel) => Some(kernel),
+        Err(e) => {
+            log::info!("cached kernel {:?} no longer checks out: {e}", entry.banner);
+            None
+        }
+    }
+}
+
+/// Checks `init_task` and what it leads to, and settles the kernel's own
+/// top table and the direct map: two batches of reads, as every address
+/// read is in the image (read by its physical address) or in the direct
+/// map (whose candidate bases are checked by the pointers read through
+/// them).
+async fn finish(
+    mem: &Memory,
+    image: Image,
+    btf: Btf,
+    btf_location: Option<(u64, u64)>,
+    mut symbols: BTreeMap<String, u64>,
+    banner: String,
+    source: Source,
+) -> Result<Kernel, FindError> {
+    let layout = TaskLayout::from_btf(&btf)?;
+    let inconsistent = FindError::Inconsistent;
+    let init_task = *symbols
+        .get("init_task")
+        .ok_or_else(|| inconsistent("kallsyms has no init_task".into()))?;
+    let in_image = |name: &str| symbols.get(name).and_then(|&va| image.physical(va));
+    // The kernel's own top table (`init_top_pgt`), which must map the image
+    // as the table it was found through does; without the symbol, that
+    // table (which shares the kernel half).
+    let top = in_image("init_top_pgt");
+    let offset_base = in_image("page_offset_base");
+    let (task, top_entry, offset_base) = futures::join!(
+        init_task::read(mem, &image, &layout, init_task),
+        async {
+            match top {
+                Some(pa) => mem.read_val::<u64>(pa + 511 * 8).await.ok(),
+                None => None,
+            }
+        },
+        async {
+            match offset_base {
+                Some(pa) => mem.read_val::<u64>(pa).await.ok(),
+                None => None,
+            }
+        }
+    );
+    let dtb = match top {
+        Some(pa) if top_entry == Some(image.top_entry) => pa,
+        Some(pa) => {
+            return Err(inconsistent(format!(
+                "init_top_pgt at {pa:#x} does not map the kernel image as the table at {:#x} does",
+                image.root
+            )))
+        }
+        None => image.root,
+    };
+    let bases: Vec<u64> = [offset_base, Some(DEFAULT_DIRECT_MAP)]
+        .into_iter()
+        .flatten()
+        .filter(|base| base % GIB == 0 && *base >= 0xffff_8000_0000_0000)
+        .collect();
+    let task = task.map_err(inconsistent)?;
+    let (task, direct_map_base) =
+        init_task::check(mem, &image, &layout, (init_task, &task), &bases)
+            .await
+            .map_err(inconsistent)?;
+    if let Some(&ns) = symbols.get("init_pid_ns") {
+        if ns != task.pid_ns {
+            return Err(inconsistent(format!(
+                "init_task's pid namespace is {:#x}, kallsyms' init_pid_ns {ns:#x}",
+                task.pid_ns
+            )));
+        }
+    }
+    symbols.insert("init_pid_ns".into(), task.pid_ns);
+    Ok(Kernel {
+        space: AddressSpace::new(mem.clone(), dtb),
+        image: Image { root: dtb, ..image },
+        direct_map_base,
+        btf,
+        btf_location,
+        symbols,
+        banner,
+        init_task: task,
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn banners_need_their_newline_and_nul() {
+        let good = b"xxLinux version 6.1.0-56-amd64 (debian) #1 SMP\n\0yy";
+        assert_eq!(
+            find_banner(good),
+            Some((
+                2,
+                "Linux version 6.1.0-56-amd64 (debian) #1 SMP".to_string()
+            ))
+        );
+        assert_eq!(
+            find_banner(b"Linux version %s (%s)\0Linux version 1\n\0").map(|b| b.0),
+            Some(22)
+        );
+        assert_eq!(find_banner(b"Linux version 6.1\x01\n\0"), None);
+    }
+}

@@ -1,0 +1,294 @@
+//! Finding the kernel of a live Linux guest, and of a memory image of it,
+//! with no configuration, against what the guest and QEMU's monitor say:
+//! the guest prints `_text` and `init_top_pgt` from its /proc/kallsyms, and
+//! the monitor translates through the CPU's own page tables.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::qemu::{shared_guest, Guest};
+use leechio::linux::{CacheLocation, FindError, Hints, Kernel, Source, KERNEL_MAP};
+use leechio::{Call, DeviceConfig, EngineConfig, LeechCore, Memory};
+
+/// Read calls of a search: low memory, four levels of the image's tables
+/// (top entry, level 3, level 2, its split entries' tables), the read-only
+/// data, then init_task with the kernel's top table and
+/// `page_offset_base`, and the neighbours that check it.
+const SEARCH_CALLS: u64 = 8;
+/// Read calls from the cache: the banner, tables and BTF together (four
+/// levels), then the two batches of init_task's check.
+const CACHE_CALLS: u64 = 6;
+
+fn engine(device: LeechCore) -> (Memory, Arc<LeechCore>) {
+    let device = Arc::new(device);
+    (
+        Memory::with_config(device.clone(), EngineConfig::default()),
+        device,
+    )
+}
+
+fn no_cache() -> Hints {
+    Hints {
+        cache: CacheLocation::Off,
+        ..Hints::default()
+    }
+}
+
+/// Finds the kernel, and the read calls it took.
+fn find(mem: &Memory, device: &LeechCore, hints: &Hints) -> (Result<Kernel, FindError>, u64) {
+    let before = device.call_count(Call::ReadScatter);
+    let kernel = Kernel::find(mem, hints);
+    (kernel, device.call_count(Call::ReadScatter) - before)
+}
+
+/// Bytes at a guest virtual address, through the monitor.
+fn monitor_bytes(guest: &Guest, va: u64, len: usize) -> Vec<u8> {
+    let words = guest
+        .x(va, len.div_ceil(8))
+        .expect("monitor reads the address");
+    let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    bytes.truncate(len);
+    bytes
+}
+
+/// Every value the kernel gives, against the guest's and the monitor's.
+fn check_against_guest(kernel: &Kernel, guest: &Guest) {
+    assert_eq!(kernel.virtual_base(), guest.kernel_text());
+    assert_eq!(kernel.symbol("init_top_pgt"), Some(guest.init_top_pgt()));
+    assert_eq!(kernel.dtb(), guest.kernel_dtb());
+    assert_eq!(
+        guest.gva2gpa(guest.kernel_text()),
+        Some(kernel.physical_base())
+    );
+    // The direct map: the monitor sees physical P at base + P.
+    let p = kernel.physical_base();
+    assert_eq!(guest.gva2gpa(kernel.direct_map_base() + p), Some(p));
+    assert_eq!(guest.gva2gpa(kernel.direct_map_base()), Some(0));
+    // init_task's comm, read by the monitor at BTF's offset.
+    let comm = kernel.offset_of("task_struct", "comm").unwrap();
+    assert_eq!(
+        &monitor_bytes(guest, kernel.init_task() + comm, 10),
+        b"swapper/0\0"
+    );
+    // init_pid_ns: init_task.thread_pid->numbers[0].ns, by the monitor.
+    let thread_pid = kernel.offset_of("task_struct", "thread_pid").unwrap();
+    let pid = guest.x(kernel.init_task() + thread_pid, 1).unwrap()[0];
+    let ns = kernel.offset_of("pid", "numbers").unwrap() + kernel.offset_of("upid", "ns").unwrap();
+    assert_eq!(guest.x(pid + ns, 1).unwrap()[0], kernel.init_pid_ns());
+    // The BTF header where the kernel says, and its banner.
+    let (btf, len) = kernel.btf_location().expect("BTF from memory");
+    let header = monitor_bytes(guest, btf, 24);
+    assert_eq!(&header[..4], &[0x9f, 0xeb, 1, 0]);
+    assert_eq!(len as usize, kernel.btf().len());
+    assert_eq!(Some(btf), kernel.symbol("__start_BTF"));
+    let banner = kernel.banner().as_bytes();
+    assert_eq!(
+        monitor_bytes(guest, kernel.symbol("linux_banner").unwrap(), banner.len()),
+        banner
+    );
+    assert!(
+        kernel.banner().starts_with("Linux version "),
+        "{}",
+        kernel.banner()
+    );
+    assert!(
+        guest.serial_log().contains(kernel.release()),
+        "release {}",
+        kernel.release()
+    );
+}
+
+#[test]
+fn finds_the_kernel_of_a_live_guest() {
+    let guest = shared_guest();
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let (kernel, calls) = find(&mem, &device, &no_cache());
+    let kernel = kernel.unwrap();
+    eprintln!("found {} in {calls} read calls", kernel.banner());
+    check_against_guest(&kernel, &guest);
+    assert_eq!(kernel.source(), Source::Search);
+    assert_eq!(calls, SEARCH_CALLS);
+}
+
+#[test]
+fn finds_the_kernel_in_a_memory_image_of_the_guest() {
+    let guest = shared_guest();
+    let dir = tempfile::tempdir().unwrap();
+    let _paused = guest.pause();
+    let bytes = guest.pmemsave(0, guest.memory().bytes());
+    let (mem, device) = engine(image_device(dir.path(), "guest.raw", &bytes));
+    let (kernel, calls) = find(&mem, &device, &no_cache());
+    let kernel = kernel.unwrap();
+    check_against_guest(&kernel, &guest);
+    assert_eq!(calls, SEARCH_CALLS);
+}
+
+/// Writes `bytes` as an image file in `dir` and opens it.
+fn image_device(dir: &Path, name: &str, bytes: &[u8]) -> LeechCore {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    LeechCore::open(&DeviceConfig::new(format!("file://{}", path.display()))).unwrap()
+}
+
+#[test]
+fn a_process_dtb_as_hint_skips_low_memory() {
+    let guest = shared_guest();
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let (_, search_calls) = find(&mem, &device, &no_cache());
+    let hints = Hints {
+        dtb: Some(guest.cr3()),
+        ..no_cache()
+    };
+    let (kernel, calls) = find(&mem, &device, &hints);
+    let kernel = kernel.unwrap();
+    // The kernel's own table, not the process's it was found through.
+    assert_eq!(kernel.dtb(), guest.kernel_dtb());
+    assert_eq!(calls, search_calls - 1);
+    // A hint that is no page table at all: a one-line error naming it.
+    let hints = Hints {
+        dtb: Some(0x10_0000),
+        ..no_cache()
+    };
+    let err = Kernel::find(&mem, &hints).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("no Linux kernel found: 1 candidate top-level table(s) (0x100000), none maps a kernel image at {KERNEL_MAP:#x} and up")
+    );
+}
+
+#[test]
+fn the_cache_skips_the_search_and_is_checked_against_memory() {
+    let guest = shared_guest();
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let dir = tempfile::tempdir().unwrap();
+    let hints = Hints {
+        cache: CacheLocation::Folder(dir.path().to_path_buf()),
+        ..Hints::default()
+    };
+    let (first, search_calls) = find(&mem, &device, &hints);
+    let first = first.unwrap();
+    assert_eq!(first.source(), Source::Search);
+    let file = hints.cache.file().unwrap();
+    assert!(std::fs::read_to_string(&file)
+        .unwrap()
+        .contains(first.banner()));
+    let (cached, calls) = find(&mem, &device, &hints);
+    let cached = cached.unwrap();
+    assert_eq!(cached.source(), Source::Cache);
+    check_against_guest(&cached, &guest);
+    assert_eq!(cached.init_task(), first.init_task());
+    assert_eq!((calls, search_calls), (CACHE_CALLS, SEARCH_CALLS));
+    // A cache whose kernel is not the one in memory (another DTB, another
+    // banner) is not trusted: the search runs and finds the truth.
+    let text = std::fs::read_to_string(&file).unwrap();
+    for (from, to) in [
+        (format!("{:#x}", first.dtb()), "0x9000".to_string()),
+        ("Linux version".to_string(), "Linux versioN".to_string()),
+    ] {
+        std::fs::write(&file, text.replace(&from, &to)).unwrap();
+        let kernel = Kernel::find(&mem, &hints).unwrap();
+        assert_eq!(kernel.source(), Source::Search, "after {from} -> {to}");
+        check_against_guest(&kernel, &guest);
+    }
+}
+
+#[test]
+fn a_kernel_without_btf_names_the_cause_and_takes_a_btf_file() {
+    let guest = shared_guest();
+    let dir = tempfile::tempdir().unwrap();
+    let _paused = guest.pause();
+    let mut bytes = guest.pmemsave(0, guest.memory().bytes());
+    let (mem, _) = engine(image_device(dir.path(), "guest.raw", &bytes));
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let (btf_va, btf_len) = kernel.btf_location().unwrap();
+    let btf_pa = (btf_va - kernel.virtual_base() + kernel.physical_base()) as usize;
+    let btf_file = dir.path().join("vmlinux.btf");
+    std::fs::write(&btf_file, &bytes[btf_pa..btf_pa + btf_len as usize]).unwrap();
+    // Without its BTF (zeros where it was), the kernel is refused by name.
+    bytes[btf_pa..btf_pa + btf_len as usize].fill(0);
+    let (mem, _) = engine(image_device(dir.path(), "no-btf.raw", &bytes));
+    let err = Kernel::find(&mem, &no_cache()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("the kernel holds no BTF (BTF that does not parse at {btf_va:#x}: not BTF: no valid header (magic 0xeb9f, version 1, 24-byte header, sections in bounds)); it was built without CONFIG_DEBUG_INFO_BTF: give its /sys/kernel/btf/vmlinux, copied off the target, as the BTF file")
+    );
+    // With the file it was saved to, it is found as before.
+    let hints = Hints {
+        btf_file: Some(btf_file),
+        ..no_cache()
+    };
+    let from_file = Kernel::find(&mem, &hints).unwrap();
+    assert_eq!(from_file.btf_location(), None);
+    assert_eq!(from_file.init_task(), kernel.init_task());
+    assert_eq!(from_file.init_pid_ns(), kernel.init_pid_ns());
+    assert_eq!(from_file.btf().type_count(), kernel.btf().type_count());
+    // A file that is not BTF.
+    let mut hints_small = hints.clone();
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"not btf").unwrap();
+    hints_small.btf_file = Some(junk);
+    assert_eq!(
+        Kernel::find(&mem, &hints_small).unwrap_err().to_string(),
+        "not BTF: no valid header (magic 0xeb9f, version 1, 24-byte header, sections in bounds)"
+    );
+}
+
+#[test]
+fn memory_that_only_looks_like_a_kernel_is_refused() {
+    let guest = shared_guest();
+    let dir = tempfile::tempdir().unwrap();
+    let _paused = guest.pause();
+    let bytes = guest.pmemsave(0, guest.memory().bytes());
+    let (mem, _) = engine(image_device(dir.path(), "guest.raw", &bytes));
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let pa = |va: u64| (va - kernel.virtual_base() + kernel.physical_base()) as usize;
+    // No RAM content at all.
+    let zeros = vec![0u8; 32 << 20];
+    let (mem, _) = engine(image_device(dir.path(), "zeros.raw", &zeros));
+    assert_eq!(
+        Kernel::find(&mem, &no_cache()).unwrap_err().to_string(),
+        "no Linux kernel found: no kernel top-level page table in the first MiB of RAM (the trampoline's copy); give the DTB"
+    );
+    // Page tables and an image, but no symbol table in its read-only data.
+    let rodata = kernel
+        .segments()
+        .iter()
+        .find(|s| !s.executable && !s.writable)
+        .unwrap();
+    let mut no_symbols = bytes.clone();
+    no_symbols[rodata.pa as usize..(rodata.pa + rodata.len) as usize].fill(0);
+    let (mem, _) = engine(image_device(dir.path(), "no-kallsyms.raw", &no_symbols));
+    assert_eq!(
+        Kernel::find(&mem, &no_cache()).unwrap_err(),
+        FindError::NoSymbols(rodata.va)
+    );
+    // An init_task whose comm is another's.
+    let comm = kernel.offset_of("task_struct", "comm").unwrap();
+    let mut renamed = bytes.clone();
+    renamed[pa(kernel.init_task() + comm)..][..9].copy_from_slice(b"swapper/1");
+    let (mem, _) = engine(image_device(dir.path(), "renamed.raw", &renamed));
+    assert_eq!(
+        Kernel::find(&mem, &no_cache()).unwrap_err().to_string(),
+        format!("memory looks like a Linux kernel, but init_task at {:#x} has comm \"swapper/1\", not \"swapper/0\"", kernel.init_task())
+    );
+    // Its task list cut: next points at itself.
+    let tasks = kernel.offset_of("task_struct", "tasks").unwrap();
+    let mut cut = bytes;
+    let own = kernel.init_task() + tasks;
+    cut[pa(own)..][..8].copy_from_slice(&(own + 0x40).to_le_bytes());
+    let (mem, _) = engine(image_device(dir.path(), "cut.raw", &cut));
+    let err = Kernel::find(&mem, &no_cache()).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!(
+            "memory looks like a Linux kernel, but init_task at {:#x}: its tasks list (next {:#x}",
+            kernel.init_task(),
+            own + 0x40
+        )),
+        "{err}"
+    );
+}
