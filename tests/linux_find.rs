@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::qemu::{shared_guest, Guest};
+use common::qemu::{shared_guest, Guest, GuestKernel, GuestMemory, GuestOptions};
 use leechio::linux::{CacheLocation, FindError, Hints, Kernel, Source, KERNEL_MAP};
 use leechio::{Call, DeviceConfig, EngineConfig, LeechCore, Memory};
 
@@ -58,6 +58,10 @@ fn check_against_guest(kernel: &Kernel, guest: &Guest) {
     assert_eq!(kernel.virtual_base(), guest.kernel_text());
     assert_eq!(kernel.symbol("init_top_pgt"), Some(guest.init_top_pgt()));
     assert_eq!(kernel.dtb(), guest.kernel_dtb());
+    // The symbols the walk starts from, as the guest's /proc/kallsyms
+    // lists them.
+    assert_eq!(kernel.init_task(), guest.symbol("init_task"));
+    assert_eq!(kernel.init_pid_ns(), guest.symbol("init_pid_ns"));
     assert_eq!(
         guest.gva2gpa(guest.kernel_text()),
         Some(kernel.physical_base())
@@ -113,6 +117,68 @@ fn finds_the_kernel_of_a_live_guest() {
     assert_eq!(calls, SEARCH_CALLS);
 }
 
+/// Finds the kernel of a guest booted with `options`, and checks it.
+fn find_in_a_guest_booted_with(options: GuestOptions) -> Kernel {
+    let guest = Guest::start_with(options);
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let (kernel, calls) = find(&mem, &device, &no_cache());
+    let kernel = kernel.unwrap_or_else(|e| panic!("{options:?}: {e}"));
+    check_against_guest(&kernel, &guest);
+    assert_eq!(calls, SEARCH_CALLS, "{options:?}");
+    kernel
+}
+
+#[test]
+fn finds_the_kernel_with_kaslr_on() {
+    let kernel = find_in_a_guest_booted_with(GuestOptions {
+        memory: GuestMemory::Mib256,
+        kaslr: true,
+        kernel: GuestKernel::Default,
+    });
+    // The guest's own symbols said where it went (checked above); that is
+    // not where it goes without KASLR, in all but about 1 boot in 500.
+    eprintln!(
+        "KASLR: text {:#x} at physical {:#x}, direct map {:#x}",
+        kernel.virtual_base(),
+        kernel.physical_base(),
+        kernel.direct_map_base()
+    );
+}
+
+#[test]
+fn finds_the_kernel_of_another_build_with_other_struct_layouts() {
+    let cloud = find_in_a_guest_booted_with(GuestOptions {
+        memory: GuestMemory::Mib256,
+        kaslr: true,
+        kernel: GuestKernel::Cloud,
+    });
+    // Another configuration of the same version: its offsets come from its
+    // own BTF (the checks above read init_task's fields through them).
+    let guest = shared_guest();
+    let (mem, device) = engine(guest.open());
+    let default = find(&mem, &device, &no_cache()).0.unwrap();
+    assert_ne!(cloud.banner(), default.banner());
+    let sizes = |k: &Kernel| {
+        [
+            "task_struct",
+            "mm_struct",
+            "vm_area_struct",
+            "file",
+            "dentry",
+            "pid",
+            "signal_struct",
+        ]
+        .map(|t| k.btf().size_of(t).ok())
+    };
+    eprintln!(
+        "sizes: cloud {:?}, default {:?}",
+        sizes(&cloud),
+        sizes(&default)
+    );
+    assert_ne!(sizes(&cloud), sizes(&default));
+}
+
 #[test]
 fn finds_the_kernel_in_a_memory_image_of_the_guest() {
     let guest = shared_guest();
@@ -147,6 +213,10 @@ fn a_process_dtb_as_hint_skips_low_memory() {
     let kernel = kernel.unwrap();
     // The kernel's own table, not the process's it was found through.
     assert_eq!(kernel.dtb(), guest.kernel_dtb());
+    // The symbols the walk starts from, as the guest's /proc/kallsyms
+    // lists them.
+    assert_eq!(kernel.init_task(), guest.symbol("init_task"));
+    assert_eq!(kernel.init_pid_ns(), guest.symbol("init_pid_ns"));
     assert_eq!(calls, search_calls - 1);
     // A hint that is no page table at all: a one-line error naming it.
     let hints = Hints {
