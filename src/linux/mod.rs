@@ -20,6 +20,9 @@ mod cache;
 mod image;
 mod init_task;
 mod kallsyms;
+mod kmem;
+mod processes;
+mod xarray;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,6 +30,7 @@ use std::path::PathBuf;
 pub use btf::{Btf, BtfError, Header as BtfHeader};
 pub use cache::CacheLocation;
 pub use image::{Segment, KERNEL_MAP};
+pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 
 use crate::{AddressSpace, Memory};
 use image::Image;
