@@ -59,6 +59,10 @@ enum leechio_status
   // maps exactly what that range (`leechio_mapping.same_as`) maps, and
   // its mappings are not reported again.
   LEECHIO_ALIAS = 11,
+  // What was looked for is not there: no Linux kernel (or none with
+  // BTF) in the target's memory, or no process with that pid; the
+  // message says which.
+  LEECHIO_NOT_FOUND = 12,
   // Nothing answered at the address (PCIe unsupported request).
   LEECHIO_UNSUPPORTED_REQUEST = 100,
   // The target aborted the request (PCIe completer abort).
@@ -147,6 +151,12 @@ typedef uint32_t leechio_call;
 // An open LeechCore device with its batching engine. Safe to use from
 // several threads at once. Close it with `leechio_device_close`.
 typedef struct leechio_device leechio_device;
+
+// A Linux kernel found in a device's memory (`leechio_kernel_find`):
+// its page tables, its types (BTF) and where its processes start. It
+// keeps the device open until it is freed (`leechio_kernel_free`). Safe
+// to use from several threads at once.
+typedef struct leechio_kernel leechio_kernel;
 
 // A queue of reads on one device, flushed by the caller. Use it from one
 // thread at a time. Free it with `leechio_queue_free`.
@@ -238,6 +248,82 @@ typedef struct leechio_write_op {
   size_t length;
 } leechio_write_op;
 
+// What the caller knows already (`leechio_kernel_find`); each hint skips
+// a step of the search. Zero-fill it for no hints.
+typedef struct leechio_kernel_hints {
+  // A page-table root with the kernel's half mapped (the kernel's own,
+  // or any process's CR3); 0 for none. Skips the search of low memory.
+  uint64_t dtb;
+  // The kernel's virtual base (`_text`); 0 for none.
+  uint64_t kernel_base;
+  // Path of a BTF file of the same kernel (its
+  // `/sys/kernel/btf/vmlinux`), used when the kernel holds no BTF in
+  // memory; NULL for none.
+  const char *btf_file;
+  // Neither read nor write the cache of kernels found (under
+  // `$XDG_CACHE_HOME/leechio/` or `~/.cache/leechio/`).
+  bool no_cache;
+  // Always 0: explicit padding, so that every byte of the struct is
+  // defined.
+  uint8_t padding[7];
+} leechio_kernel_hints;
+
+// One process (a thread-group leader), as `leechio_kernel_processes`
+// reports it. The strings are valid only during the callback.
+typedef struct leechio_process {
+  // Its pid.
+  uint32_t pid;
+  // Its parent's pid (0 for the tasks the kernel starts itself).
+  uint32_t ppid;
+  // Its thread group (its own pid).
+  uint32_t tgid;
+  // Its threads, itself included.
+  uint32_t thread_count;
+  // Physical address of its top-level page table (`mm->pgd`), for
+  // `leechio_space_new`; 0 for kernel threads and processes without
+  // memory (zombies).
+  uint64_t dtb;
+  // Kernel address of its `task_struct`.
+  uint64_t task;
+  // Kernel address of its `mm_struct`; 0 when `dtb` is 0.
+  uint64_t mm;
+  // Its name (`comm`), NUL-terminated.
+  const char *name;
+  // Its arguments joined by spaces, NUL-terminated (empty for kernel
+  // threads).
+  const char *cmdline;
+  // Its arguments as `/proc/PID/cmdline` gives them: each ends in a
+  // NUL; `args_length` bytes in all (0 for kernel threads).
+  const char *args;
+  // Bytes at `args`.
+  size_t args_length;
+  // `/proc`'s state letter: 'R', 'S', 'D', 'T', 't', 'X', 'Z', 'P' or 'I'.
+  char state;
+  // A kernel thread (`PF_KTHREAD`).
+  bool kernel_thread;
+  // Always 0: explicit padding, so that every byte of the struct is
+  // defined.
+  uint8_t padding[6];
+} leechio_process;
+
+// Called once per process, by pid. `process` and its strings are valid
+// only during the call.
+//
+// It runs on the thread that made the call, before the call returns, and
+// may call any function of this library, on the same handles too, except
+// freeing the handle the running call was given.
+typedef void (*leechio_process_fn)(void *context, const struct leechio_process *process);
+
+// How long an address space trusts what it cached (see `leechio_space_new`).
+typedef struct leechio_cache_options {
+  // Milliseconds a translation of a virtual page is reused; 0 turns the
+  // cache off, `UINT64_MAX` keeps entries until `leechio_space_invalidate`
+  // (or until a write through the space changes a page table it read).
+  uint64_t translation_ms;
+  // Milliseconds a page-table page is reused, with the same meaning.
+  uint64_t page_table_ms;
+} leechio_cache_options;
+
 // A completed queued read, as its callback sees it.
 typedef struct leechio_completion {
   // The address that was read (physical, or virtual for
@@ -273,16 +359,6 @@ typedef struct leechio_completion {
 typedef void (*leechio_completion_fn)(void *context,
                                       struct leechio_queue *queue,
                                       const struct leechio_completion *completion);
-
-// How long an address space trusts what it cached (see `leechio_space_new`).
-typedef struct leechio_cache_options {
-  // Milliseconds a translation of a virtual page is reused; 0 turns the
-  // cache off, `UINT64_MAX` keeps entries until `leechio_space_invalidate`
-  // (or until a write through the space changes a page table it read).
-  uint64_t translation_ms;
-  // Milliseconds a page-table page is reused, with the same meaning.
-  uint64_t page_table_ms;
-} leechio_cache_options;
 
 // A translated (or untranslatable) virtual address.
 typedef struct leechio_translation {
@@ -537,6 +613,63 @@ leechio_status leechio_write(const struct leechio_device *device,
                              size_t count,
                              leechio_fragment_fn on_fragment,
                              void *context);
+
+// Finds the Linux kernel in `device`'s memory with no configuration
+// (page tables, image, kallsyms, BTF; about 8 device calls, 6 when the
+// cache knows the kernel) and stores its handle in `*out`. Returns
+// `LEECHIO_NOT_FOUND` with a message naming what is missing when the
+// target is not Linux or its kernel holds no BTF (and `hints` gives no
+// usable BTF file).
+//
+// NULL: `hints` may be NULL (no hints); `device` and `out` may not
+// (`LEECHIO_NULL_ARGUMENT`).
+//
+// # Safety
+// `device` must be a live handle; a non-NULL `hints` readable, its
+// `btf_file` NULL or a NUL-terminated string; `out` writable.
+leechio_status leechio_kernel_find(const struct leechio_device *device,
+                                   const struct leechio_kernel_hints *hints,
+                                   struct leechio_kernel **out);
+
+// Frees a kernel handle. NULL is ignored.
+//
+// # Safety
+// `kernel` must be NULL or a handle from `leechio_kernel_find`, not used
+// again afterwards (nor freed from a callback of a call on it).
+void leechio_kernel_free(struct leechio_kernel *kernel);
+
+// Lists the kernel's processes from its pid table (11 device calls on a
+// system whose pids stay under 4,096, 12 above: see the README), calling
+// `on_process` for each, by pid. Returns `LEECHIO_OK`, or
+// `LEECHIO_INCOMPLETE` when some structures could not be read or did not
+// hold together (a target that changed while it was read): the message
+// says how many and the first; the processes reported stand.
+//
+// NULL: `context` may be NULL (it is only passed on); `kernel` and
+// `on_process` may not (`LEECHIO_NULL_ARGUMENT`).
+//
+// # Safety
+// `kernel` must be a live handle; `on_process` safe to call with
+// `context`.
+leechio_status leechio_kernel_processes(const struct leechio_kernel *kernel,
+                                        leechio_process_fn on_process,
+                                        void *context);
+
+// Creates the address space of process `pid` (its `mm->pgd`), like
+// `leechio_space_new` with that DTB, after listing the processes to find
+// it. Returns `LEECHIO_NOT_FOUND` when no process has that pid, or it
+// has no address space of its own (a kernel thread, a zombie).
+//
+// NULL: `options` may be NULL (as for `leechio_space_new`); `kernel` and
+// `out` may not (`LEECHIO_NULL_ARGUMENT`).
+//
+// # Safety
+// `kernel` must be a live handle; a non-NULL `options` readable; `out`
+// writable.
+leechio_status leechio_space_new_for_pid(const struct leechio_kernel *kernel,
+                                         uint32_t pid,
+                                         const struct leechio_cache_options *options,
+                                         struct leechio_space **out);
 
 // Creates an empty queue of reads on `device`'s engine. The queue keeps
 // the device open until it is freed.

@@ -55,6 +55,10 @@ pub enum leechio_status {
     /// maps exactly what that range (`leechio_mapping.same_as`) maps, and
     /// its mappings are not reported again.
     LEECHIO_ALIAS = 11,
+    /// What was looked for is not there: no Linux kernel (or none with
+    /// BTF) in the target's memory, or no process with that pid; the
+    /// message says which.
+    LEECHIO_NOT_FOUND = 12,
     /// Nothing answered at the address (PCIe unsupported request).
     LEECHIO_UNSUPPORTED_REQUEST = 100,
     /// The target aborted the request (PCIe completer abort).
@@ -105,7 +109,7 @@ pub enum leechio_status {
 use leechio_status::*;
 
 /// Every status, for the message table and the tests.
-pub(crate) const ALL_STATUSES: [leechio_status; 32] = [
+pub(crate) const ALL_STATUSES: [leechio_status; 33] = [
     LEECHIO_OK,
     LEECHIO_NULL_ARGUMENT,
     LEECHIO_INVALID_ARGUMENT,
@@ -118,6 +122,7 @@ pub(crate) const ALL_STATUSES: [leechio_status; 32] = [
     LEECHIO_NO_MEMORY,
     LEECHIO_PANIC,
     LEECHIO_ALIAS,
+    LEECHIO_NOT_FOUND,
     LEECHIO_UNSUPPORTED_REQUEST,
     LEECHIO_COMPLETER_ABORT,
     LEECHIO_NO_COMPLETION,
@@ -186,6 +191,7 @@ impl leechio_status {
             LEECHIO_NO_MEMORY => c"out of memory",
             LEECHIO_PANIC => c"internal error (leechio panicked)",
             LEECHIO_ALIAS => c"maps what an earlier range maps (a shared page table)",
+            LEECHIO_NOT_FOUND => c"not found (no Linux kernel, or no such process)",
             LEECHIO_UNSUPPORTED_REQUEST => c"unsupported request: nothing answers at this address",
             LEECHIO_COMPLETER_ABORT => c"completer abort",
             LEECHIO_NO_COMPLETION => c"no completion",

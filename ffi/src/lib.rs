@@ -5,7 +5,8 @@
 //! Conventions, for every exported function:
 //! - handles are opaque and come in pairs: `leechio_device_open` /
 //!   `leechio_device_close`, `leechio_space_new` / `leechio_space_free`,
-//!   `leechio_queue_new` / `leechio_queue_free`;
+//!   `leechio_queue_new` / `leechio_queue_free`, `leechio_kernel_find` /
+//!   `leechio_kernel_free`;
 //! - functions return a `leechio_status`; on failure the thread's last
 //!   error message (`leechio_last_error_message`) says what went wrong;
 //! - each function says which pointer arguments may be NULL (and what NULL
@@ -34,12 +35,14 @@ mod error;
 mod handle;
 mod ops;
 mod physical;
+mod processes;
 mod queue;
 mod space;
 
 pub use device::{leechio_call, leechio_device, leechio_device_info, leechio_memory_range};
 pub use error::leechio_status;
 pub use ops::{leechio_fragment, leechio_fragment_fn, leechio_read_op, leechio_write_op};
+pub use processes::{leechio_kernel, leechio_kernel_hints, leechio_process, leechio_process_fn};
 pub use queue::{leechio_completion, leechio_completion_fn, leechio_queue};
 pub use space::{
     leechio_cache_options, leechio_mapping, leechio_mapping_fn, leechio_space, leechio_translation,
@@ -122,6 +125,29 @@ mod tests {
             entries,
             levels,
             failed_level,
+        });
+        assert_no_padding!(leechio_kernel_hints {
+            dtb,
+            kernel_base,
+            btf_file,
+            no_cache,
+            padding,
+        });
+        assert_no_padding!(leechio_process {
+            pid,
+            ppid,
+            tgid,
+            thread_count,
+            dtb,
+            task,
+            mm,
+            name,
+            cmdline,
+            args,
+            args_length,
+            state,
+            kernel_thread,
+            padding,
         });
         assert_no_padding!(leechio_mapping {
             va,

@@ -115,6 +115,24 @@ fn cache(ms: u64, capacity: usize) -> CacheConfig {
     }
 }
 
+/// The settings `options` (NULL: the defaults) ask for.
+///
+/// # Safety
+/// `options` must be NULL or readable.
+pub(crate) unsafe fn vm_config(options: *const leechio_cache_options) -> VmConfig {
+    if options.is_null() {
+        return VmConfig::default();
+    }
+    // SAFETY: non-NULL; the caller passes valid options.
+    let o = unsafe { *options };
+    let defaults = VmConfig::default();
+    VmConfig {
+        translations: cache(o.translation_ms, defaults.translations.capacity),
+        page_tables: cache(o.page_table_ms, defaults.page_tables.capacity),
+        ..defaults
+    }
+}
+
 /// Creates the address space whose top table is at `dtb` (a CR3 value; its
 /// low flag bits are ignored), on `device`'s engine. `options` NULL keeps
 /// both caches for one second. The space keeps the device open until it
@@ -139,18 +157,8 @@ pub unsafe extern "C" fn leechio_space_new(
         unsafe { *out = std::ptr::null_mut() };
         // SAFETY: the caller's contract.
         let d = unsafe { leechio_device::lend(device)? };
-        let config = if options.is_null() {
-            VmConfig::default()
-        } else {
-            // SAFETY: non-NULL; the caller passes valid options.
-            let o = unsafe { *options };
-            let defaults = VmConfig::default();
-            VmConfig {
-                translations: cache(o.translation_ms, defaults.translations.capacity),
-                page_tables: cache(o.page_table_ms, defaults.page_tables.capacity),
-                ..defaults
-            }
-        };
+        // SAFETY: the caller's contract.
+        let config = unsafe { vm_config(options) };
         let space = AddressSpace::with_config(d.mem.clone(), dtb, config);
         // SAFETY: checked non-NULL above.
         unsafe { leechio_space { space }.give(out) };
