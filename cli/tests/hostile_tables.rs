@@ -281,4 +281,17 @@ fn memory_where_every_page_looks_like_a_table_stays_cheap() {
     assert!(run.status.success(), "{}", run.stderr);
     let dumped: u64 = loads(&out).iter().map(|l| l.1).sum();
     assert!(dumped > 0 && dumped <= 64 * MIB, "{dumped:#x}");
+    // Every page of the first MiB looks like a kernel's top table: the
+    // search for a Linux kernel checks each, a few at a time, and finds
+    // none.
+    let run = run_bounded(&["-d", &image.device(), "ps", "--no-cache"], DEADLINE);
+    assert_clean(&run, "ps");
+    assert_eq!(run.status.code(), Some(1));
+    assert!(
+        run.stderr
+            .starts_with("leechio: no Linux kernel found: 256 candidate top-level table(s)")
+            && run.stderr.lines().count() == 1,
+        "{}",
+        run.stderr
+    );
 }

@@ -188,30 +188,33 @@ pub async fn image_of(
         }
     }))
     .await;
-    let mut leaves = Vec::new();
+    // The image is contiguous in physical memory too: a leaf elsewhere is
+    // not the kernel's, and ends the search of this root at once (tables
+    // that only look like a kernel's would give 512 leaves an entry).
+    let mut leaves: Vec<Segment> = Vec::new();
+    let mut add = |l: Segment| {
+        let fits = match leaves.first() {
+            None => l.va == present[0].0 && l.pa % LARGE == 0,
+            Some(base) => l.pa.wrapping_sub(base.pa) == l.va - base.va,
+        };
+        fits.then(|| leaves.push(l))
+    };
     for (&(va, e), pt) in present.iter().zip(tables) {
         match pt? {
-            None if e & HUGE != 0 && e & ADDR < limit => leaves.push(leaf(va, e, LARGE)),
+            None if e & HUGE != 0 && e & ADDR < limit => add(leaf(va, e, LARGE))?,
             None => return None,
             Some(ptes) => {
                 for (i, &pte) in ptes.iter().enumerate() {
                     if pte & PRESENT != 0 && pte & ADDR < limit {
-                        leaves.push(leaf(va + i as u64 * PAGE, pte, PAGE));
+                        add(leaf(va + i as u64 * PAGE, pte, PAGE))?;
                     }
                 }
             }
         }
     }
-    let base = leaves.first().filter(|l| l.va == present[0].0)?;
+    let base = *leaves.first()?;
     let (virtual_base, physical_base) = (base.va, base.pa);
-    // The image is contiguous in physical memory too: a leaf elsewhere is
-    // not the kernel's.
-    if physical_base % LARGE != 0
-        || leaves
-            .iter()
-            .any(|l| l.pa.wrapping_sub(physical_base) != l.va - virtual_base)
-        || virtual_base + KERNEL_MAP_SIZE < leaves.last()?.va
-    {
+    if virtual_base + KERNEL_MAP_SIZE < leaves.last()?.va {
         return None;
     }
     Some(Image {

@@ -54,6 +54,8 @@ const GIB: u64 = 1 << 30;
 const BANNER_PREFIX: &[u8] = b"Linux version ";
 /// Longest banner read.
 const BANNER_MAX: usize = 512;
+/// Candidate top tables whose images are looked for at once.
+const ROOTS_AT_ONCE: usize = 8;
 
 /// What a caller knows already; each hint skips a step of the search.
 #[derive(Debug, Clone, Default)]
@@ -271,13 +273,22 @@ async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
             "no kernel top-level page table in the first MiB of RAM (the trampoline's copy); give the DTB".into(),
         ));
     }
-    let candidates = futures::future::join_all(
-        roots
-            .iter()
-            .map(|&root| image::image_of(mem, root, hints.kernel_base, limit)),
-    )
-    .await;
-    let Some(image) = candidates.into_iter().flatten().next() else {
+    // A few candidates at a time, in order: memory where many pages look
+    // like top tables costs more calls, not more memory.
+    let mut found = None;
+    for group in roots.chunks(ROOTS_AT_ONCE) {
+        let candidates = futures::future::join_all(
+            group
+                .iter()
+                .map(|&root| image::image_of(mem, root, hints.kernel_base, limit)),
+        )
+        .await;
+        found = candidates.into_iter().flatten().next();
+        if found.is_some() {
+            break;
+        }
+    }
+    let Some(image) = found else {
         return Err(FindError::NotLinux(format!(
             "{} candidate top-level table(s) ({}), none maps a kernel image at {KERNEL_MAP:#x} and up",
             roots.len(),
