@@ -164,7 +164,7 @@ pub(crate) async fn entries(
         min: 0,
         max: u64::MAX,
     }];
-    let mut seen = HashSet::new();
+    let mut seen: HashSet<u64> = level.iter().map(|n| n.address).collect();
     for depth in 0.. {
         if level.is_empty() {
             break;

@@ -27,6 +27,9 @@ use crate::linux::vma_rbtree::{self, RbLayout};
 use crate::linux::Kernel;
 use crate::Memory;
 
+#[cfg(test)]
+mod tests;
+
 /// `vm_flags` bits (`include/linux/mm.h`).
 const VM_READ: u64 = 0x1;
 const VM_WRITE: u64 = 0x2;

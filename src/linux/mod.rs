@@ -16,6 +16,8 @@
 //! [`CacheLocation`]) skips 1 and 3 but the BTF.
 
 mod btf;
+#[cfg(test)]
+mod btf_builder;
 mod cache;
 mod image;
 mod init_task;
