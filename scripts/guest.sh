@@ -3,7 +3,7 @@
 # so LeechCore's qemu device can read and write it live.
 #
 #   scripts/guest.sh [--memory SIZE] [--name NAME] [--dir DIR] [--append ARGS]
-#                    [--kaslr] [--kernel FLAVOUR]
+#                    [--kaslr] [--kernel FLAVOUR] [--processes N]
 #
 #   --memory SIZE  guest RAM, in QEMU's units (default 256M); from 3.5G on,
 #                  RAM past 3 GiB sits above the PCI hole, from 4 GiB up
@@ -20,6 +20,9 @@
 #                  linux-image-amd64) or `cloud` (target/guest/vmlinuz-cloud,
 #                  linux-image-cloud-amd64: same version, another config, so
 #                  other struct layouts); both from `make setup`
+#   --processes N  start N more processes (`sleep 300000+I`, I from 1 to N,
+#                  at most 2000) with pids from 5000 up, so the pid table
+#                  needs a third level; listed in the oracle like the rest
 #
 # It prints one `key=value` line each for: device (the LeechCore device
 # string), monitor (a second QMP socket, for tools and tests: QMP serves one
@@ -53,7 +56,10 @@
 # 100001`; the shell `sh -c 'while :; do sleep 100002; done' leechio-args
 # ...` with a command line of 5 KiB (spaces, parentheses, UTF-8, a tab, an
 # empty argument); the pattern process, comm "leech (pat) x", with two
-# threads (leechio-thr-1, -2), a stopped child and a zombie child.
+# threads (leechio-thr-1, -2), a stopped child and a zombie child. The
+# oracle is printed by a subshell that leaves itself out, and /init then
+# waits for its children: no user process starts or ends after the oracle,
+# and /init's own state (S) is the same before and after.
 #
 # The guest runs until this script's standard input ends (Ctrl-D, or the
 # process that started it dies) or a line `stop` comes, or the script gets
@@ -72,6 +78,7 @@ dir=
 append=
 kaslr=nokaslr
 flavour=default
+processes=0
 
 die() { printf 'guest.sh: %s\n' "$*" >&2; exit 2; }
 
@@ -83,6 +90,7 @@ while [ $# -gt 0 ]; do
         --append) append=${2?--append needs kernel arguments}; shift 2 ;;
         --kaslr) kaslr=; shift ;;
         --kernel) flavour=${2:?--kernel needs a flavour}; shift 2 ;;
+        --processes) processes=${2:?--processes needs a count}; shift 2 ;;
         -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
@@ -91,6 +99,8 @@ name=${name:-leechio-guest-$$}
 dir=${dir:-/tmp/$name}
 case "$name" in */* | *,* | .* | '') die "bad name '$name'" ;; esac
 case "$dir" in *,*) die "the folder may not contain a comma (it goes into a device string)" ;; esac
+case "$processes" in '' | *[!0-9]*) die "--processes needs a number" ;; esac
+[ "$processes" -le 2000 ] || die "--processes: at most 2000"
 
 guest=$here/target/guest
 case "$flavour" in
@@ -162,9 +172,28 @@ else
     echo "leechio-oracle: error the pattern process did not start"
 fi
 rm -f /pattern.fifo
+# More processes when the kernel's command line asks (guest.sh
+# --processes), with pids from 5000 up.
+extra=0
+read -r kernel_cmdline </proc/cmdline
+for word in $kernel_cmdline; do
+    case "$word" in leechio.processes=*) extra=${word#*=} ;; esac
+done
+if [ "$extra" -gt 0 ]; then
+    echo 4999 >/proc/sys/kernel/ns_last_pid
+    i=1
+    while [ "$i" -le "$extra" ]; do
+        sleep $((300000 + i)) &
+        i=$((i + 1))
+    done
+fi
 
 # What /proc says: the kernel, its symbols, then every task and the maps of
-# the user processes that start above. Counted, so a lost line shows.
+# the user processes that start above. Counted, so a lost line shows. A
+# subshell prints it, and leaves itself out: /init waits meanwhile, in the
+# state it keeps afterwards.
+(
+read -r self _ </proc/self/stat
 read -r version </proc/version
 echo "leechio-oracle: version $version"
 read -r cmdline </proc/cmdline
@@ -181,6 +210,7 @@ while read -r address type name; do
 done </symbols
 tasks=0
 for task in /proc/[0-9]*/task/[0-9]*; do
+    case "$task" in "/proc/$self/"*) continue ;; esac
     IFS= read -r stat <"$task/stat" || continue
     tgid=
     while read -r key value; do
@@ -204,8 +234,10 @@ for pid in 1 $sleep_pid $args_pid $pattern_pid; do
     done <"/proc/$pid/maps"
 done
 echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols"
+)
 echo "leechio-guest: ready"
-while :; do sleep 3600; done
+# The test processes run for ever: `wait` returns only if they all end.
+while :; do wait; sleep 3600; done
 INIT
     chmod 0755 "$build/root/init"
     (cd "$build/root" && find . | cpio -o -H newc --quiet | gzip -6) >"$build/initramfs.cpio.gz"
@@ -213,6 +245,8 @@ INIT
     rm -rf "$build"
 fi
 
+extra_processes=
+[ "$processes" -gt 0 ] && extra_processes=" leechio.processes=$processes"
 shm=/dev/shm/$name
 [ -e "$shm" ] && die "$shm already exists (another guest of that name?)"
 # The folder is removed with everything in it when the guest stops: only a
@@ -253,7 +287,7 @@ setpriv --pdeathsig KILL -- qemu-system-x86_64 \
     -machine pc,accel=tcg,memory-backend=qemu-ram \
     -object "memory-backend-file,id=qemu-ram,size=$memory,mem-path=$shm,share=on" \
     -kernel "$kernel" -initrd "$initramfs" \
-    -append "console=ttyS0${kaslr:+ $kaslr} pti=off panic=-1${append:+ $append}" \
+    -append "console=ttyS0${kaslr:+ $kaslr} pti=off panic=-1${extra_processes}${append:+ $append}" \
     -display none -serial "file:$serial" \
     -qmp "unix:$dir/leechcore.qmp,server=on,wait=off" \
     -qmp "unix:$dir/monitor.qmp,server=on,wait=off" \

@@ -124,6 +124,8 @@ fn check_oracle(guest: &Guest) {
     }
     let init = oracle.task(1).expect("pid 1");
     assert_eq!((init.comm.as_str(), init.kernel_thread), ("init", false));
+    // A subshell printed the oracle while /init waited, as it waits after.
+    assert_eq!(init.state, 'S');
     let kthreadd = oracle.task(2).expect("pid 2");
     assert_eq!(
         (kthreadd.comm.as_str(), kthreadd.kernel_thread),

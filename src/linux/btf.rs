@@ -248,6 +248,20 @@ impl Btf {
         }
     }
 
+    /// Size in bytes of the member at `path` in struct or union `ty` (an
+    /// array's whole size; 0 for a flexible array).
+    pub fn member_size(&self, ty: &str, path: &str) -> Result<u64, BtfError> {
+        let (id, _) = self.composite(ty)?;
+        let no_member = |e: btfparse::Error| BtfError::NoMember {
+            ty: ty.to_string(),
+            path: path.to_string(),
+            reason: e.message().to_string(),
+        };
+        let (member, _) = self.types.offset_of(id, path).map_err(no_member)?;
+        let size = self.types.size_of(member).map_err(no_member)?;
+        Ok(size as u64)
+    }
+
     /// Size in bytes of struct or union `ty`.
     pub fn size_of(&self, ty: &str) -> Result<u64, BtfError> {
         match self.composite(ty)?.1 {
@@ -308,6 +322,8 @@ mod tests {
         assert_eq!(btf.member_offset("pair", "a"), Ok(0));
         assert_eq!(btf.member_offset("pair", "b"), Ok(8));
         assert_eq!(btf.size_of("pair"), Ok(16));
+        assert_eq!(btf.member_size("pair", "a"), Ok(4));
+        assert_eq!(btf.member_size("pair", "b"), Ok(8));
         assert_eq!(btf.type_count(), 3);
         assert!(matches!(
             btf.member_offset("pair", "c"),

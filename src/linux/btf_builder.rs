@@ -56,7 +56,10 @@ impl BtfBuilder {
         self.structure_typed(
             name,
             size,
-            &members.iter().map(|&(m, at)| (m, at, 0)).collect::<Vec<_>>(),
+            &members
+                .iter()
+                .map(|&(m, at)| (m, at, 0))
+                .collect::<Vec<_>>(),
         )
     }
 

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 
 use crate::linux::btf::{Btf, BtfError};
-use crate::linux::kernel_reader::{word, KernelReader};
+use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::maps::MapsFailure;
 
 /// Bytes of a node, and its alignment (`MAPLE_NODE_MASK + 1`).
@@ -140,7 +140,7 @@ struct Node {
 /// level; a node met twice, a dead node, pivots out of order or a node of
 /// unknown kind is reported and not followed.
 pub(crate) async fn entries(
-    reader: &KernelReader<'_>,
+    kmem: &KernelMemory<'_>,
     layout: &MapleLayout,
     root: u64,
 ) -> (Vec<Entry>, Vec<MapsFailure>) {
@@ -179,7 +179,7 @@ pub(crate) async fn entries(
         }
         let reads = level
             .iter()
-            .map(|node| reader.read(node.address, NODE_SIZE as usize));
+            .map(|node| kmem.read_vec(node.address, NODE_SIZE as usize));
         let nodes = futures::future::join_all(reads).await;
         let mut next = Vec::new();
         for (node, bytes) in level.iter().zip(nodes) {
@@ -226,7 +226,7 @@ fn visit(
     next: &mut Vec<Node>,
     found: &mut Vec<Entry>,
 ) -> Result<(), String> {
-    let parent = word(bytes, layout.parent).ok_or("node too short")?;
+    let parent = bytes.u64_at(layout.parent).ok_or("node too short")?;
     // A node taken out of the tree points at itself (`ma_dead_node`).
     if parent & !(NODE_SIZE - 1) == node.address {
         return Err("dead maple node (freed while the tree was read)".into());
@@ -238,7 +238,7 @@ fn visit(
         k => return Err(format!("maple node of unknown type {k}")),
     };
     let pivots: Vec<u64> = (0..nl.pivot_count)
-        .map(|i| word(bytes, nl.pivots + 8 * i as u64).unwrap_or(0))
+        .map(|i| bytes.u64_at(nl.pivots + 8 * i as u64).unwrap_or(0))
         .collect();
     let end = nl.data_end(bytes, &pivots, node.max, arange);
     if end >= nl.slot_count {
@@ -259,7 +259,7 @@ fn visit(
                 "maple pivots out of order at slot {i} ({last:#x} after {first:#x})"
             ));
         }
-        let slot = word(bytes, nl.slots + 8 * i as u64).unwrap_or(0);
+        let slot = bytes.u64_at(nl.slots + 8 * i as u64).unwrap_or(0);
         if slot != 0 {
             if leaf {
                 found.push(Entry {

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::linux::btf::{Btf, BtfError};
-use crate::linux::kernel_reader::{c_string, word, KernelReader};
+use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::maple::{self, MapleLayout};
 use crate::linux::paths::{self, PathLayout};
 use crate::linux::vma_rbtree::{self, RbLayout};
@@ -301,23 +301,28 @@ impl Kernel {
                 }
             }
         };
-        let reader =
-            KernelReader::new(mem, self.direct_map_base).with_image(&self.image, &self.space);
-        read(&reader, layout, mm, self.symbol("special_mapping_name")).await
+        let kmem = KernelMemory {
+            mem,
+            segments: &self.image.segments,
+            direct_map_base: self.direct_map_base,
+            limit: mem.backend().max_address(),
+            space: &self.space,
+        };
+        read(&kmem, layout, mm, self.symbol("special_mapping_name")).await
     }
 }
 
 /// Reads the maps of `mm`. `special` is the address of the kernel's
 /// `special_mapping_name` (which names `[vdso]` and the like), if known.
 pub(crate) async fn read(
-    reader: &KernelReader<'_>,
+    kmem: &KernelMemory<'_>,
     layout: &MapsLayout,
     mm: u64,
     special: Option<u64>,
 ) -> Vmas {
     let mut failed = Vec::new();
     let (first, len) = layout.mm_span();
-    let fields = match reader.read(mm.wrapping_add(first), len as usize).await {
+    let fields = match kmem.read_vec(mm.wrapping_add(first), len as usize).await {
         Ok(bytes) => bytes,
         Err(why) => {
             failed.push(MapsFailure::new(mm, format!("mm_struct: {why}")));
@@ -327,7 +332,7 @@ pub(crate) async fn read(
             };
         }
     };
-    let field = |at: u64| word(&fields, at - first).unwrap_or(0);
+    let field = |at: u64| fields.u64_at(at - first).unwrap_or(0);
     let vma_size = layout.vma_size as usize;
     // (address, bytes, the indices the tree says it covers)
     let mut raw: Vec<RawVma> = Vec::new();
@@ -336,9 +341,9 @@ pub(crate) async fn read(
             root,
             layout: maple,
         } => {
-            let (entries, mut cut) = maple::entries(reader, maple, field(*root)).await;
+            let (entries, mut cut) = maple::entries(kmem, maple, field(*root)).await;
             failed.append(&mut cut);
-            let reads = entries.iter().map(|e| reader.read(e.value, vma_size));
+            let reads = entries.iter().map(|e| kmem.read_vec(e.value, vma_size));
             let read = futures::future::join_all(reads).await;
             for (e, bytes) in entries.iter().zip(read) {
                 match bytes {
@@ -350,7 +355,7 @@ pub(crate) async fn read(
         Tree::RedBlack {
             root, layout: rb, ..
         } => {
-            let (found, mut cut) = vma_rbtree::vmas(reader, rb, vma_size, field(*root)).await;
+            let (found, mut cut) = vma_rbtree::vmas(kmem, rb, vma_size, field(*root)).await;
             failed.append(&mut cut);
             raw.extend(found.into_iter().map(|(at, bytes)| (at, bytes, None)));
         }
@@ -367,7 +372,7 @@ pub(crate) async fn read(
         ));
     }
     let bytes_of: HashMap<u64, &Vec<u8>> = raw.iter().map(|(at, b, _)| (*at, b)).collect();
-    name_vmas(reader, layout, &mut vmas, &bytes_of, special, &mut failed).await;
+    name_vmas(kmem, layout, &mut vmas, &bytes_of, special, &mut failed).await;
     let (brk, start_brk, stack) = (
         field(layout.brk),
         field(layout.start_brk),
@@ -397,7 +402,7 @@ fn checked_vmas(
 ) -> Vec<Vma> {
     let mut vmas: Vec<Vma> = Vec::with_capacity(raw.len());
     for (address, bytes, covers) in raw {
-        let at = |offset: u64| word(bytes, offset).unwrap_or(0);
+        let at = |offset: u64| bytes.u64_at(offset).unwrap_or(0);
         let vma = Vma {
             address: *address,
             start: at(layout.vm_start),
@@ -448,16 +453,10 @@ fn checked_vmas(
 
 /// Checks the tree's VMAs against the `mm->mmap` list: each VMA's
 /// `vm_next` must be the next one found, the first must be `head`.
-fn check_list(
-    vmas: &[Vma],
-    raw: &[RawVma],
-    head: u64,
-    next: u64,
-    failed: &mut Vec<MapsFailure>,
-) {
+fn check_list(vmas: &[Vma], raw: &[RawVma], head: u64, next: u64, failed: &mut Vec<MapsFailure>) {
     let next_of: HashMap<u64, u64> = raw
         .iter()
-        .map(|(at, bytes, _)| (*at, word(bytes, next).unwrap_or(0)))
+        .map(|(at, bytes, _)| (*at, bytes.u64_at(next).unwrap_or(0)))
         .collect();
     let mut expected = head;
     for (i, vma) in vmas.iter().enumerate() {
@@ -484,14 +483,14 @@ fn check_list(
 /// Fills in what backs each VMA: the paths, inodes and devices of the
 /// files, the names of special mappings and of named anonymous memory.
 async fn name_vmas(
-    reader: &KernelReader<'_>,
+    kmem: &KernelMemory<'_>,
     layout: &MapsLayout,
     vmas: &mut [Vma],
     bytes_of: &HashMap<u64, &Vec<u8>>,
     special: Option<u64>,
     failed: &mut Vec<MapsFailure>,
 ) {
-    let field = |vma: &Vma, at: u64| word(bytes_of[&vma.address], at).unwrap_or(0);
+    let field = |vma: &Vma, at: u64| bytes_of[&vma.address].u64_at(at).unwrap_or(0);
     let files: Vec<u64> = vmas.iter().map(|v| v.file_address).collect();
     let mut unique: Vec<u64> = files.iter().copied().filter(|&f| f != 0).collect();
     unique.sort_unstable();
@@ -514,9 +513,9 @@ async fn name_vmas(
         None => Vec::new(),
     };
     let (mut found, special_names, anon_names) = futures::join!(
-        paths::files(reader, &layout.paths, &unique),
-        special_names(reader, layout, &specials, special),
-        futures::future::join_all(anon.iter().map(|&(_, at)| reader.read(at, NAME_MAX)))
+        paths::files(kmem, &layout.paths, &unique),
+        special_names(kmem, layout, &specials, special),
+        futures::future::join_all(anon.iter().map(|&(_, at)| kmem.read_vec(at, NAME_MAX)))
     );
     for (vma, file) in vmas.iter_mut().zip(&files) {
         let Some(info) = found.get_mut(file) else {
@@ -550,7 +549,7 @@ async fn name_vmas(
 /// read together, then the names whose `vm_ops->name` is
 /// `special_mapping_name`.
 async fn special_names(
-    reader: &KernelReader<'_>,
+    kmem: &KernelMemory<'_>,
     layout: &MapsLayout,
     specials: &[(usize, u64, u64)],
     special: Option<u64>,
@@ -560,13 +559,21 @@ async fn special_names(
     };
     let first = specials.iter().map(|&(_, ops, private)| async move {
         let (name_fn, name) = futures::join!(
-            reader.read(ops + layout.ops_name, 8),
-            reader.read(private + layout.special_name, 8)
+            kmem.read_vec(ops + layout.ops_name, 8),
+            kmem.read_vec(private + layout.special_name, 8)
         );
-        let name_fn = word(&name_fn.ok()?, 0)?;
+        let name_fn = name_fn.ok()?.u64_at(0)?;
         (name_fn == special && private != 0).then_some(())?;
-        let name = word(&name.ok()?, 0)?;
-        c_string(&reader.read(name, 32).await.ok()?)
+        let name = name.ok()?.u64_at(0)?;
+        c_string(&kmem.read_vec(name, 32).await.ok()?)
     });
     futures::future::join_all(first).await
+}
+
+/// The NUL-terminated string at the start of `bytes` (all of it without a
+/// NUL), if it is UTF-8 without control characters.
+fn c_string(bytes: &[u8]) -> Option<String> {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let text = std::str::from_utf8(&bytes[..end]).ok()?;
+    (!text.chars().any(char::is_control)).then(|| text.to_string())
 }

@@ -22,11 +22,13 @@ mod cache;
 mod image;
 mod init_task;
 mod kallsyms;
-mod kernel_reader;
+mod kmem;
 mod maple;
 mod maps;
 mod paths;
+mod processes;
 mod vma_rbtree;
+mod xarray;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,6 +38,7 @@ pub use btf::{Btf, BtfError, Header as BtfHeader};
 pub use cache::CacheLocation;
 pub use image::{Segment, KERNEL_MAP};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
+pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 
 use crate::{AddressSpace, Memory};
 use image::Image;

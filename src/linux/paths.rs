@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use crate::linux::btf::{Btf, BtfError};
-use crate::linux::kernel_reader::{word, word32, KernelReader};
+use crate::linux::kmem::{Fields, KernelMemory};
 
 /// Most path components followed (a path is at most `PATH_MAX`, 4096
 /// bytes, so at most 2048 components); past it, the walk is a loop.
@@ -209,7 +209,7 @@ impl Walk {
 /// What the files at `files` (addresses of `struct file`) are, by address.
 /// One batch for the files, then one per level of dentries.
 pub(crate) async fn files(
-    reader: &KernelReader<'_>,
+    kmem: &KernelMemory<'_>,
     layout: &PathLayout,
     files: &[u64],
 ) -> HashMap<u64, FileInfo> {
@@ -217,14 +217,14 @@ pub(crate) async fn files(
     let read = futures::future::join_all(
         files
             .iter()
-            .map(|&file| reader.read(file.wrapping_add(first), len)),
+            .map(|&file| kmem.read_vec(file.wrapping_add(first), len)),
     )
     .await;
     let fields: Vec<Result<[u64; 3], String>> = read
         .into_iter()
         .map(|bytes| {
             let bytes = bytes?;
-            let at = |o: u64| word(&bytes, o - first).unwrap_or(0);
+            let at = |o: u64| bytes.u64_at(o - first).unwrap_or(0);
             Ok([
                 at(layout.file_dentry),
                 at(layout.file_mnt),
@@ -243,8 +243,8 @@ pub(crate) async fn files(
         .map(|f| f[2])
         .collect();
     let (paths, inodes) = futures::join!(
-        walk_paths(reader, layout, &walks),
-        inodes_of(reader, layout, &inodes)
+        walk_paths(kmem, layout, &walks),
+        inodes_of(kmem, layout, &inodes)
     );
     let mut paths = paths.into_iter();
     let mut inodes = inodes.into_iter();
@@ -274,7 +274,7 @@ pub(crate) async fn files(
 
 /// The paths of `(dentry, mount)` pairs, level by level.
 async fn walk_paths(
-    reader: &KernelReader<'_>,
+    kmem: &KernelMemory<'_>,
     layout: &PathLayout,
     starts: &[(u64, u64)],
 ) -> Vec<Result<String, String>> {
@@ -327,16 +327,16 @@ async fn walk_paths(
             futures::future::join_all(
                 dentries
                     .iter()
-                    .map(|&d| reader.read(d, layout.dentry_size as usize))
+                    .map(|&d| kmem.read_vec(d, layout.dentry_size as usize))
             ),
             futures::future::join_all(
                 mounts
                     .iter()
-                    .map(|&m| reader.read(m.wrapping_add(mount_first), mount_len))
+                    .map(|&m| kmem.read_vec(m.wrapping_add(mount_first), mount_len))
             ),
             futures::future::join_all(names.iter().map(|name| async move {
                 match name {
-                    Name::At(at, len) => reader.read(*at, *len as usize).await,
+                    Name::At(at, len) => kmem.read_vec(*at, *len as usize).await,
                     Name::Here(bytes) => Ok(bytes.clone()),
                 }
             }))
@@ -348,7 +348,7 @@ async fn walk_paths(
         }
         for (&at, bytes) in mounts.iter().zip(read_mounts) {
             let mount = bytes.map(|b| {
-                let field = |o: u64| word(&b, o - mount_first).unwrap_or(0);
+                let field = |o: u64| b.u64_at(o - mount_first).unwrap_or(0);
                 Mount {
                     parent: field(layout.mnt_parent),
                     mountpoint: field(layout.mnt_mountpoint),
@@ -367,9 +367,9 @@ async fn walk_paths(
 /// A dentry's parent and name from its bytes, read at `at`.
 fn dentry(layout: &PathLayout, at: u64, bytes: &[u8]) -> Result<Dentry, String> {
     let short = || "dentry shorter than BTF says".to_string();
-    let parent = word(bytes, layout.d_parent).ok_or_else(short)?;
-    let len = word32(bytes, layout.d_name_len).ok_or_else(short)?;
-    let name_at = word(bytes, layout.d_name_name).ok_or_else(short)?;
+    let parent = bytes.u64_at(layout.d_parent).ok_or_else(short)?;
+    let len = bytes.u32_at(layout.d_name_len).ok_or_else(short)?;
+    let name_at = bytes.u64_at(layout.d_name_name).ok_or_else(short)?;
     if len > NAME_MAX {
         return Err(format!("dentry {at:#x} has a name of {len} bytes"));
     }
@@ -384,14 +384,14 @@ fn dentry(layout: &PathLayout, at: u64, bytes: &[u8]) -> Result<Dentry, String> 
     Ok(Dentry {
         parent,
         name,
-        unhashed: word(bytes, layout.d_hash_pprev) == Some(0),
+        unhashed: bytes.u64_at(layout.d_hash_pprev) == Some(0),
     })
 }
 
 /// The inode number and device of each inode: the inodes in one batch,
 /// their super blocks in the next.
 async fn inodes_of(
-    reader: &KernelReader<'_>,
+    kmem: &KernelMemory<'_>,
     layout: &PathLayout,
     inodes: &[u64],
 ) -> Vec<(u64, u32)> {
@@ -399,15 +399,15 @@ async fn inodes_of(
     let fields = futures::future::join_all(
         inodes
             .iter()
-            .map(|&inode| reader.read(inode.wrapping_add(first), len)),
+            .map(|&inode| kmem.read_vec(inode.wrapping_add(first), len)),
     )
     .await;
     let fields: Vec<(u64, u64)> = fields
         .into_iter()
         .map(|bytes| match bytes {
             Ok(b) => (
-                word(&b, layout.i_ino - first).unwrap_or(0),
-                word(&b, layout.i_sb - first).unwrap_or(0),
+                b.u64_at(layout.i_ino - first).unwrap_or(0),
+                b.u64_at(layout.i_sb - first).unwrap_or(0),
             ),
             Err(_) => (0, 0),
         })
@@ -415,11 +415,11 @@ async fn inodes_of(
     let devices = futures::future::join_all(fields.iter().map(|&(_, sb)| async move {
         match sb {
             0 => 0,
-            sb => reader
-                .read(sb + layout.s_dev, 4)
+            sb => kmem
+                .read_vec(sb + layout.s_dev, 4)
                 .await
                 .ok()
-                .and_then(|b| word32(&b, 0))
+                .and_then(|b| b.u32_at(0))
                 .unwrap_or(0),
         }
     }))

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use crate::linux::btf::{Btf, BtfError};
-use crate::linux::kernel_reader::{word, KernelReader};
+use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::maps::MapsFailure;
 
 /// Levels followed at most: a red-black tree of 2^20 nodes is at most 40
@@ -40,7 +40,7 @@ impl RbLayout {
 /// Every VMA of the tree whose root node is `root` (an `rb_node` address),
 /// with its bytes (`vma_size` of them), and what was cut.
 pub(crate) async fn vmas(
-    reader: &KernelReader<'_>,
+    kmem: &KernelMemory<'_>,
     layout: &RbLayout,
     vma_size: usize,
     root: u64,
@@ -65,7 +65,7 @@ pub(crate) async fn vmas(
             break;
         }
         let read =
-            futures::future::join_all(level.iter().map(|&vma| reader.read(vma, vma_size))).await;
+            futures::future::join_all(level.iter().map(|&vma| kmem.read_vec(vma, vma_size))).await;
         let mut next = Vec::new();
         for (&vma, bytes) in level.iter().zip(read) {
             let bytes = match bytes {
@@ -76,7 +76,7 @@ pub(crate) async fn vmas(
                 }
             };
             for link in [layout.left, layout.right] {
-                let child = word(&bytes, layout.vm_rb + link).unwrap_or(0);
+                let child = bytes.u64_at(layout.vm_rb + link).unwrap_or(0);
                 if child == 0 {
                     continue;
                 }

@@ -147,6 +147,13 @@ impl Guest {
     /// Boots a guest as `options` say and waits until its `/init` has
     /// printed its oracle.
     pub fn start_with(options: GuestOptions) -> Guest {
+        Guest::start_with_processes(options, 0)
+    }
+
+    /// Boots a guest as `options` say, with `extra` more user processes
+    /// (`sleep 300000+I` for I in 1..=extra, pids from 5000 up; see
+    /// `scripts/guest.sh --processes`), and waits for its oracle.
+    pub fn start_with_processes(options: GuestOptions, extra: u32) -> Guest {
         let name = format!(
             "leechio-test-{}-{}",
             std::process::id(),
@@ -160,6 +167,7 @@ impl Guest {
             .args(["--kernel", options.kernel.flavour(), "--dir"])
             .arg(&dir)
             .args(options.kaslr.then_some("--kaslr"))
+            .args(["--processes", &extra.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::linux::btf_builder::BtfBuilder;
-use crate::{MemBackend, Memory};
+use crate::{AddressSpace, MemBackend, Memory};
 
 const DIRECT: u64 = 0xffff_8880_0000_0000;
 /// Where the made-up kernel's `special_mapping_name` is.
@@ -91,7 +91,12 @@ fn btf(maple: bool) -> Btf {
             .structure_typed(
                 "maple_range_64",
                 256,
-                &[("parent", 0, 0), ("pivot", 8, p15), ("slot", 128, s16), ("meta", 248, 0)],
+                &[
+                    ("parent", 0, 0),
+                    ("pivot", 8, p15),
+                    ("slot", 128, s16),
+                    ("meta", 248, 0),
+                ],
             )
             .structure_typed(
                 "maple_arange_64",
@@ -121,7 +126,11 @@ fn btf(maple: bool) -> Btf {
         b.structure("rb_root", 8, &[("rb_node", 0)]).structure(
             "rb_node",
             24,
-            &[("__rb_parent_color", 0), ("rb_right", RB_RIGHT), ("rb_left", RB_LEFT)],
+            &[
+                ("__rb_parent_color", 0),
+                ("rb_right", RB_RIGHT),
+                ("rb_left", RB_LEFT),
+            ],
         );
     }
     b.structure("mm_struct", MM_SIZE, &mm)
@@ -294,7 +303,12 @@ impl World {
         let memfd = f.dentry("memfd:test", Some(root_c), false);
         let files = [
             (f.file(busybox, a, 135, 2), "/bin/busybox", 2, 135),
-            (f.file(libfoo, b, 77, (8 << 20) | 1), "/mnt/data/x/libfoo.so", (8 << 20) | 1, 77),
+            (
+                f.file(libfoo, b, 77, (8 << 20) | 1),
+                "/mnt/data/x/libfoo.so",
+                (8 << 20) | 1,
+                77,
+            ),
             (f.file(long, a, 136, 2), "/bin/LONG", 2, 136),
             (f.file(memfd, c, 1025, 1), "/memfd:test (deleted)", 1, 1025),
         ];
@@ -427,8 +441,7 @@ impl World {
                 }
                 self.fake.put(leaf + 128 + 8 * j as u64, value);
             }
-            self.fake
-                .put_bytes(leaf + 248, &[(slots.len() - 1) as u8]);
+            self.fake.put_bytes(leaf + 248, &[(slots.len() - 1) as u8]);
             // The root's pivot of its last child stays 0: the node's max.
             if k + 1 < chunks.len() {
                 self.fake.put(root + 8 + 8 * k as u64, max);
@@ -472,8 +485,15 @@ impl World {
         let backend = Arc::new(MemBackend::new(self.fake.bytes.clone()));
         let mem = Memory::with_config(backend.clone(), Default::default());
         let layout = MapsLayout::from_btf(&btf(maple)).unwrap();
-        let reader = KernelReader::new(&mem, DIRECT);
-        let vmas = mem.block_on(read(&reader, &layout, self.mm, Some(SPECIAL_FN)));
+        let space = AddressSpace::new(mem.clone(), 0);
+        let kmem = KernelMemory {
+            mem: &mem,
+            segments: &[],
+            direct_map_base: DIRECT,
+            limit: MEMORY as u64,
+            space: &space,
+        };
+        let vmas = mem.block_on(read(&kmem, &layout, self.mm, Some(SPECIAL_FN)));
         (vmas, backend.read_calls())
     }
 }
@@ -563,7 +583,9 @@ fn torn_structures_are_reported_and_the_rest_read() {
     // A VMA that another mm owns.
     world.fake.put(world.vmas[2] + VM_MM, 0xffff_8880_0dea_d000);
     // A VMA whose range lies outside its slot.
-    world.fake.put(world.vmas[7] + VM_END, world.expected[7].end + 0x10_0000);
+    world
+        .fake
+        .put(world.vmas[7] + VM_END, world.expected[7].end + 0x10_0000);
     // A VMA that cannot be read.
     let beyond = DIRECT + (1 << 40);
     world.fake.put(world.leaves[1] + 128 + 8 * 3, beyond);
@@ -575,7 +597,10 @@ fn torn_structures_are_reported_and_the_rest_read() {
     let alive = || (0..VMAS as usize).filter(|i| !missing.contains(i));
     let mut expected = vec![
         "dead maple node (freed while the tree was read)".to_string(),
-        format!("VMA: {beyond:#x} is not in the direct map"),
+        format!(
+            "VMA: {beyond:#x}..{:#x} unreadable: virtual address not mapped",
+            beyond + u64::from(VMA_SIZE)
+        ),
         format!("VMA belongs to mm 0xffff88800dead000, not {:#x}", world.mm),
         format!(
             "VMA range {:#x}-{:#x} lies outside its tree slot {:#x}-{:#x}",

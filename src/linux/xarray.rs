@@ -1,0 +1,388 @@
+//! The kernel's xarray (the radix tree under every `struct idr`), read
+//! level by level: every node of a level in one batch, so a whole tree
+//! costs as many device calls as it has levels, whatever its size.
+//!
+//! Encoding (`include/linux/xarray.h`): an entry whose low two bits are
+//! `10` is internal; an internal entry above 4096 is a node (`struct
+//! xa_node *` plus 2), the smaller ones are sibling, retry and zero
+//! entries; an entry with bit 0 set is a value; anything else is a pointer
+//! the array stores. A node holds `shift` (0 on the last level), its
+//! `offset` in its parent, `parent`, `array` and its slots.
+//!
+//! Nothing read is trusted: a node whose shift, parent, offset or array
+//! disagree with the way it was reached is cut with its subtree and
+//! reported, and so is a node met twice (a loop) or a tree that grows past
+//! what any pid space holds.
+
+use rustc_hash::FxHashSet;
+
+use crate::join_all;
+use crate::linux::btf::{Btf, BtfError};
+use crate::linux::kmem::{Fields, KernelMemory};
+
+/// Most nodes read: a full pid space (`PID_MAX_LIMIT`, 4 Mi pids) needs
+/// 65,536 leaves and 1,041 nodes above them.
+const MAX_NODES: usize = 70_000;
+/// Internal entries up to this value are not nodes.
+const LAST_SPECIAL: u64 = 4096;
+
+/// Byte offsets of `struct xa_node`'s members, from BTF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct XaLayout {
+    shift: u64,
+    offset: u64,
+    parent: u64,
+    array: u64,
+    slots: u64,
+    /// Slots per node (`XA_CHUNK_SIZE`: 64, or 16 with `BASE_SMALL`).
+    slot_count: u64,
+}
+
+impl XaLayout {
+    /// The offsets in `btf`.
+    pub fn from_btf(btf: &Btf) -> Result<XaLayout, BtfError> {
+        let node = |m: &str| btf.member_offset("xa_node", m);
+        let slot_count = btf.member_size("xa_node", "slots")? / 8;
+        if !slot_count.is_power_of_two() || !(4..=256).contains(&slot_count) {
+            return Err(BtfError::Parse(format!(
+                "xa_node has {slot_count} slots, not a power of two from 4 to 256"
+            )));
+        }
+        Ok(XaLayout {
+            shift: node("shift")?,
+            offset: node("offset")?,
+            parent: node("parent")?,
+            array: node("array")?,
+            slots: node("slots")?,
+            slot_count,
+        })
+    }
+
+    /// Bits of index each level takes.
+    fn chunk_shift(&self) -> u32 {
+        self.slot_count.trailing_zeros()
+    }
+
+    /// Bytes read of each node: its header and slots.
+    fn node_len(&self) -> usize {
+        let header = self.shift.max(self.offset).max(self.parent + 8);
+        (header
+            .max(self.array + 8)
+            .max(self.slots + 8 * self.slot_count)) as usize
+    }
+}
+
+/// What a walk found: the stored pointers by index, and what was cut.
+#[derive(Debug, Default)]
+pub(crate) struct Entries {
+    /// `(index, pointer)`, in index order within each node.
+    pub entries: Vec<(u64, u64)>,
+    /// `(node address, why it was cut)`.
+    pub failed: Vec<(u64, String)>,
+    /// Levels read (one batch each).
+    pub levels: usize,
+}
+
+/// A node to read, and how it was reached.
+#[derive(Debug, Clone, Copy)]
+struct Reached {
+    address: u64,
+    parent: u64,
+    offset: u64,
+    /// `None` for the root, whose shift says how deep the tree is.
+    shift: Option<u64>,
+    first_index: u64,
+}
+
+fn is_internal(entry: u64) -> bool {
+    entry & 3 == 2
+}
+
+fn is_node(entry: u64) -> bool {
+    is_internal(entry) && entry > LAST_SPECIAL
+}
+
+/// Every pointer stored in the xarray at `array` whose head entry is
+/// `head`. Value entries and the special internal entries (a slot being
+/// filled or freed) hold no pointer and are skipped.
+pub(crate) async fn entries(
+    kmem: &KernelMemory<'_>,
+    layout: &XaLayout,
+    array: u64,
+    head: u64,
+) -> Entries {
+    let mut found = Entries::default();
+    if head == 0 || (head & 1 == 1) || (is_internal(head) && !is_node(head)) {
+        return found;
+    }
+    if !is_node(head) {
+        // A single pointer at index 0.
+        found.entries.push((0, head));
+        return found;
+    }
+    let chunk_shift = u64::from(layout.chunk_shift());
+    let mut level = vec![Reached {
+        address: head - 2,
+        parent: 0,
+        offset: 0,
+        shift: None,
+        first_index: 0,
+    }];
+    let mut seen = FxHashSet::default();
+    seen.insert(head - 2);
+    let len = layout.node_len();
+    while !level.is_empty() {
+        found.levels += 1;
+        let nodes = join_all(level.iter().map(|n| kmem.read_vec(n.address, len))).await;
+        let mut next = Vec::new();
+        for (reached, node) in level.iter().zip(nodes) {
+            let node = match node {
+                Ok(node) => node,
+                Err(why) => {
+                    found.failed.push((reached.address, why));
+                    continue;
+                }
+            };
+            let shift = match check_node(layout, array, reached, &node) {
+                Ok(shift) => shift,
+                Err(why) => {
+                    found.failed.push((reached.address, why));
+                    continue;
+                }
+            };
+            for slot in 0..layout.slot_count {
+                let entry = node.u64_at(layout.slots + slot * 8).unwrap_or(0);
+                if entry == 0 || entry & 1 == 1 {
+                    continue;
+                }
+                // `check_node` keeps `slot << shift` within 64 bits.
+                let index = reached.first_index + (slot << shift);
+                if shift == 0 {
+                    if !is_internal(entry) {
+                        found.entries.push((index, entry));
+                    }
+                } else if is_node(entry) {
+                    let child = entry - 2;
+                    if !seen.insert(child) || seen.len() > MAX_NODES {
+                        found.failed.push((
+                            child,
+                            format!(
+                                "xa_node reached again, or past {MAX_NODES} nodes, from slot {slot} of {:#x}: cut",
+                                reached.address
+                            ),
+                        ));
+                        continue;
+                    }
+                    next.push(Reached {
+                        address: child,
+                        parent: reached.address,
+                        offset: slot,
+                        shift: Some(shift - chunk_shift),
+                        first_index: index,
+                    });
+                } else if !is_internal(entry) {
+                    found.failed.push((
+                        reached.address,
+                        format!(
+                            "slot {slot} of a node at shift {shift} holds {entry:#x}, not a node"
+                        ),
+                    ));
+                }
+            }
+        }
+        level = next;
+    }
+    found
+}
+
+/// The node's shift, once its header agrees with how it was reached.
+fn check_node(
+    layout: &XaLayout,
+    array: u64,
+    reached: &Reached,
+    node: &[u8],
+) -> Result<u64, String> {
+    let chunk_shift = u64::from(layout.chunk_shift());
+    let byte = |at: u64| node.bytes_at(at, 1).map(|b| u64::from(b[0])).unwrap_or(0);
+    let shift = byte(layout.shift);
+    let parent = node.u64_at(layout.parent).unwrap_or(0);
+    let owner = node.u64_at(layout.array).unwrap_or(0);
+    if shift % chunk_shift != 0 || shift + chunk_shift > 64 {
+        return Err(format!("xa_node shift {shift} is not a level's"));
+    }
+    if let Some(expected) = reached.shift {
+        if shift != expected {
+            return Err(format!(
+                "xa_node shift {shift} where its parent's says {expected}"
+            ));
+        }
+    }
+    if parent != reached.parent {
+        return Err(format!(
+            "xa_node's parent is {parent:#x}, but it was reached from {:#x}",
+            reached.parent
+        ));
+    }
+    if reached.shift.is_some() && byte(layout.offset) != reached.offset {
+        return Err(format!(
+            "xa_node's offset is {}, but it sits in slot {}",
+            byte(layout.offset),
+            reached.offset
+        ));
+    }
+    if owner != array {
+        return Err(format!(
+            "xa_node belongs to the array at {owner:#x}, not {array:#x}"
+        ));
+    }
+    Ok(shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AddressSpace, MemBackend, Memory};
+
+    /// A layout like 6.1's: shift, offset at 0 and 1, parent at 8, array
+    /// at 16, slots at 40.
+    const LAYOUT: XaLayout = XaLayout {
+        shift: 0,
+        offset: 1,
+        parent: 8,
+        array: 16,
+        slots: 40,
+        slot_count: 64,
+    };
+    /// The direct map's base in these tests.
+    const BASE: u64 = 0xffff_8880_0000_0000;
+    const ARRAY: u64 = BASE + 0x100;
+
+    struct Tree {
+        mem: Memory,
+        space: AddressSpace,
+    }
+
+    impl Tree {
+        fn new() -> Tree {
+            let mem = Memory::new(MemBackend::new(vec![0; 1 << 20]));
+            let space = AddressSpace::new(mem.clone(), 0);
+            Tree { mem, space }
+        }
+
+        fn kmem(&self) -> KernelMemory<'_> {
+            KernelMemory {
+                mem: &self.mem,
+                segments: &[],
+                direct_map_base: BASE,
+                limit: 1 << 20,
+                space: &self.space,
+            }
+        }
+
+        /// A node at physical `pa`; returns its entry.
+        fn node(&self, pa: u64, shift: u8, offset: u8, parent: u64, slots: &[(u64, u64)]) -> u64 {
+            let mut bytes = vec![0u8; LAYOUT.node_len()];
+            bytes[0] = shift;
+            bytes[1] = offset;
+            bytes[8..16].copy_from_slice(&parent.to_le_bytes());
+            bytes[16..24].copy_from_slice(&ARRAY.to_le_bytes());
+            for &(slot, entry) in slots {
+                let at = 40 + slot as usize * 8;
+                bytes[at..at + 8].copy_from_slice(&entry.to_le_bytes());
+            }
+            self.mem.block_on(self.mem.write(pa, &bytes)).unwrap();
+            BASE + pa + 2
+        }
+
+        fn walk(&self, head: u64) -> Entries {
+            self.mem
+                .block_on(entries(&self.kmem(), &LAYOUT, ARRAY, head))
+        }
+    }
+
+    #[test]
+    fn two_levels_give_every_pointer_by_index() {
+        let tree = Tree::new();
+        let leaf_a = tree.node(0x2000, 0, 0, BASE + 0x1000, &[(1, 0xaa0), (63, 0xab0)]);
+        let leaf_b = tree.node(
+            0x3000,
+            0,
+            5,
+            BASE + 0x1000,
+            &[(0, 0xbb0), (2, 0x406), (3, 0x5)],
+        );
+        let root = tree.node(0x1000, 6, 0, 0, &[(0, leaf_a), (5, leaf_b)]);
+        let found = tree.walk(root);
+        assert_eq!(found.entries, [(1, 0xaa0), (63, 0xab0), (320, 0xbb0)]);
+        assert!(found.failed.is_empty(), "{:?}", found.failed);
+        assert_eq!(found.levels, 2);
+    }
+
+    #[test]
+    fn a_single_pointer_needs_no_node() {
+        let tree = Tree::new();
+        assert_eq!(
+            tree.walk(0xffff_8880_0000_1230).entries,
+            [(0, 0xffff_8880_0000_1230)]
+        );
+        assert!(tree.walk(0).entries.is_empty());
+    }
+
+    #[test]
+    fn loops_and_torn_nodes_are_cut_and_reported() {
+        let tree = Tree::new();
+        // Slot 1 leads back to the root; slot 2 to a node that claims
+        // another parent; slot 3 to one at the wrong depth.
+        let root_entry = BASE + 0x1000 + 2;
+        let stray = tree.node(0x2000, 0, 2, BASE + 0x9000, &[(0, 0xcc0)]);
+        let deep = tree.node(0x3000, 6, 3, BASE + 0x1000, &[(0, 0xdd0)]);
+        let good = tree.node(0x4000, 0, 4, BASE + 0x1000, &[(7, 0xee0)]);
+        tree.node(
+            0x1000,
+            6,
+            0,
+            0,
+            &[(1, root_entry), (2, stray), (3, deep), (4, good)],
+        );
+        let found = tree.walk(root_entry);
+        assert_eq!(found.entries, [(4 * 64 + 7, 0xee0)]);
+        let reasons: Vec<&str> = found.failed.iter().map(|(_, why)| why.as_str()).collect();
+        assert_eq!(reasons.len(), 3, "{reasons:?}");
+        assert!(reasons[0].contains("reached again"), "{}", reasons[0]);
+        assert!(
+            reasons[1].contains("parent is 0xffff888000009000"),
+            "{}",
+            reasons[1]
+        );
+        assert!(
+            reasons[2].contains("shift 6 where its parent's says 0"),
+            "{}",
+            reasons[2]
+        );
+        assert_eq!(found.levels, 2);
+    }
+
+    #[test]
+    fn unreadable_nodes_and_foreign_ones_are_reported() {
+        let tree = Tree::new();
+        // Past the end of memory.
+        let gone = BASE + (2 << 20) + 2;
+        let root = tree.node(0x1000, 6, 0, 0, &[(0, gone)]);
+        let found = tree.walk(root);
+        assert!(found.entries.is_empty());
+        assert_eq!(found.failed.len(), 1);
+        assert_eq!(found.failed[0].0, BASE + (2 << 20));
+        // A node of another array.
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&(ARRAY + 8).to_le_bytes());
+        tree.mem
+            .block_on(tree.mem.write(0x1000 + 16, &bytes))
+            .unwrap();
+        let found = tree.walk(root);
+        assert!(
+            found.failed[0].1.contains("belongs to the array"),
+            "{:?}",
+            found.failed
+        );
+    }
+}

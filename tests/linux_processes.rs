@@ -1,0 +1,405 @@
+//! The processes of a live Linux guest, and of a memory image of it, read
+//! from its pid table with no profile, against what the guest's own /proc
+//! said at boot (its oracle, printed by its /init) and the bytes its
+//! pattern process holds.
+//!
+//! How the walk is matched with the oracle: by pid. Every user task the
+//! oracle lists must be found with the same tgid, ppid, comm, state,
+//! kernel-thread flag and command line, and no user task may be found that
+//! it does not list (the guest starts none after it). Kernel threads are
+//! matched the same way where both sides have them, but a few may come or
+//! go between the boot and the walk (workqueue workers), and one that ran
+//! since may be caught in another state: at most [`KERNEL_THREAD_CHANGES`]
+//! of each, all named in the output.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
+use leechio::linux::{CacheLocation, Hints, Kernel, ProcessList, Stage};
+use leechio::{AddressSpace, Call, DeviceConfig, EngineConfig, LeechCore, Memory};
+
+/// Read calls of a list once the kernel is known, on a guest whose pids
+/// stay under 4,096: the pid table's head, its two levels, the pids, the
+/// tasks, the `mm`s, then four page-table levels and the command lines.
+const LIST_CALLS: u64 = 11;
+/// The same with pids from 5,000 up: a third level.
+const LIST_CALLS_THREE_LEVELS: u64 = 12;
+/// Read calls of `Kernel::find` with no cache (as `tests/linux_find.rs`
+/// counts them).
+const FIND_CALLS: u64 = 8;
+/// Kernel threads that may appear, disappear or change state between the
+/// oracle and the walk.
+const KERNEL_THREAD_CHANGES: usize = 4;
+/// How many more processes the big guest starts.
+const EXTRA_PROCESSES: u32 = 300;
+
+fn engine(device: LeechCore) -> (Memory, Arc<LeechCore>) {
+    let device = Arc::new(device);
+    (
+        Memory::with_config(device.clone(), EngineConfig::default()),
+        device,
+    )
+}
+
+fn no_cache() -> Hints {
+    Hints {
+        cache: CacheLocation::Off,
+        ..Hints::default()
+    }
+}
+
+/// Lists the processes, and the read calls the list took.
+fn list(mem: &Memory, device: &LeechCore, kernel: &Kernel) -> (ProcessList, u64) {
+    let before = device.call_count(Call::ReadScatter);
+    let list = kernel.processes(mem);
+    (list, device.call_count(Call::ReadScatter) - before)
+}
+
+/// One task as the walk gives it, in the oracle's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    tgid: u32,
+    ppid: u32,
+    comm: String,
+    state: char,
+    kernel_thread: bool,
+    cmdline: Vec<String>,
+}
+
+/// Every task of `list` (threads with their group's ppid, flags and
+/// command line), by pid.
+fn seen(list: &ProcessList) -> BTreeMap<u32, Seen> {
+    let mut tasks = BTreeMap::new();
+    for p in &list.processes {
+        let task = |pid, comm: &str, state| {
+            (
+                pid,
+                Seen {
+                    tgid: p.pid,
+                    ppid: p.ppid,
+                    comm: comm.to_string(),
+                    state,
+                    kernel_thread: p.kernel_thread,
+                    cmdline: p.cmdline.clone(),
+                },
+            )
+        };
+        assert!(tasks
+            .insert(p.pid, task(p.pid, &p.name, p.state).1)
+            .is_none());
+        for t in &p.threads {
+            let (pid, seen) = task(t.pid, &t.name, t.state);
+            assert!(tasks.insert(pid, seen).is_none(), "pid {pid} twice");
+        }
+    }
+    tasks
+}
+
+/// The walk against the guest's oracle (see the file's documentation).
+fn check_against_oracle(list: &ProcessList, guest: &Guest) {
+    assert!(list.failed.is_empty(), "{:#?}", list.failed);
+    let found = seen(list);
+    let mut came = Vec::new();
+    let mut went = Vec::new();
+    let mut changed = Vec::new();
+    for task in guest.tasks() {
+        let expected = Seen {
+            tgid: task.tgid,
+            ppid: task.ppid,
+            comm: task.task_comm(),
+            state: task.state,
+            kernel_thread: task.kernel_thread,
+            cmdline: task.cmdline.clone(),
+        };
+        match found.get(&task.pid) {
+            None if task.kernel_thread => went.push(task.pid),
+            None => panic!("user task {} not found: {task:?}", task.pid),
+            Some(seen) if seen.kernel_thread && seen.state != expected.state => {
+                assert_eq!(
+                    Seen {
+                        state: expected.state,
+                        ..seen.clone()
+                    },
+                    expected,
+                    "pid {}",
+                    task.pid
+                );
+                changed.push((task.pid, expected.state, seen.state));
+            }
+            Some(seen) => assert_eq!(seen, &expected, "pid {}", task.pid),
+        }
+    }
+    for (pid, seen) in &found {
+        if guest.oracle().task(*pid).is_none() {
+            assert!(
+                seen.kernel_thread,
+                "a user task the guest did not list: {pid} {seen:?}"
+            );
+            came.push(*pid);
+        }
+    }
+    eprintln!(
+        "{} tasks; kernel threads since the oracle: new {came:?}, gone {went:?}, in another state {changed:?}",
+        found.len()
+    );
+    for changes in [came.len(), went.len(), changed.len()] {
+        assert!(
+            changes <= KERNEL_THREAD_CHANGES,
+            "{came:?} {went:?} {changed:?}"
+        );
+    }
+}
+
+/// The pattern process's memory, read through the DTB the walk gives it,
+/// byte for byte as the guest wrote it; its threads; every user process
+/// with a DTB of its own.
+fn check_address_spaces(list: &ProcessList, guest: &Guest, mem: &Memory) {
+    let pattern = guest.pattern();
+    let process = list.get(pattern.pid).expect("the pattern process");
+    let threads: Vec<&str> = process.threads.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(threads, ["leechio-thr-1", "leechio-thr-2"]);
+    let dtb = process.dtb.expect("the pattern process's DTB");
+    let space = AddressSpace::new(mem.clone(), dtb);
+    for half in pattern.halves() {
+        let len = 0x3000;
+        let mut bytes = vec![0u8; len];
+        mem.block_on(space.read(half.start, &mut bytes))
+            .unwrap_or_else(|e| panic!("{half:x?} through {dtb:#x}: {e}"));
+        assert!(bytes == pattern.bytes(half.start, len), "{half:x?}");
+    }
+    let mut dtbs = Vec::new();
+    for p in &list.processes {
+        assert_eq!(p.dtb.is_some(), p.mm.is_some(), "{p:?}");
+        if p.kernel_thread || p.state == 'Z' {
+            assert_eq!((p.dtb, p.mm), (None, None), "{p:?}");
+        } else {
+            dtbs.push(p.dtb.expect("a user process's DTB"));
+        }
+    }
+    let count = dtbs.len();
+    dtbs.sort_unstable();
+    dtbs.dedup();
+    assert_eq!(dtbs.len(), count, "user processes share a DTB");
+    assert_eq!(list.by_dtb(dtb).map(|p| p.pid), Some(pattern.pid));
+}
+
+/// Finds the kernel of `guest` (paused), lists its processes and checks
+/// them; returns the read calls of the list.
+fn check_guest(guest: &Guest) -> u64 {
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let (list, calls) = list(&mem, &device, &kernel);
+    check_against_oracle(&list, guest);
+    check_address_spaces(&list, guest, &mem);
+    eprintln!(
+        "{}: {} processes, {} tasks in {calls} read calls",
+        kernel.release(),
+        list.processes.len(),
+        list.task_count()
+    );
+    calls
+}
+
+#[test]
+fn lists_the_processes_of_a_live_guest() {
+    let guest = shared_guest();
+    assert_eq!(check_guest(&guest), LIST_CALLS);
+}
+
+#[test]
+fn lists_the_processes_from_nothing_in_under_forty_calls() {
+    let guest = shared_guest();
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let before = device.call_count(Call::ReadScatter);
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let list = kernel.processes(&mem);
+    let calls = device.call_count(Call::ReadScatter) - before;
+    check_against_oracle(&list, &guest);
+    assert_eq!(calls, FIND_CALLS + LIST_CALLS);
+    // Listed again: the process's page tables are cached for a second
+    // and its command line is read again with the rest.
+    let (again, _) = self::list(&mem, &device, &kernel);
+    assert_eq!(again, list);
+}
+
+#[test]
+fn lists_the_processes_with_kaslr_on() {
+    let guest = Guest::start_with(GuestOptions {
+        kaslr: true,
+        ..GuestOptions::default()
+    });
+    assert_eq!(check_guest(&guest), LIST_CALLS);
+}
+
+#[test]
+fn lists_the_processes_of_another_kernel_build() {
+    let guest = Guest::start_with(GuestOptions {
+        kaslr: true,
+        kernel: GuestKernel::Cloud,
+        ..GuestOptions::default()
+    });
+    assert_eq!(check_guest(&guest), LIST_CALLS);
+}
+
+#[test]
+fn lists_a_few_hundred_processes_in_twelve_calls() {
+    let guest = Guest::start_with_processes(GuestOptions::default(), EXTRA_PROCESSES);
+    let sleepers = guest
+        .processes()
+        .iter()
+        .filter(|p| p.pid >= 5000 && p.cmdline.first().map(String::as_str) == Some("sleep"))
+        .count();
+    assert_eq!(sleepers, EXTRA_PROCESSES as usize);
+    assert_eq!(check_guest(&guest), LIST_CALLS_THREE_LEVELS);
+}
+
+/// Writes `bytes` as an image file in `dir` and opens it.
+fn image_device(dir: &Path, name: &str, bytes: &[u8]) -> LeechCore {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    LeechCore::open(&DeviceConfig::new(format!("file://{}", path.display()))).unwrap()
+}
+
+#[test]
+fn lists_the_processes_in_a_memory_image_of_the_guest() {
+    let guest = shared_guest();
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = {
+        let _paused = guest.pause();
+        guest.pmemsave(0, guest.memory().bytes())
+    };
+    let (mem, device) = engine(image_device(dir.path(), "guest.raw", &bytes));
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let (list, calls) = list(&mem, &device, &kernel);
+    check_against_oracle(&list, &guest);
+    check_address_spaces(&list, &guest, &mem);
+    assert_eq!(calls, LIST_CALLS);
+}
+
+/// Little-endian word `value` at physical `pa` of an image.
+fn poke(image: &mut [u8], pa: u64, value: u64) {
+    let at = pa as usize;
+    image[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+fn peek(image: &[u8], pa: u64) -> u64 {
+    let at = pa as usize;
+    u64::from_le_bytes(image[at..at + 8].try_into().unwrap())
+}
+
+/// An image changed as a target that changes while it is read would look:
+/// a node of the pid table that leads back to the root (a loop), a thread
+/// whose pid no longer matches the table (it exited and its memory was
+/// reused), and a process whose `mm` points at a page table that is not
+/// one. Each is cut and reported; the rest is listed as before.
+#[test]
+fn loops_and_torn_structures_are_cut_and_reported() {
+    let guest = shared_guest();
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = {
+        let _paused = guest.pause();
+        guest.pmemsave(0, guest.memory().bytes())
+    };
+    let (mem, _) = engine(image_device(dir.path(), "clean.raw", &bytes));
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let clean = kernel.processes(&mem);
+    assert!(clean.failed.is_empty(), "{:#?}", clean.failed);
+    let pa = |va: u64| va - kernel.direct_map_base();
+    let offset = |ty: &str, path: &str| kernel.offset_of(ty, path).unwrap();
+
+    // The root's last slot (empty: pids stay far below 4032) gets the
+    // root itself.
+    let head_va = kernel.init_pid_ns() + offset("pid_namespace", "idr.idr_rt.xa_head");
+    let head_pa = head_va - kernel.virtual_base() + kernel.physical_base();
+    let head = peek(&bytes, head_pa);
+    let root = pa(head - 2);
+    let last_slot = root + offset("xa_node", "slots") + 63 * 8;
+    assert_eq!(peek(&bytes, last_slot), 0);
+    poke(&mut bytes, last_slot, head);
+    // A thread of the pattern process whose pid is another's.
+    let pattern = clean.get(guest.pattern().pid).unwrap();
+    let thread = &pattern.threads[1];
+    let pid_at = pa(thread.task + offset("task_struct", "pid"));
+    let pid_word = peek(&bytes, pid_at);
+    poke(&mut bytes, pid_at, (pid_word & !0xffff_ffff) | 4_000_000);
+    // `sleep 100001`'s page table, a page of zeros instead.
+    let sleep = clean
+        .processes
+        .iter()
+        .find(|p| p.cmdline == ["sleep", "100001"])
+        .unwrap();
+    let pgd_at = pa(sleep.mm.unwrap() + offset("mm_struct", "pgd"));
+    let zeros = (1 << 20..bytes.len())
+        .step_by(0x1000)
+        .find(|&at| bytes[at..at + 0x1000].iter().all(|&b| b == 0))
+        .expect("a page of zeros");
+    poke(&mut bytes, pgd_at, kernel.direct_map_base() + zeros as u64);
+
+    let (mem, _) = engine(image_device(dir.path(), "torn.raw", &bytes));
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let torn = kernel.processes(&mem);
+    let failed: Vec<(Stage, Option<u32>)> = torn.failed.iter().map(|f| (f.stage, f.pid)).collect();
+    eprintln!("{:#?}", torn.failed);
+    assert_eq!(
+        failed,
+        [
+            (Stage::PidTable, None),
+            (Stage::Task, Some(thread.pid)),
+            (Stage::Mm, Some(sleep.pid)),
+            (Stage::CommandLine, Some(sleep.pid)),
+        ]
+    );
+    assert!(
+        torn.failed[0].reason.contains("reached again"),
+        "{}",
+        torn.failed[0]
+    );
+    assert!(
+        torn.failed[1].reason.contains("4000000"),
+        "{}",
+        torn.failed[1]
+    );
+    assert!(
+        torn.failed[2].reason.contains("does not map the kernel"),
+        "{}",
+        torn.failed[2]
+    );
+    // Everything else as before.
+    let mut expected = clean.clone();
+    let at = expected
+        .processes
+        .iter()
+        .position(|p| p.pid == pattern.pid)
+        .unwrap();
+    expected.processes[at].threads.remove(1);
+    let at = expected
+        .processes
+        .iter()
+        .position(|p| p.pid == sleep.pid)
+        .unwrap();
+    expected.processes[at].dtb = None;
+    expected.processes[at].cmdline.clear();
+    assert_eq!(torn.processes, expected.processes);
+}
+
+/// A running guest changes under the walk: it still ends, and every user
+/// process is there.
+#[test]
+fn lists_the_processes_of_a_running_guest() {
+    let guest = shared_guest();
+    let (mem, _) = engine(guest.open());
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    for _ in 0..3 {
+        let list = kernel.processes(&mem);
+        for task in guest.processes().iter().filter(|t| !t.kernel_thread) {
+            let p = list.get(task.pid).unwrap_or_else(|| panic!("{task:?}"));
+            assert_eq!(p.cmdline, task.cmdline);
+        }
+    }
+}
