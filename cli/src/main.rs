@@ -8,6 +8,7 @@ mod output;
 mod bench;
 mod dump;
 mod numbers;
+mod processes;
 mod signals;
 mod undo;
 
@@ -57,7 +58,8 @@ const EXAMPLES: &str = "examples:
   leechio -d fpga read 0x1000 0x100
   leechio -d qemu://shm=guest,qmp=/tmp/qmp.sock translate --dtb 0x2a10000 0xffffffff81000000
   leechio -d fpga dump -o mem.elf
-  leechio -d fpga dump --dtb 0x2a10000 --range 0xffffffff81000000-0xffffffff82000000 -o kernel.elf";
+  leechio -d fpga dump --dtb 0x2a10000 --range 0xffffffff81000000-0xffffffff82000000 -o kernel.elf
+  leechio -d fpga ps --json";
 
 #[derive(Subcommand)]
 enum Command {
@@ -86,8 +88,10 @@ enum Command {
     },
     /// All RAM (per the memory map), or every mapped range of an address space, to a file
     Dump(dump::DumpArgs),
-    /// Page-table roots found in physical memory: candidate address spaces
+    /// Page-table roots found in physical memory: candidate address spaces, named by process on a Linux target
     Spaces,
+    /// Processes of a Linux target, found with no profile (the kernel's BTF): pid, parent, state, DTB, name, command line
+    Ps(processes::PsArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -185,6 +189,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             dump::run(&mem, device, &sources, args, cli.json)
         }
         Command::Spaces => spaces(cli),
+        Command::Ps(args) => processes::ps(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }
@@ -424,32 +429,42 @@ fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
     let bar = dump::progress_bar(total, !cli.json);
     let found = leechio::vm::find_address_spaces(&mem, |done, _| bar.set_position(done));
     bar.finish_and_clear();
+    // On a Linux target, each table's process.
+    let owners = match found.is_empty() {
+        true => None,
+        false => processes::owners(&mem),
+    };
+    let owner = |dtb| owners.as_ref().and_then(|o| processes::owner(o, dtb));
     if !cli.json {
         outln!(
-            "{:>18}  {:>12}  {:>12}  {:>7}  shares kernel half with",
+            "{:>18}  {:>12}  {:>12}  {:>7}  {:>7}  process",
             "DTB",
             "user mapped",
             "kernel mapped",
-            "entries"
+            "entries",
+            "sharing"
         );
     }
     for c in &found {
+        let owner = owner(c.dtb);
         if cli.json {
+            let (pid, name) = owner.map(|o| o.json()).unzip();
             outln!(
                 "{}",
                 json!({"dtb": hex(c.dtb), "user_mapped": c.user_mapped, "kernel_mapped": c.kernel_mapped,
                     "user_entries": c.user_entries, "kernel_entries": c.kernel_entries,
-                    "sharing_kernel_half": c.sharing_kernel_half})
+                    "sharing_kernel_half": c.sharing_kernel_half, "pid": pid.flatten(), "process": name})
             );
         } else {
             outln!(
-                "{:#18x}  {:>10} K  {:>10} K  {:>3}+{:<3}  {}",
+                "{:#18x}  {:>10} K  {:>10} K  {:>3}+{:<3}  {:>7}  {}",
                 c.dtb,
                 c.user_mapped >> 10,
                 c.kernel_mapped >> 10,
                 c.user_entries,
                 c.kernel_entries,
-                c.sharing_kernel_half
+                c.sharing_kernel_half,
+                owner.map(|o| o.text()).unwrap_or_default()
             );
         }
     }

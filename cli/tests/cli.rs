@@ -12,6 +12,7 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use common::{make_fifo, read_file_at, Image};
+use serde_json::Value;
 use x86_64::structures::paging::{
     FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags as F, PhysFrame,
     Size2MiB, Size4KiB, Translate,
@@ -389,7 +390,22 @@ fn spaces_finds_every_root_and_that_they_share_the_kernel_half() {
         let beyond = if n == 2 { 0x1000 } else { 0 };
         assert_eq!(c["user_mapped"], (3 + n as u64) * 0x1000 + beyond, "{c}");
         assert_eq!(c["kernel_mapped"], 4 * 0x20_0000 + 0x1000, "{c}");
+        // No Linux kernel here: no process names, and no error.
+        assert_eq!(
+            (&c["pid"], &c["process"]),
+            (&Value::Null, &Value::Null),
+            "{c}"
+        );
     }
+}
+
+#[test]
+fn ps_on_a_target_that_is_not_linux_names_what_is_missing() {
+    let SpacesImage { _dir, device, .. } = spaces_image();
+    let o = leechio(&["-d", &device, "ps", "--no-cache"]);
+    assert_refused(&o, "leechio: no Linux kernel found: ");
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "");
 }
 
 /// (type, offset, vaddr, paddr, filesz) of each program header.
