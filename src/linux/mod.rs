@@ -234,6 +234,17 @@ impl Kernel {
         self.source
     }
 
+    /// Kernel virtual memory of `mem` as this kernel maps it.
+    fn kernel_memory<'a>(&'a self, mem: &'a Memory) -> kmem::KernelMemory<'a> {
+        kmem::KernelMemory {
+            mem,
+            segments: &self.image.segments,
+            direct_map_base: self.direct_map_base,
+            limit: mem.backend().max_address(),
+            space: &self.space,
+        }
+    }
+
     /// The offsets memory maps are read by.
     fn maps_layout(&self) -> Result<&maps::MapsLayout, &BtfError> {
         self.maps_layout
