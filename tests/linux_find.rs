@@ -259,6 +259,9 @@ fn the_cache_skips_the_search_and_is_checked_against_memory() {
     for (from, to) in [
         (format!("{:#x}", first.dtb()), "0x9000".to_string()),
         ("Linux version".to_string(), "Linux versioN".to_string()),
+        // An entry made before the symbols wanted now were searched for
+        // (without the list of names searched).
+        ("\"searched\"".to_string(), "\"unknown\"".to_string()),
     ] {
         std::fs::write(&file, text.replace(&from, &to)).unwrap();
         let kernel = Kernel::find(&mem, &hints).unwrap();

@@ -7,6 +7,7 @@
 mod output;
 mod bench;
 mod dump;
+mod maps;
 mod numbers;
 mod processes;
 mod signals;
@@ -92,6 +93,8 @@ enum Command {
     Spaces,
     /// Processes of a Linux target, found with no profile (the kernel's BTF): pid, parent, state, DTB, name, command line
     Ps(processes::PsArgs),
+    /// Memory maps of a Linux process, as /proc/PID/maps shows them: range, permissions, offset, device, inode, path
+    Maps(maps::MapsArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -190,6 +193,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         }
         Command::Spaces => spaces(cli),
         Command::Ps(args) => processes::ps(cli, args),
+        Command::Maps(args) => maps::maps(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }

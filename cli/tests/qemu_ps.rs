@@ -1,6 +1,7 @@
-//! `leechio ps` and `leechio spaces` against a live Linux guest, checked
-//! against what the guest's /proc said at boot (its oracle) and the bytes
-//! of its pattern process. The guest is paused while the binary reads.
+//! `leechio ps`, `spaces`, `maps` and `dump --pid` against a live Linux
+//! guest, checked against what the guest's /proc said at boot (its oracle)
+//! and the bytes of its pattern process. The guest is paused while the
+//! binary reads.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -9,7 +10,7 @@ use std::process::{Command, Output};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::qemu::shared_guest;
+use common::qemu::{shared_guest, Guest};
 use serde_json::Value;
 
 /// How long one run may take (LeechCore opens the qemu device in ~1 s).
@@ -192,4 +193,263 @@ fn spaces_names_the_process_of_each_table() {
         .filter(|t| !t.kernel_thread && t.state != 'Z')
         .count();
     assert_eq!(named, user, "{ps:#?}");
+}
+
+/// The lines of /proc/PID/maps the guest printed at boot, as they were.
+fn proc_maps_lines(guest: &Guest, pid: u32) -> Vec<String> {
+    let prefix = format!("leechio-oracle: map {pid} ");
+    guest
+        .serial_log()
+        .lines()
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn maps_prints_what_the_guests_proc_said() {
+    let guest = shared_guest();
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    for &pid in guest.oracle().maps.keys() {
+        let output = leechio(&["-d", &device, "maps", &pid.to_string(), "--no-cache"]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let out = text(&output.stdout);
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            proc_maps_lines(&guest, pid)
+        );
+    }
+    let pid = guest.pattern().pid;
+    let lines = json_lines(&leechio(&[
+        "-d",
+        &device,
+        "maps",
+        "--json",
+        "--no-cache",
+        &pid.to_string(),
+    ]));
+    let maps = guest.maps(pid);
+    assert_eq!(lines.len(), maps.len());
+    for (line, map) in lines.iter().zip(maps) {
+        let found = (
+            parse_hex(&line["start"]),
+            parse_hex(&line["end"]),
+            line["perms"].as_str().unwrap(),
+            parse_hex(&line["offset"]),
+            line["device"].as_str().unwrap(),
+            line["inode"].as_u64().unwrap(),
+            line["path"].as_str().unwrap(),
+        );
+        let want = (
+            map.start,
+            map.end,
+            map.perms.as_str(),
+            map.offset,
+            map.device.as_str(),
+            map.inode,
+            map.path.as_str(),
+        );
+        assert_eq!(found, want);
+    }
+    for (pid, message) in [
+        (
+            "2",
+            "pid 2 (kthreadd) is a kernel thread: it has no memory maps",
+        ),
+        ("99999", "no process with pid 99999"),
+    ] {
+        let output = leechio(&["-d", &device, "maps", pid, "--no-cache"]);
+        assert!(!output.status.success());
+        assert_eq!(text(&output.stderr), format!("leechio: {message}\n"));
+    }
+}
+
+/// Each program header of an ELF file: type, flags, offset, address and
+/// size in the file.
+fn program_headers(elf: &[u8]) -> Vec<(u32, u32, u64, u64, u64)> {
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap());
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
+    let (phoff, count) = (u64_at(32) as usize, u16_at(56) as usize);
+    (0..count)
+        .map(|i| phoff + i * 56)
+        .map(|h| {
+            (
+                u32_at(h),
+                u32_at(h + 4),
+                u64_at(h + 8),
+                u64_at(h + 16),
+                u64_at(h + 32),
+            )
+        })
+        .collect()
+}
+
+/// `p_flags` of /proc's permissions: R 4, W 2, X 1.
+fn segment_flags(perms: &str) -> u32 {
+    let has = |i: usize, c: u8| perms.as_bytes()[i] == c;
+    u32::from(has(0, b'r')) * 4 + u32::from(has(1, b'w')) * 2 + u32::from(has(2, b'x'))
+}
+
+#[test]
+fn dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files() {
+    let guest = shared_guest();
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let pattern = guest.pattern();
+    let dir = tempfile::tempdir().unwrap();
+    let core = dir.path().join("pattern.core");
+    let core = core.to_str().unwrap();
+    let output = leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "--pid",
+        &pattern.pid.to_string(),
+        "-o",
+        core,
+        "--no-cache",
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let elf = std::fs::read(core).unwrap();
+    let headers = program_headers(&elf);
+    // One PT_LOAD per VMA /proc listed, with its permissions.
+    let maps = guest.maps(pattern.pid);
+    let loads: Vec<(u64, u64, u32)> = headers
+        .iter()
+        .filter(|h| h.0 == 1)
+        .map(|&(_, flags, _, va, len)| (va, va + len, flags))
+        .collect();
+    let want: Vec<(u64, u64, u32)> = maps
+        .iter()
+        .map(|m| (m.start, m.end, segment_flags(&m.perms)))
+        .collect();
+    assert_eq!(loads, want);
+    // The pattern's two halves hold its bytes, read through its own
+    // page tables.
+    for half in pattern.halves() {
+        let &(_, _, offset, _, len) = headers
+            .iter()
+            .find(|h| h.0 == 1 && h.3 == half.start)
+            .expect("a PT_LOAD per half");
+        assert_eq!(len, half.end - half.start);
+        let bytes = &elf[offset as usize..(offset + len) as usize];
+        assert!(
+            bytes == pattern.bytes(half.start, len as usize),
+            "the bytes of {half:x?}"
+        );
+    }
+    // readelf finds the note: NT_FILE, owned by CORE. (Debian 12's readelf,
+    // 2.40, does not decode a 64-bit one: binutils' own reader of core
+    // notes gives its bytes, as `.note.linuxcore.file`.)
+    let notes = tool("readelf", &["-n", "-W", core]);
+    assert!(
+        notes
+            .lines()
+            .any(|l| l.trim_start().starts_with("CORE") && l.contains("NT_FILE (mapped files)")),
+        "{notes}"
+    );
+    let desc = section_bytes(&tool(
+        "objdump",
+        &["-s", "-j", ".note.linuxcore.file", core],
+    ));
+    let word = |i: usize| u64::from_le_bytes(desc[i * 8..i * 8 + 8].try_into().unwrap());
+    let files: Vec<_> = maps.iter().filter(|m| m.path.starts_with('/')).collect();
+    assert_eq!((word(0), word(1)), (files.len() as u64, 0x1000));
+    let ranges: Vec<[u64; 3]> = (0..files.len())
+        .map(|i| [word(2 + 3 * i), word(3 + 3 * i), word(4 + 3 * i)])
+        .collect();
+    let want: Vec<[u64; 3]> = files
+        .iter()
+        .map(|m| [m.start, m.end, m.offset / 0x1000])
+        .collect();
+    assert_eq!(ranges, want);
+    let names = &desc[(2 + 3 * files.len()) * 8..];
+    let names: Vec<String> = names
+        .split(|&b| b == 0)
+        .take(files.len())
+        .map(text)
+        .collect();
+    assert_eq!(
+        names,
+        files.iter().map(|m| m.path.clone()).collect::<Vec<_>>()
+    );
+    // Pages never touched are unmapped: listed beside the file.
+    let failed = std::fs::read_to_string(format!("{core}.failed")).unwrap();
+    assert!(failed.lines().count() > 1, "{failed}");
+
+    // A process by name: one; two of that name (the pattern process and
+    // its stopped child; the zombie has no memory); a kernel thread.
+    let oracle = guest.oracle();
+    let init = oracle.task(1).unwrap().comm.clone();
+    let dump_of = |name: &str, args: &[&str]| {
+        let path = dir.path().join(name);
+        let path = path.to_str().unwrap().to_string();
+        let all = [&["-d", &device, "dump", "--no-cache", "-o", &path], args].concat();
+        (leechio(&all), path)
+    };
+    let ((by_pid, pid_file), (by_name, name_file)) = (
+        dump_of("1.core", &["--pid", "1"]),
+        dump_of("init.core", &["--process", &init]),
+    );
+    assert!(by_pid.status.success() && by_name.status.success());
+    assert!(std::fs::read(pid_file).unwrap() == std::fs::read(name_file).unwrap());
+    let mut twins: Vec<u32> = oracle
+        .processes()
+        .filter(|t| t.cmdline == ["leechio-pattern"] && t.state != 'Z')
+        .map(|t| t.pid)
+        .collect();
+    twins.sort();
+    assert_eq!(twins.len(), 2);
+    let (output, _) = dump_of("twins.core", &["--process", "leechio-pattern"]);
+    assert_eq!(
+        text(&output.stderr),
+        format!(
+            "leechio: 2 processes are named \"leechio-pattern\" (pids {}, {}): give --pid\n",
+            twins[0], twins[1]
+        )
+    );
+    let (output, _) = dump_of("kthreadd.core", &["--pid", "2"]);
+    assert_eq!(
+        text(&output.stderr),
+        "leechio: pid 2 (kthreadd) is a kernel thread: it has no memory maps\n"
+    );
+}
+
+/// What `program ARGS` prints; it must complain of nothing.
+fn tool(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    let errors = text(&output.stderr);
+    assert!(
+        output.status.success() && errors.is_empty(),
+        "{program}: {errors}"
+    );
+    text(&output.stdout)
+}
+
+/// The bytes of the one section `objdump -s` printed: after its offset,
+/// each line holds up to four groups of hex digits, then two spaces and
+/// the bytes as text.
+fn section_bytes(dump: &str) -> Vec<u8> {
+    let contents = dump
+        .split_once("Contents of section")
+        .unwrap_or_else(|| panic!("no section in {dump:?}"))
+        .1;
+    contents
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.strip_prefix(' '))
+        .flat_map(|l| {
+            let hex = l.split_once("  ").map_or(l, |(hex, _)| hex);
+            let digits: String = hex.split_whitespace().skip(1).collect();
+            (0..digits.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }

@@ -59,6 +59,10 @@ pub struct Entry {
     pub btf: Option<(u64, u64)>,
     /// Symbol addresses.
     pub symbols: BTreeMap<String, u64>,
+    /// The names the search looked for: an entry made when other names
+    /// were wanted is searched again, so that a symbol added since is not
+    /// taken for one the kernel lacks.
+    pub searched: Vec<String>,
 }
 
 fn hex(v: u64) -> Value {
@@ -83,6 +87,7 @@ impl Entry {
             "physical_base": hex(self.physical_base),
             "btf": self.btf.map(|(at, len)| json!([hex(at), hex(len)])),
             "symbols": symbols,
+            "searched": self.searched,
         })
     }
 
@@ -97,7 +102,15 @@ impl Entry {
             .iter()
             .map(|(k, v)| Some((k.clone(), parse_hex(v)?)))
             .collect::<Option<_>>()?;
+        let searched = match &v["searched"] {
+            Value::Array(names) => names
+                .iter()
+                .map(|n| n.as_str().map(str::to_string))
+                .collect::<Option<_>>()?,
+            _ => Vec::new(),
+        };
         Some(Entry {
+            searched,
             banner: v["banner"].as_str()?.to_string(),
             dtb: parse_hex(&v["dtb"])?,
             virtual_base: parse_hex(&v["virtual_base"])?,
@@ -147,6 +160,7 @@ mod tests {
             physical_base: 0x100_0000,
             btf: Some((0xffff_ffff_824c_1b88, 0x42_1234)),
             symbols: [("init_task".to_string(), 0xffff_ffff_82a1_aa40)].into(),
+            searched: vec!["init_task".into(), "init_pid_ns".into()],
         }
     }
 

@@ -16,20 +16,28 @@
 //! [`CacheLocation`]) skips 1 and 3 but the BTF.
 
 mod btf;
+#[cfg(test)]
+mod btf_builder;
 mod cache;
 mod image;
 mod init_task;
 mod kallsyms;
 mod kmem;
+mod maple;
+mod maps;
+mod paths;
 mod processes;
+mod vma_rbtree;
 mod xarray;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 pub use btf::{Btf, BtfError, Header as BtfHeader};
 pub use cache::CacheLocation;
 pub use image::{Segment, KERNEL_MAP};
+pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 
 use crate::{AddressSpace, Memory};
@@ -45,6 +53,8 @@ const SYMBOLS: &[&str] = &[
     "linux_banner",
     "__start_BTF",
     "__stop_BTF",
+    // What names special mappings such as [vdso] (see `maps`).
+    "special_mapping_name",
 ];
 /// The direct map's base without memory randomisation (4-level paging).
 const DEFAULT_DIRECT_MAP: u64 = 0xffff_8880_0000_0000;
@@ -114,6 +124,8 @@ pub struct Kernel {
     banner: String,
     init_task: InitTask,
     source: Source,
+    /// The offsets memory maps are read by, from BTF on first use.
+    maps_layout: OnceLock<Result<maps::MapsLayout, BtfError>>,
 }
 
 impl Kernel {
@@ -127,7 +139,8 @@ impl Kernel {
     pub async fn find_async(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
         let file = hints.cache.file();
         if let Some(file) = &file {
-            let entries = cache::load(file);
+            let mut entries = cache::load(file);
+            entries.retain(|e| e.searched == SYMBOLS);
             if let Some(kernel) = from_cache(mem, hints, &entries).await {
                 return Ok(kernel);
             }
@@ -202,7 +215,8 @@ impl Kernel {
 
     /// Address of a symbol that was looked up (`init_task`,
     /// `init_pid_ns`, `init_top_pgt`, `page_offset_base`, `linux_banner`,
-    /// `__start_BTF`, `__stop_BTF`), when the kernel has it.
+    /// `__start_BTF`, `__stop_BTF`, `special_mapping_name`), when the
+    /// kernel has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }
@@ -222,6 +236,24 @@ impl Kernel {
         self.source
     }
 
+    /// Kernel virtual memory of `mem` as this kernel maps it.
+    fn kernel_memory<'a>(&'a self, mem: &'a Memory) -> kmem::KernelMemory<'a> {
+        kmem::KernelMemory {
+            mem,
+            segments: &self.image.segments,
+            direct_map_base: self.direct_map_base,
+            limit: mem.backend().max_address(),
+            space: &self.space,
+        }
+    }
+
+    /// The offsets memory maps are read by.
+    fn maps_layout(&self) -> Result<&maps::MapsLayout, &BtfError> {
+        self.maps_layout
+            .get_or_init(|| maps::MapsLayout::from_btf(&self.btf))
+            .as_ref()
+    }
+
     fn cache_entry(&self) -> cache::Entry {
         cache::Entry {
             banner: self.banner.clone(),
@@ -230,6 +262,7 @@ impl Kernel {
             physical_base: self.physical_base(),
             btf: self.btf_location,
             symbols: self.symbols.clone(),
+            searched: SYMBOLS.iter().map(|s| s.to_string()).collect(),
         }
     }
 }
@@ -548,6 +581,7 @@ async fn finish(
         banner,
         init_task: task,
         source,
+        maps_layout: OnceLock::new(),
     })
 }
 

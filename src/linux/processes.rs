@@ -203,13 +203,7 @@ impl Kernel {
                 }
             }
         };
-        let kmem = KernelMemory {
-            mem,
-            segments: &self.image.segments,
-            direct_map_base: self.direct_map_base,
-            limit: mem.backend().max_address(),
-            space: &self.space,
-        };
+        let kmem = self.kernel_memory(mem);
         let walk = Walk {
             kmem,
             layout: &layout,

@@ -59,6 +59,7 @@ pub(super) const PN_XNUM: u16 = 0xffff;
 pub(super) const ET_CORE: u16 = 4;
 pub(super) const EM_X86_64: u16 = 62;
 pub(super) const PT_LOAD: u32 = 1;
+pub(super) const PT_NOTE: u32 = 4;
 pub(super) const PF_R: u32 = 4;
 pub(super) const PF_W: u32 = 2;
 
@@ -75,31 +76,53 @@ pub(super) fn headers_len(ranges: usize) -> u64 {
         as u64
 }
 
-/// Writes the ELF file header and a `PT_LOAD` per range (as far as it was
-/// written) at the start of `file`.
+/// Where a dump of `ranges` ranges keeps its notes (`note_len` bytes of
+/// them; none when 0): after its headers, which then count a `PT_NOTE`.
+pub(super) fn note_offset(ranges: usize, note_len: u64) -> u64 {
+    headers_len(ranges + usize::from(note_len > 0))
+}
+
+/// Writes the ELF file header, a `PT_NOTE` for `note` (written already at
+/// [`note_offset`]) unless it is empty, and a `PT_LOAD` per range (as far
+/// as it was written) at the start of `file`.
 pub(super) fn write_elf_headers(
     file: &mut File,
     pieces: &[Piece],
     offsets: &[u64],
     written: &[u64],
     virtual_space: bool,
+    note: &[u8],
 ) -> std::io::Result<()> {
+    let note_header = (!note.is_empty()).then(|| ProgramHeader {
+        kind: PT_NOTE,
+        flags: 0,
+        offset: note_offset(pieces.len(), note.len() as u64),
+        vaddr: 0,
+        paddr: 0,
+        filesz: note.len() as u64,
+        memsz: 0,
+        align: 4,
+    });
     // Ranges not (fully) read by an interruption are cut to what was read.
-    let loads: Vec<ProgramHeader> = pieces
-        .iter()
-        .zip(offsets)
-        .zip(written)
-        .filter(|(_, &w)| w > 0)
-        .map(|((p, &offset), &w)| ProgramHeader {
-            kind: PT_LOAD,
-            flags: PF_R | PF_W,
-            offset,
-            vaddr: p.addr,
-            paddr: if virtual_space { p.pa } else { p.addr },
-            filesz: w,
-            memsz: w,
-            align: PAGE,
-        })
+    let loads: Vec<ProgramHeader> = note_header
+        .into_iter()
+        .chain(
+            pieces
+                .iter()
+                .zip(offsets)
+                .zip(written)
+                .filter(|(_, &w)| w > 0)
+                .map(|((p, &offset), &w)| ProgramHeader {
+                    kind: PT_LOAD,
+                    flags: p.flags,
+                    offset,
+                    vaddr: p.addr,
+                    paddr: if virtual_space { p.pa } else { p.addr },
+                    filesz: w,
+                    memsz: w,
+                    align: PAGE,
+                }),
+        )
         .collect();
     // Too many for e_phnum: it says PN_XNUM, and the count is in sh_info of
     // section header 0 (a null section), after the program headers.

@@ -5,6 +5,7 @@
 
 mod elf;
 mod output;
+mod process;
 mod report;
 
 use std::fs::File;
@@ -49,6 +50,18 @@ pub struct DumpArgs {
     /// File format
     #[arg(long, value_enum, default_value_t = Format::Elf)]
     format: Format,
+    /// A Linux process (its pid): dump its memory maps, one PT_LOAD per VMA with its permissions, read through its own page tables, with a note of its mapped files (NT_FILE)
+    #[arg(long, conflicts_with = "dtb")]
+    pid: Option<u32>,
+    /// The same for the one user process of that name (comm, or its program's file name)
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["dtb", "pid"])]
+    process: Option<String>,
+    /// BTF of the target's kernel, for --pid and --process on a kernel built without it (see `ps --btf`)
+    #[arg(long, value_name = "FILE")]
+    btf: Option<PathBuf>,
+    /// Neither read nor write the cache of kernels found (--pid, --process)
+    #[arg(long)]
+    no_cache: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -66,6 +79,8 @@ struct Piece {
     addr: u64,
     pa: u64,
     len: u64,
+    /// The segment's `p_flags`.
+    flags: u32,
 }
 
 pub fn progress_bar(total: u64, visible: bool) -> ProgressBar {
@@ -159,7 +174,24 @@ pub fn run(
 ) -> Result<ExitCode, Failure> {
     refuse_own_source(device, sources, &args.output)?;
     refuse_non_file(&args.output)?;
-    let pieces = plan(mem, args)?;
+    // A process is read through its own address space; anything else by
+    // physical address.
+    let (pieces, space, note) = match process::plan(mem, args)? {
+        Some(p) if p.pieces.is_empty() => {
+            return Err(Failure(format!(
+                "nothing to dump: {} maps no memory{}",
+                p.name,
+                if args.range.is_some() {
+                    " in that range"
+                } else {
+                    ""
+                }
+            )))
+        }
+        Some(p) => (p.pieces, Some(p.space), p.note),
+        None => (plan(mem, args)?, None, Vec::new()),
+    };
+    let virtual_space = args.dtb.is_some() || space.is_some();
     if pieces.is_empty() {
         return Err(Failure(match (args.dtb, &args.range) {
             (_, Some(_)) => "nothing to dump: no memory in that range".into(),
@@ -169,7 +201,7 @@ pub fn run(
             (None, None) => "nothing to dump: the device has no memory".into(),
         }));
     }
-    if args.format == Format::Raw && args.dtb.is_some() && args.range.is_none() {
+    if args.format == Format::Raw && virtual_space && args.range.is_none() {
         return Err(Failure(
             "--format raw of an address space needs --range (the space spans 2^64 bytes)".into(),
         ));
@@ -184,7 +216,11 @@ pub fn run(
     }
     // Where each piece goes in the file, and how long the file is; a size
     // no file can have is refused before anything is created.
-    let (offsets, size) = layout(&pieces, args.format, args.range.as_ref())
+    let note = match args.format {
+        Format::Elf => note,
+        Format::Raw => Vec::new(),
+    };
+    let (offsets, size) = layout(&pieces, args.format, args.range.as_ref(), note.len() as u64)
         .ok_or_else(|| too_large(&args.output, None))?;
     // The kernel's limit for any file (`off_t`).
     if size > i64::MAX as u64 {
@@ -254,7 +290,11 @@ pub fn run(
         // The headers' place is written (as zeros) now, so that a disk that
         // fills up midway still has room for the headers at the end: they
         // overwrite blocks the file already holds.
-        if let Err(e) = file.write_all_at(&vec![0; headers_len(pieces.len()) as usize], 0) {
+        let headers = vec![0; headers_len(pieces.len() + usize::from(!note.is_empty())) as usize];
+        let written = file
+            .write_all_at(&headers, 0)
+            .and_then(|()| file.write_all_at(&note, note_offset(pieces.len(), note.len() as u64)));
+        if let Err(e) = written {
             remove_both();
             return Err(Failure(format!(
                 "writing {}: {e}; nothing was dumped, and the file was removed (a dump leaves a valid file or none)",
@@ -284,19 +324,35 @@ pub fn run(
             }
             let n = (p.len - done).min(CHUNK) as usize;
             let chunk = &mut buf[..n];
-            let outcome = mem.read_now([(p.pa + done, &mut *chunk)]);
+            let failures = match &space {
+                Some(space) => match mem.block_on(space.read(p.addr + done, chunk)) {
+                    Ok(()) => Vec::new(),
+                    Err(e) => e.failed,
+                },
+                None => mem
+                    .read_now([(p.pa + done, &mut *chunk)])
+                    .failures(0)
+                    .copied()
+                    .collect(),
+            };
             // Only the bytes read are written: failed ones stay holes of
             // the file, which read as zeros and take no disk space (a
             // wrong --dtb can map gigabytes past the end of RAM).
             let at = offsets[i] + done;
             let mut result = Ok(());
-            outcome.for_each_success(0, n, |a, b| {
-                if result.is_ok() {
-                    result = file.write_all_at(&chunk[a..b], at + a as u64);
+            let mut from = 0;
+            for (a, b) in failures
+                .iter()
+                .map(|f| (f.offset, f.offset + f.len))
+                .chain([(n, n)])
+            {
+                if result.is_ok() && from < a {
+                    result = file.write_all_at(&chunk[from..a], at + from as u64);
                 }
-            });
+                from = b;
+            }
             let mut chunk_failed = Vec::new();
-            for f in outcome.failures(0) {
+            for f in &failures {
                 let start = p.addr + done + f.offset as u64;
                 chunk_failed.push((start, f.len as u64, f.reason.to_string()));
                 if f.reason.is_device_lost() {
@@ -372,7 +428,7 @@ pub fn run(
     }
     if args.format == Format::Elf && !removed {
         if let Err(e) =
-            write_elf_headers(&mut file, &pieces, &offsets, &written, args.dtb.is_some())
+            write_elf_headers(&mut file, &pieces, &offsets, &written, virtual_space, &note)
         {
             removed = true;
             problems.push(format!(
@@ -445,10 +501,11 @@ fn layout(
     pieces: &[Piece],
     format: Format,
     range: Option<&RangeInclusive<u64>>,
+    note_len: u64,
 ) -> Option<(Vec<u64>, u64)> {
     let base = range.map_or(0, |r| *r.start());
     let mut offsets = Vec::with_capacity(pieces.len());
-    let mut at = headers_len(pieces.len());
+    let mut at = note_offset(pieces.len(), note_len) + note_len;
     for p in pieces {
         let offset = match format {
             // The first place from `at` with p_offset ≡ p_vaddr (mod
@@ -507,6 +564,7 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
                     addr: s,
                     pa: s,
                     len: e - s,
+                    flags: PF_R | PF_W,
                 })
                 .collect())
         }
@@ -540,6 +598,7 @@ fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
                     addr: m.va,
                     pa: m.pa,
                     len: m.size,
+                    flags: PF_R | PF_W,
                 })
                 .collect())
         }
@@ -569,10 +628,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dump.elf");
         let mut file = File::create(&path).unwrap();
-        let (offsets, size) = layout(pieces, Format::Elf, None).unwrap();
+        let (offsets, size) = layout(pieces, Format::Elf, None, 0).unwrap();
         file.set_len(size).unwrap();
         let written: Vec<u64> = pieces.iter().map(|p| p.len).collect();
-        write_elf_headers(&mut file, pieces, &offsets, &written, false).unwrap();
+        write_elf_headers(&mut file, pieces, &offsets, &written, false, &[]).unwrap();
         readelf(&path)
     }
 
@@ -584,6 +643,7 @@ mod tests {
                 addr: i * 0x2000,
                 pa: i * 0x2000,
                 len: 0x1000,
+                flags: PF_R,
             })
             .collect();
         let out = headers_of(&pieces);
@@ -625,16 +685,19 @@ mod tests {
                 addr: 0x9c001,
                 pa: 0x9c001,
                 len: 0x2002,
+                flags: PF_R,
             },
             Piece {
                 addr: 0xa0ff8,
                 pa: 0xa0ff8,
                 len: 0x10,
+                flags: PF_R,
             },
             Piece {
                 addr: 0xb1000,
                 pa: 0xb1000,
                 len: 0x1000,
+                flags: PF_R,
             },
         ]);
         let offsets: Vec<&str> = out

@@ -1,0 +1,114 @@
+//! BTF made up for tests: structs whose members lie where a test says, so
+//! that walks are shown to take every offset from BTF (the layouts made
+//! here are not any kernel's).
+
+/// `BTF_KIND_*`.
+const KIND_INT: u32 = 1;
+const KIND_ARRAY: u32 = 3;
+const KIND_STRUCT: u32 = 4;
+const KIND_ENUM: u32 = 6;
+
+/// Builds a BTF blob type by type.
+pub(crate) struct BtfBuilder {
+    types: Vec<u8>,
+    strings: Vec<u8>,
+    count: u32,
+    long: u32,
+}
+
+impl BtfBuilder {
+    /// A builder holding `long` (8 bytes) as type 1.
+    pub fn new() -> BtfBuilder {
+        let mut b = BtfBuilder {
+            types: Vec::new(),
+            strings: vec![0],
+            count: 0,
+            long: 0,
+        };
+        let name = b.string("long");
+        b.long = b.push(&[name, KIND_INT << 24, 8, (1 << 24) | 64]);
+        b
+    }
+
+    fn string(&mut self, s: &str) -> u32 {
+        let at = self.strings.len() as u32;
+        self.strings.extend(s.as_bytes());
+        self.strings.push(0);
+        at
+    }
+
+    fn push(&mut self, words: &[u32]) -> u32 {
+        words
+            .iter()
+            .for_each(|w| self.types.extend(w.to_le_bytes()));
+        self.count += 1;
+        self.count
+    }
+
+    /// An array of `n` longs.
+    pub fn array(&mut self, n: u32) -> u32 {
+        self.push(&[0, KIND_ARRAY << 24, 0, self.long, self.long, n])
+    }
+
+    /// `struct name` of `size` bytes whose members (each a long unless an
+    /// array's type id is given) lie at the given byte offsets.
+    pub fn structure(&mut self, name: &str, size: u32, members: &[(&str, u64)]) -> &mut Self {
+        self.structure_typed(
+            name,
+            size,
+            &members
+                .iter()
+                .map(|&(m, at)| (m, at, 0))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// The same with a type per member (0 for long).
+    pub fn structure_typed(
+        &mut self,
+        name: &str,
+        size: u32,
+        members: &[(&str, u64, u32)],
+    ) -> &mut Self {
+        let name = self.string(name);
+        let mut words = vec![name, (KIND_STRUCT << 24) | members.len() as u32, size];
+        for &(member, at, ty) in members {
+            let member = self.string(member);
+            let ty = if ty == 0 { self.long } else { ty };
+            words.extend([member, ty, (at * 8) as u32]);
+        }
+        self.push(&words);
+        self
+    }
+
+    /// `enum name` with its values.
+    pub fn enumeration(&mut self, name: &str, values: &[(&str, i32)]) -> &mut Self {
+        let name = self.string(name);
+        let mut words = vec![name, (KIND_ENUM << 24) | values.len() as u32, 4];
+        for &(value, v) in values {
+            let value = self.string(value);
+            words.extend([value, v as u32]);
+        }
+        self.push(&words);
+        self
+    }
+
+    /// The blob: header, types, strings.
+    pub fn finish(&self) -> Vec<u8> {
+        let mut blob = Vec::new();
+        blob.extend(0xeb9fu16.to_le_bytes());
+        blob.extend([1, 0]);
+        for v in [
+            24,
+            0,
+            self.types.len() as u32,
+            self.types.len() as u32,
+            self.strings.len() as u32,
+        ] {
+            blob.extend(v.to_le_bytes());
+        }
+        blob.extend(&self.types);
+        blob.extend(&self.strings);
+        blob
+    }
+}

@@ -1,0 +1,573 @@
+//! A process's memory maps (its VMAs), as `/proc/PID/maps` shows them,
+//! read from kernel memory with no profile: every offset from BTF.
+//!
+//! What [`Kernel::vmas`] reads, each step one batch of reads:
+//! 1. the `mm_struct`'s fields;
+//! 2. the VMA tree level by level: the maple tree (`mm->mm_mt`, 6.1 and
+//!    later), or before it the red-black tree of `mm->mm_rb`, whose nodes
+//!    are the VMAs themselves (checked against the `mm->mmap` list);
+//! 3. every VMA found in the maple tree, together;
+//! 4. the names: every mapped `struct file` together, then the dentries,
+//!    mounts and inodes one level per batch (see `paths`), with the names
+//!    of special mappings (`[vdso]`) and named anonymous memory beside
+//!    them.
+//!
+//! So the cost is the depth of the structures, not their length: a process
+//! with up to 16 VMAs mapped from files two directories deep takes 6 read
+//! calls (7 with a maple tree of two levels), however many it maps.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::linux::btf::{Btf, BtfError};
+use crate::linux::kmem::{Fields, KernelMemory};
+use crate::linux::maple::{self, MapleLayout};
+use crate::linux::paths::{self, PathLayout};
+use crate::linux::vma_rbtree::{self, RbLayout};
+use crate::linux::Kernel;
+use crate::Memory;
+
+#[cfg(test)]
+mod tests;
+
+/// `vm_flags` bits (`include/linux/mm.h`).
+const VM_READ: u64 = 0x1;
+const VM_WRITE: u64 = 0x2;
+const VM_EXEC: u64 = 0x4;
+const VM_SHARED: u64 = 0x8;
+const VM_MAYSHARE: u64 = 0x80;
+/// Bytes of a page (`vm_pgoff` counts them).
+const PAGE: u64 = 0x1000;
+/// The end of the user half of the address space (5-level paging's).
+const USER_END: u64 = 1 << 56;
+/// Longest name of a special mapping or of named anonymous memory read
+/// (`ANON_VMA_NAME_MAX_LEN` is 80).
+const NAME_MAX: usize = 80;
+
+/// Something of a process's maps that could not be read or did not make
+/// sense (a loop, a structure changing while read): where, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapsFailure {
+    /// The kernel address of the structure.
+    pub address: u64,
+    /// What was wrong, in one line.
+    pub reason: String,
+}
+
+impl MapsFailure {
+    pub(crate) fn new(address: u64, reason: impl Into<String>) -> MapsFailure {
+        MapsFailure {
+            address,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for MapsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}: {}", self.address, self.reason)
+    }
+}
+
+/// A VMA's `vm_flags`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VmFlags(pub u64);
+
+impl VmFlags {
+    /// `VM_READ`.
+    pub fn read(self) -> bool {
+        self.0 & VM_READ != 0
+    }
+    /// `VM_WRITE`.
+    pub fn write(self) -> bool {
+        self.0 & VM_WRITE != 0
+    }
+    /// `VM_EXEC`.
+    pub fn exec(self) -> bool {
+        self.0 & VM_EXEC != 0
+    }
+    /// `VM_SHARED`: writes reach the file (or other processes).
+    pub fn shared(self) -> bool {
+        self.0 & VM_SHARED != 0
+    }
+    /// `VM_MAYSHARE`: mapped `MAP_SHARED`, even read-only; the `s` of
+    /// `/proc/PID/maps`.
+    pub fn may_share(self) -> bool {
+        self.0 & VM_MAYSHARE != 0
+    }
+    /// `rwxp` as `/proc/PID/maps` writes them.
+    pub fn perms(self) -> String {
+        [
+            if self.read() { 'r' } else { '-' },
+            if self.write() { 'w' } else { '-' },
+            if self.exec() { 'x' } else { '-' },
+            if self.may_share() { 's' } else { 'p' },
+        ]
+        .iter()
+        .collect()
+    }
+}
+
+/// One VMA: a range of a process's address space and what backs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vma {
+    /// The `vm_area_struct`'s kernel address.
+    pub address: u64,
+    /// First address.
+    pub start: u64,
+    /// Address past the last.
+    pub end: u64,
+    /// Permissions and kind.
+    pub flags: VmFlags,
+    /// `vm_pgoff`: the offset in the mapped file, in pages (for anonymous
+    /// memory, the start's page number).
+    pub pgoff: u64,
+    /// The `struct file` mapped (`vm_file`), 0 for anonymous memory.
+    pub file_address: u64,
+    /// The mapped file's path, from its dentries up to the root, across
+    /// mounts; `None` for anonymous memory and for a path that could not
+    /// be read (then listed in [`Vmas::failed`]).
+    pub file: Option<String>,
+    /// What `/proc` names a VMA without a file: `[heap]`, `[stack]`,
+    /// `[vdso]`, `[vvar]`, `[anon:NAME]`.
+    pub name: Option<String>,
+    /// The file's inode number (0 without a file).
+    pub inode: u64,
+    /// The file's device (`s_dev`, the kernel's `dev_t`: major in the
+    /// bits from 20, minor below; 0 without a file).
+    pub device: u32,
+}
+
+impl Vma {
+    /// The offset in the file, in bytes; 0 for anonymous memory (as
+    /// `/proc/PID/maps` shows it).
+    pub fn offset(&self) -> u64 {
+        match self.file_address {
+            0 => 0,
+            _ => self.pgoff.wrapping_mul(PAGE),
+        }
+    }
+
+    /// The path column of `/proc/PID/maps`: the file, else the name, else
+    /// empty.
+    pub fn path(&self) -> &str {
+        self.file.as_deref().or(self.name.as_deref()).unwrap_or("")
+    }
+
+    /// The device's major number.
+    pub fn major(&self) -> u32 {
+        self.device >> 20
+    }
+
+    /// The device's minor number.
+    pub fn minor(&self) -> u32 {
+        self.device & 0xf_ffff
+    }
+}
+
+/// A process's VMAs in address order, and what could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Vmas {
+    /// The VMAs read and checked.
+    pub vmas: Vec<Vma>,
+    /// What was cut or could not be read.
+    pub failed: Vec<MapsFailure>,
+}
+
+/// How the VMAs hang off the `mm_struct`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tree {
+    /// `mm->mm_mt.ma_root` (6.1 and later).
+    Maple { root: u64, layout: MapleLayout },
+    /// `mm->mm_rb.rb_node` (before 6.1), with `mm->mmap` and `vm_next`
+    /// to check it by.
+    RedBlack {
+        root: u64,
+        list: u64,
+        next: u64,
+        layout: RbLayout,
+    },
+}
+
+/// A VMA as read: its address, its bytes, and the indices its tree slot
+/// covers (both ends included) when the tree says.
+type RawVma = (u64, Vec<u8>, Option<(u64, u64)>);
+
+/// Offsets, from BTF, of everything the maps are read by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MapsLayout {
+    tree: Tree,
+    map_count: u64,
+    start_brk: u64,
+    brk: u64,
+    start_stack: u64,
+    vma_size: u64,
+    vm_mm: u64,
+    vm_start: u64,
+    vm_end: u64,
+    vm_flags: u64,
+    vm_pgoff: u64,
+    vm_file: u64,
+    vm_ops: u64,
+    vm_private_data: u64,
+    /// `vm_area_struct.anon_name` and `anon_vma_name.name`, when the
+    /// kernel names anonymous memory.
+    anon_name: Option<(u64, u64)>,
+    /// `vm_operations_struct.name`.
+    ops_name: u64,
+    /// `vm_special_mapping.name`.
+    special_name: u64,
+    paths: PathLayout,
+}
+
+impl MapsLayout {
+    /// The offsets in `btf`; an error names the first type or member
+    /// missing.
+    pub fn from_btf(btf: &Btf) -> Result<MapsLayout, BtfError> {
+        let mm = |m: &str| btf.member_offset("mm_struct", m);
+        let vma = |m: &str| btf.member_offset("vm_area_struct", m);
+        let tree = match mm("mm_mt") {
+            Ok(mt) => Tree::Maple {
+                root: mt + btf.member_offset("maple_tree", "ma_root")?,
+                layout: MapleLayout::from_btf(btf)?,
+            },
+            Err(_) => Tree::RedBlack {
+                root: mm("mm_rb")? + btf.member_offset("rb_root", "rb_node")?,
+                list: mm("mmap")?,
+                next: vma("vm_next")?,
+                layout: RbLayout::from_btf(btf)?,
+            },
+        };
+        let anon_name = match vma("anon_name") {
+            Ok(at) => Some((at, btf.member_offset("anon_vma_name", "name")?)),
+            Err(_) => None,
+        };
+        Ok(MapsLayout {
+            tree,
+            map_count: mm("map_count")?,
+            start_brk: mm("start_brk")?,
+            brk: mm("brk")?,
+            start_stack: mm("start_stack")?,
+            vma_size: btf.size_of("vm_area_struct")?,
+            vm_mm: vma("vm_mm")?,
+            vm_start: vma("vm_start")?,
+            vm_end: vma("vm_end")?,
+            vm_flags: vma("vm_flags")?,
+            vm_pgoff: vma("vm_pgoff")?,
+            vm_file: vma("vm_file")?,
+            vm_ops: vma("vm_ops")?,
+            vm_private_data: vma("vm_private_data")?,
+            anon_name,
+            ops_name: btf.member_offset("vm_operations_struct", "name")?,
+            special_name: btf.member_offset("vm_special_mapping", "name")?,
+            paths: PathLayout::from_btf(btf)?,
+        })
+    }
+
+    /// The span of the `mm_struct` read: from its first field used to past
+    /// its last.
+    fn mm_span(&self) -> (u64, u64) {
+        let tree = match self.tree {
+            Tree::Maple { root, .. } => vec![root],
+            Tree::RedBlack { root, list, .. } => vec![root, list],
+        };
+        let all = [self.map_count, self.start_brk, self.brk, self.start_stack];
+        let fields = tree.into_iter().chain(all);
+        let first = fields.clone().min().unwrap_or(0);
+        (first, fields.max().unwrap_or(0) + 8 - first)
+    }
+}
+
+impl Kernel {
+    /// The VMAs of the `mm_struct` at `mm` (blocking; see
+    /// [`Kernel::vmas_async`]).
+    pub fn vmas(&self, mem: &Memory, mm: u64) -> Vmas {
+        mem.block_on(self.vmas_async(mem, mm))
+    }
+
+    /// The VMAs of the `mm_struct` at `mm`, in address order, with the
+    /// paths of their files. Independent of other reads: several processes'
+    /// maps read together share their batches.
+    pub async fn vmas_async(&self, mem: &Memory, mm: u64) -> Vmas {
+        let layout = match self.maps_layout() {
+            Ok(layout) => layout,
+            Err(e) => {
+                return Vmas {
+                    vmas: Vec::new(),
+                    failed: vec![MapsFailure::new(
+                        mm,
+                        format!("memory maps cannot be read: {e}"),
+                    )],
+                }
+            }
+        };
+        let kmem = self.kernel_memory(mem);
+        read(&kmem, layout, mm, self.symbol("special_mapping_name")).await
+    }
+}
+
+/// Reads the maps of `mm`. `special` is the address of the kernel's
+/// `special_mapping_name` (which names `[vdso]` and the like), if known.
+pub(crate) async fn read(
+    kmem: &KernelMemory<'_>,
+    layout: &MapsLayout,
+    mm: u64,
+    special: Option<u64>,
+) -> Vmas {
+    let mut failed = Vec::new();
+    let (first, len) = layout.mm_span();
+    let fields = match kmem.read_vec(mm.wrapping_add(first), len as usize).await {
+        Ok(bytes) => bytes,
+        Err(why) => {
+            failed.push(MapsFailure::new(mm, format!("mm_struct: {why}")));
+            return Vmas {
+                vmas: Vec::new(),
+                failed,
+            };
+        }
+    };
+    let field = |at: u64| fields.u64_at(at - first).unwrap_or(0);
+    let vma_size = layout.vma_size as usize;
+    // (address, bytes, the indices the tree says it covers)
+    let mut raw: Vec<RawVma> = Vec::new();
+    match &layout.tree {
+        Tree::Maple {
+            root,
+            layout: maple,
+        } => {
+            let (entries, mut cut) = maple::entries(kmem, maple, field(*root)).await;
+            failed.append(&mut cut);
+            let reads = entries.iter().map(|e| kmem.read_vec(e.value, vma_size));
+            let read = futures::future::join_all(reads).await;
+            for (e, bytes) in entries.iter().zip(read) {
+                match bytes {
+                    Ok(bytes) => raw.push((e.value, bytes, Some((e.first, e.last)))),
+                    Err(why) => failed.push(MapsFailure::new(e.value, format!("VMA: {why}"))),
+                }
+            }
+        }
+        Tree::RedBlack {
+            root, layout: rb, ..
+        } => {
+            let (found, mut cut) = vma_rbtree::vmas(kmem, rb, vma_size, field(*root)).await;
+            failed.append(&mut cut);
+            raw.extend(found.into_iter().map(|(at, bytes)| (at, bytes, None)));
+        }
+    }
+    let mut vmas = checked_vmas(layout, mm, &raw, &mut failed);
+    if let Tree::RedBlack { list, next, .. } = layout.tree {
+        check_list(&vmas, &raw, field(list), next, &mut failed);
+    }
+    let count = field(layout.map_count) as u32 as usize;
+    if count != vmas.len() && failed.is_empty() {
+        failed.push(MapsFailure::new(
+            mm,
+            format!("mm_struct counts {count} VMAs, {} were found", vmas.len()),
+        ));
+    }
+    let bytes_of: HashMap<u64, &Vec<u8>> = raw.iter().map(|(at, b, _)| (*at, b)).collect();
+    name_vmas(kmem, layout, &mut vmas, &bytes_of, special, &mut failed).await;
+    let (brk, start_brk, stack) = (
+        field(layout.brk),
+        field(layout.start_brk),
+        field(layout.start_stack),
+    );
+    for vma in vmas
+        .iter_mut()
+        .filter(|v| v.file.is_none() && v.name.is_none())
+    {
+        if vma.start <= brk && vma.end >= start_brk {
+            vma.name = Some("[heap]".into());
+        } else if vma.start <= stack && vma.end >= stack {
+            vma.name = Some("[stack]".into());
+        }
+    }
+    Vmas { vmas, failed }
+}
+
+/// The VMAs in `raw` that make sense, in address order: their own range,
+/// page aligned, in the user half, inside what the tree says they cover,
+/// belonging to `mm`, and not overlapping one another.
+fn checked_vmas(
+    layout: &MapsLayout,
+    mm: u64,
+    raw: &[RawVma],
+    failed: &mut Vec<MapsFailure>,
+) -> Vec<Vma> {
+    let mut vmas: Vec<Vma> = Vec::with_capacity(raw.len());
+    for (address, bytes, covers) in raw {
+        let at = |offset: u64| bytes.u64_at(offset).unwrap_or(0);
+        let vma = Vma {
+            address: *address,
+            start: at(layout.vm_start),
+            end: at(layout.vm_end),
+            flags: VmFlags(at(layout.vm_flags)),
+            pgoff: at(layout.vm_pgoff),
+            file_address: at(layout.vm_file),
+            file: None,
+            name: None,
+            inode: 0,
+            device: 0,
+        };
+        let owner = at(layout.vm_mm);
+        let why = if owner != mm {
+            Some(format!("belongs to mm {owner:#x}, not {mm:#x}"))
+        } else if vma.start >= vma.end || vma.end > USER_END || (vma.start | vma.end) % PAGE != 0 {
+            Some(format!("range {:#x}-{:#x} is no VMA's", vma.start, vma.end))
+        } else if covers.is_some_and(|(first, last)| vma.start < first || vma.end - 1 > last) {
+            let (first, last) = covers.unwrap_or_default();
+            Some(format!(
+                "range {:#x}-{:#x} lies outside its tree slot {first:#x}-{last:#x}",
+                vma.start, vma.end
+            ))
+        } else {
+            None
+        };
+        match why {
+            Some(why) => failed.push(MapsFailure::new(*address, format!("VMA {why}"))),
+            None => vmas.push(vma),
+        }
+    }
+    vmas.sort_by_key(|v| v.start);
+    let mut kept: Vec<Vma> = Vec::with_capacity(vmas.len());
+    for vma in vmas {
+        match kept.last() {
+            Some(prev) if vma.start < prev.end => failed.push(MapsFailure::new(
+                vma.address,
+                format!(
+                    "VMA {:#x}-{:#x} overlaps the one before ({:#x}-{:#x}); left out",
+                    vma.start, vma.end, prev.start, prev.end
+                ),
+            )),
+            _ => kept.push(vma),
+        }
+    }
+    kept
+}
+
+/// Checks the tree's VMAs against the `mm->mmap` list: each VMA's
+/// `vm_next` must be the next one found, the first must be `head`.
+fn check_list(vmas: &[Vma], raw: &[RawVma], head: u64, next: u64, failed: &mut Vec<MapsFailure>) {
+    let next_of: HashMap<u64, u64> = raw
+        .iter()
+        .map(|(at, bytes, _)| (*at, bytes.u64_at(next).unwrap_or(0)))
+        .collect();
+    let mut expected = head;
+    for (i, vma) in vmas.iter().enumerate() {
+        if vma.address != expected {
+            failed.push(MapsFailure::new(
+                vma.address,
+                format!(
+                    "the mmap list leads to {expected:#x} where the tree has VMA {:#x}-{:#x}",
+                    vma.start, vma.end
+                ),
+            ));
+            return;
+        }
+        expected = next_of[&vma.address];
+        if i + 1 == vmas.len() && expected != 0 {
+            failed.push(MapsFailure::new(
+                vma.address,
+                format!("the mmap list goes on past the last VMA of the tree, to {expected:#x}"),
+            ));
+        }
+    }
+}
+
+/// Fills in what backs each VMA: the paths, inodes and devices of the
+/// files, the names of special mappings and of named anonymous memory.
+async fn name_vmas(
+    kmem: &KernelMemory<'_>,
+    layout: &MapsLayout,
+    vmas: &mut [Vma],
+    bytes_of: &HashMap<u64, &Vec<u8>>,
+    special: Option<u64>,
+    failed: &mut Vec<MapsFailure>,
+) {
+    let field = |vma: &Vma, at: u64| bytes_of[&vma.address].u64_at(at).unwrap_or(0);
+    let files: Vec<u64> = vmas.iter().map(|v| v.file_address).collect();
+    let mut unique: Vec<u64> = files.iter().copied().filter(|&f| f != 0).collect();
+    unique.sort_unstable();
+    unique.dedup();
+    // Without a file: a special mapping names itself through its
+    // operations (`special_mapping_name` gives `vm_special_mapping.name`).
+    let specials: Vec<(usize, u64, u64)> = vmas
+        .iter()
+        .enumerate()
+        .filter(|(i, v)| files[*i] == 0 && field(v, layout.vm_ops) != 0)
+        .map(|(i, v)| (i, field(v, layout.vm_ops), field(v, layout.vm_private_data)))
+        .collect();
+    let anon: Vec<(usize, u64)> = match layout.anon_name {
+        Some((at, name)) => vmas
+            .iter()
+            .enumerate()
+            .filter(|(i, v)| files[*i] == 0 && field(v, at) != 0)
+            .map(|(i, v)| (i, field(v, at) + name))
+            .collect(),
+        None => Vec::new(),
+    };
+    let (mut found, special_names, anon_names) = futures::join!(
+        paths::files(kmem, &layout.paths, &unique),
+        special_names(kmem, layout, &specials, special),
+        futures::future::join_all(anon.iter().map(|&(_, at)| kmem.read_vec(at, NAME_MAX)))
+    );
+    for (vma, file) in vmas.iter_mut().zip(&files) {
+        let Some(info) = found.get_mut(file) else {
+            continue;
+        };
+        vma.inode = info.inode;
+        vma.device = info.device;
+        match &info.path {
+            Ok(path) => vma.file = Some(path.clone()),
+            Err(why) => failed.push(MapsFailure::new(
+                *file,
+                format!("the file of VMA {:#x}-{:#x}: {why}", vma.start, vma.end),
+            )),
+        }
+    }
+    for ((i, ..), name) in specials.iter().zip(special_names) {
+        vmas[*i].name = name;
+    }
+    for ((i, _), name) in anon.iter().zip(anon_names) {
+        if vmas[*i].name.is_none() {
+            vmas[*i].name = name
+                .ok()
+                .and_then(|b| c_string(&b))
+                .map(|n| format!("[anon:{n}]"));
+        }
+    }
+}
+
+/// The names of the special mappings in `specials` (index, `vm_ops`,
+/// `vm_private_data`): `vm_ops->name` and the mapping's name pointer are
+/// read together, then the names whose `vm_ops->name` is
+/// `special_mapping_name`.
+async fn special_names(
+    kmem: &KernelMemory<'_>,
+    layout: &MapsLayout,
+    specials: &[(usize, u64, u64)],
+    special: Option<u64>,
+) -> Vec<Option<String>> {
+    let Some(special) = special else {
+        return vec![None; specials.len()];
+    };
+    let first = specials.iter().map(|&(_, ops, private)| async move {
+        let (name_fn, name) = futures::join!(
+            kmem.read_vec(ops + layout.ops_name, 8),
+            kmem.read_vec(private + layout.special_name, 8)
+        );
+        let name_fn = name_fn.ok()?.u64_at(0)?;
+        (name_fn == special && private != 0).then_some(())?;
+        let name = name.ok()?.u64_at(0)?;
+        c_string(&kmem.read_vec(name, 32).await.ok()?)
+    });
+    futures::future::join_all(first).await
+}
+
+/// The NUL-terminated string at the start of `bytes` (all of it without a
+/// NUL), if it is UTF-8 without control characters.
+fn c_string(bytes: &[u8]) -> Option<String> {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let text = std::str::from_utf8(&bytes[..end]).ok()?;
+    (!text.chars().any(char::is_control)).then(|| text.to_string())
+}
