@@ -778,6 +778,16 @@ fn bench_counts_the_calls_each_path_makes() {
         ) >= 4096
     );
     assert_eq!(calls("dump of 8 MiB", "limit"), 1);
+    // No Linux kernel in this image: no process-list rows, and why.
+    assert!(
+        stderr(&o).contains("leechio: bench: no process-list rows: no Linux kernel found: "),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !rows.iter().any(|r| r["processes"].is_number()),
+        "{rows:#?}"
+    );
     // The chain region is restored, and its undo file gone.
     assert!(
         std::fs::read(path).unwrap() == before,

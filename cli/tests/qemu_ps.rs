@@ -16,10 +16,23 @@ use serde_json::Value;
 /// How long one run may take (LeechCore opens the qemu device in ~1 s).
 const RUN_LIMIT: Duration = Duration::from_secs(90);
 
+/// Read calls of `Kernel::find` from nothing, and of the process list
+/// once the kernel is known, on this guest (tests/linux_processes.rs).
+const FIND_CALLS: u64 = 8;
+const LIST_CALLS: u64 = 11;
+
 /// Runs the binary; fails the test if it has not ended by the deadline.
 fn leechio(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leechio"))
-        .args(args)
+    leechio_with(Command::new(env!("CARGO_BIN_EXE_leechio")).args(args))
+}
+
+/// Runs `command` (the binary and its arguments) as [`leechio`] does.
+fn leechio_with(command: &mut Command) -> Output {
+    let args: Vec<String> = command
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut child = command
         .env_remove("LEECHIO_DEVICE")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -193,6 +206,65 @@ fn spaces_names_the_process_of_each_table() {
         .filter(|t| !t.kernel_thread && t.state != 'Z')
         .count();
     assert_eq!(named, user, "{ps:#?}");
+}
+
+#[test]
+fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
+    let guest = shared_guest();
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let dtb = format!("{:#x}", guest.kernel_dtb());
+    let output = leechio_with(
+        Command::new(env!("CARGO_BIN_EXE_leechio"))
+            .args([
+                "-d", &device, "bench", "--runs", "1", "--json", "--dtb", &dtb,
+            ])
+            // The plugin `make plugin` built, for memflow's rows.
+            .env(
+                "LEECHIO_PLUGINS",
+                common::repo_root().join("target/release"),
+            ),
+    );
+    let rows = json_lines(&output);
+    let row = |workload: &str, method: &str| {
+        rows.iter()
+            .find(|r| {
+                r["workload"].as_str().unwrap().starts_with(workload)
+                    && r["method"].as_str().unwrap().starts_with(method)
+            })
+            .unwrap_or_else(|| panic!("no row {workload} / {method}: {rows:#?}"))
+    };
+    let find = row("Linux kernel found with no profile", "engine: Kernel::find");
+    assert_eq!(find["calls"], FIND_CALLS, "{find}");
+    let engine = row(
+        "process list with command lines",
+        "engine: Kernel::processes",
+    );
+    let hop = row(
+        "process list with command lines",
+        "memflow VirtualDma: hop by hop",
+    );
+    assert_eq!(engine["calls"], LIST_CALLS, "{engine}");
+    // Every process the guest's /proc listed, and the kernel threads
+    // started since.
+    let processes = engine["processes"].as_u64().unwrap();
+    let users = guest
+        .processes()
+        .iter()
+        .filter(|t| !t.kernel_thread)
+        .count() as u64;
+    assert!(processes > users, "{engine}");
+    assert_eq!(
+        engine["workload"],
+        format!("process list with command lines, {processes} processes")
+    );
+    // Hop by hop: the same list, at least one call a process.
+    assert_eq!(hop["processes"], processes, "{hop}");
+    assert!(hop["calls"].as_u64().unwrap() >= processes, "{hop}");
+    for r in [engine, hop] {
+        assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
+        assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
+    }
 }
 
 /// The lines of /proc/PID/maps the guest printed at boot, as they were.

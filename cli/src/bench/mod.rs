@@ -6,6 +6,7 @@
 mod chains;
 mod dumps;
 mod physical;
+mod processes;
 mod table;
 mod timing;
 mod virtual_reads;
@@ -37,6 +38,7 @@ use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory, MemoryMap, Sc
 use chains::*;
 use dumps::*;
 use physical::*;
+use processes::*;
 use table::*;
 use timing::*;
 use virtual_reads::*;
@@ -83,6 +85,9 @@ struct Row {
     /// Its reads against a direct LeechCore read of the same addresses
     /// (`None`: not checked).
     verdict: Option<Verdict>,
+    /// For a process list: how it compares with the other way of reading
+    /// it (`None`: no list).
+    lists: Option<ListCheck>,
 }
 
 /// How a row's reads compare with the [`Reference`].
@@ -276,6 +281,7 @@ impl Bench {
             time,
             bytes,
             verdict: None,
+            lists: None,
         });
         Ok(())
     }
@@ -453,7 +459,9 @@ fn measure_all(
     // Phase two: memflow's own stack, each run on an instance of its own
     // (now the only context, which `existing` attaches to).
     memflow_virtual(bench, dtb, &vas, &reference)?;
-    memflow_dump(bench, dtb, target, &dump_reference)
+    memflow_dump(bench, dtb, target, &dump_reference)?;
+    // Phase three: a Linux target's processes, each way on its own context.
+    processes(bench)
 }
 
 /// memflow's VirtualDma over the plugin, with memflow's default cache.

@@ -40,12 +40,24 @@ pub(super) fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
                 );
             }
         }
+        if let Some(lists) = &r.lists {
+            method += &list_note(lists);
+        }
+        // A row that reads no fixed amount (a process list) has no rate.
+        let mbs = match r.bytes {
+            0 => String::new(),
+            _ => three_digits(mbs),
+        };
         if json_output {
+            let lists = r.lists.as_ref();
             outln!(
                 "{}",
                 json!({"workload": r.workload, "method": r.method, "calls": r.calls, "ms": ms, "bytes": r.bytes,
                     "wrong_reads": r.verdict.map(|v| v.wrong), "checked_reads": r.verdict.map(|v| v.checked),
-                    "changing_reads": r.verdict.map(|v| v.changing)})
+                    "changing_reads": r.verdict.map(|v| v.changing),
+                    "processes": lists.map(|l| l.processes),
+                    "differing_pids": lists.map(|l| &l.differing),
+                    "changing_pids": lists.map(|l| &l.changing)})
             );
         } else if markdown {
             let secs = r.time.as_secs_f64();
@@ -58,7 +70,7 @@ pub(super) fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
                 r.workload,
                 method,
                 r.calls,
-                three_digits(mbs)
+                mbs
             );
         } else {
             outln!(
@@ -67,10 +79,36 @@ pub(super) fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
                 method,
                 r.calls,
                 ms,
-                three_digits(mbs)
+                mbs
             );
         }
     }
+}
+
+/// What a process-list row says beside its name when the two lists
+/// differ, or when some processes changed while they were read.
+fn list_note(lists: &ListCheck) -> String {
+    let pids = |pids: &[u32]| {
+        let shown: Vec<String> = pids.iter().take(8).map(u32::to_string).collect();
+        let more = if pids.len() > 8 { ", …" } else { "" };
+        format!("{}{more}", shown.join(", "))
+    };
+    let mut note = String::new();
+    if !lists.differing.is_empty() {
+        note += &format!(
+            " (the two lists differ at {} processes: pid {})",
+            lists.differing.len(),
+            pids(&lists.differing)
+        );
+    }
+    if !lists.changing.is_empty() {
+        note += &format!(
+            " ({} processes not checked: the target changed them meanwhile: pid {})",
+            lists.changing.len(),
+            pids(&lists.changing)
+        );
+    }
+    note
 }
 
 /// A throughput with at least three significant digits (8-byte reads over

@@ -167,5 +167,6 @@ pub(super) fn push_median(
         time,
         bytes,
         verdict: None,
+        lists: None,
     });
 }
