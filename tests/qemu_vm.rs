@@ -19,8 +19,8 @@ use common::qemu::{shared_guest, Guest, DIRECT_MAP, KERNEL_MAP};
 use futures::future::join_all;
 use leechio::vm::CacheConfig;
 use leechio::{
-    AddressSpace, Alias, Call, EngineConfig, LeechCore, Mapping, Memory, MemoryMap, PageError,
-    PageSize, VmConfig,
+    Access, AddressSpace, Alias, Call, EngineConfig, LeechCore, Mapping, Memory, MemoryMap,
+    PageError, PageSize, VmConfig,
 };
 
 const PAGE: u64 = 0x1000;
@@ -206,6 +206,7 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
         pa: 0,
         size: a.size,
         page_size: PageSize::Size4K,
+        access: Access::default(),
     }));
     covered.sort_by_key(|m| m.va);
     vas.extend(unmapped(&mut rng, &covered, UNMAPPED));

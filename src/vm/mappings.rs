@@ -5,8 +5,10 @@
 //! paths through them: a table page reached again at the same level (a
 //! table shared by two entries, or one whose entries point back at
 //! itself) is not walked again but reported once as an [`Alias`] of the
-//! range it was first found under. So every table page is read and
-//! decoded at most once per level, and a walk records at most 512 items
+//! range it was first found under with the same access (a table reached
+//! through a read-only entry and again through a writable one is walked
+//! twice, as the two map with different permissions). So every table page is read and
+//! decoded at most eight times per level (once per [`Access`]), and a walk records at most 512 items
 //! (mappings, aliases, failed ranges) per table page it reads.
 
 use std::collections::hash_map::Entry;
@@ -15,7 +17,7 @@ use std::ops::{Bound, RangeBounds, RangeInclusive};
 use rustc_hash::FxHashMap;
 
 use super::paging::{
-    entry_span, sign_extend, step, PageSize, Step, ENTRIES, LOWER_HALF_END, UPPER_HALF,
+    entry_span, sign_extend, step, Access, PageSize, Step, ENTRIES, LOWER_HALF_END, UPPER_HALF,
 };
 use super::AddressSpace;
 use crate::{join_all, PageError};
@@ -35,11 +37,14 @@ pub struct Mapping {
     pub size: u64,
     /// Size of the pages of this range.
     pub page_size: PageSize,
+    /// What the entries down the walk allow.
+    pub access: Access,
 }
 
 /// A range of virtual memory mapped through a table page that the walk
-/// already went through for an earlier range at the same level: it maps
-/// exactly what `same_as..same_as + size` maps, so its mappings are not
+/// already went through for an earlier range at the same level, with the
+/// same access: it maps exactly what `same_as..same_as + size` maps, with
+/// the same permissions, so its mappings are not
 /// listed again. Linux's espfix area (one table page behind hundreds of
 /// entries) is such a case; so is a table whose entries point at itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,6 +94,8 @@ struct TableRef {
     pa: u64,
     first: u64,
     last: u64,
+    /// What the entries above it allow.
+    access: Access,
 }
 
 impl AddressSpace {
@@ -111,22 +118,23 @@ impl AddressSpace {
             let (first, last) = (first.max(lo), last.min(hi));
             (first <= last).then(|| (first, last - first + 1))
         };
-        let mut pages: Vec<(u64, u64, PageSize)> = Vec::new();
+        let mut pages: Vec<(u64, u64, PageSize, Access)> = Vec::new();
         // The first range each (table page, level) was walked for. Only
         // tables whose whole range is wanted are entered: the two at the
         // ends of a clipped range are walked for their part only.
-        let mut walked: FxHashMap<(u64, usize), u64> = FxHashMap::default();
+        let mut walked: FxHashMap<(u64, usize, Access), u64> = FxHashMap::default();
         let mut tables = vec![TableRef {
             pa: self.dtb(),
             first: 0,
             last: u64::MAX,
+            access: Access::ALL,
         }];
         for level in 0..4 {
             let span = entry_span(level);
             let mut to_read = Vec::with_capacity(tables.len());
             for table in tables {
                 if level > 0 && lo <= table.first && table.last <= hi {
-                    match walked.entry((table.pa, level)) {
+                    match walked.entry((table.pa, level, table.access)) {
                         Entry::Occupied(first) => {
                             out.aliases.push(Alias {
                                 va: table.first,
@@ -190,8 +198,11 @@ impl AddressSpace {
                                 pa,
                                 first: va,
                                 last,
+                                access: table.access.through(entry),
                             }),
-                            Step::Page(pa, page_size) => pages.push((va, pa, page_size)),
+                            Step::Page(pa, page_size) => {
+                                pages.push((va, pa, page_size, table.access.through(entry)))
+                            }
                         }
                     }
                 }
@@ -200,8 +211,8 @@ impl AddressSpace {
         }
         // Large pages were found on upper levels first: sort, then merge.
         pages.sort_unstable_by_key(|&(va, ..)| va);
-        for (va, pa, page_size) in pages {
-            push_mapping(&mut out.mappings, va, pa, page_size, &range);
+        for (va, pa, page_size, access) in pages {
+            push_mapping(&mut out.mappings, va, pa, page_size, access, &range);
         }
         out.aliases.sort_unstable_by_key(|a| a.va);
         out.failed.sort_unstable_by_key(|f| f.va);
@@ -310,19 +321,25 @@ fn inclusive(range: impl RangeBounds<u64>) -> Option<RangeInclusive<u64>> {
 }
 
 /// Adds a page to the mappings, clipped to `range`, merging it with the
-/// previous one when both are contiguous.
+/// previous one when both are contiguous with the same page size and
+/// access.
 pub(super) fn push_mapping(
     mappings: &mut Vec<Mapping>,
     va: u64,
     pa: u64,
     page_size: PageSize,
+    access: Access,
     range: &RangeInclusive<u64>,
 ) {
     let start = va.max(*range.start());
     let end = (va + (page_size.bytes() - 1)).min(*range.end());
     let (va, pa, size) = (start, pa + (start - va), end - start + 1);
     if let Some(last) = mappings.last_mut() {
-        if last.page_size == page_size && last.va + last.size == va && last.pa + last.size == pa {
+        if last.page_size == page_size
+            && last.access == access
+            && last.va + last.size == va
+            && last.pa + last.size == pa
+        {
             last.size += size;
             return;
         }
@@ -332,6 +349,7 @@ pub(super) fn push_mapping(
         pa,
         size,
         page_size,
+        access,
     });
 }
 

@@ -24,7 +24,9 @@ use rustc_hash::FxHashSet;
 
 pub use cache::CacheConfig;
 pub use mappings::{Alias, FailedRange, Mapping, Mappings};
-pub use paging::{PageSize, Translation, WalkError, LEVEL_NAMES, MAX_PHYSICAL_ADDRESS_BITS};
+pub use paging::{
+    Access, PageSize, Translation, WalkError, LEVEL_NAMES, MAX_PHYSICAL_ADDRESS_BITS,
+};
 pub use scan::{find_address_spaces, SpaceCandidate};
 
 use crate::engine::{join_all, PartialError, Scope};

@@ -27,6 +27,58 @@ pub(crate) const ENTRIES: usize = 512;
 /// Size of a table.
 pub(crate) const TABLE_SIZE: u64 = 0x1000;
 
+/// Entry bit 1: writes allowed (R/W).
+const WRITABLE: u64 = 1 << 1;
+/// Entry bit 2: user-mode accesses allowed (U/S).
+const USER: u64 = 1 << 2;
+/// Entry bit 63: instruction fetches not allowed (XD/NX, with EFER.NXE).
+const NO_EXECUTE: u64 = 1 << 63;
+
+/// What a CPU allows through a mapping, as its entries say: every level
+/// must allow a write or a user access, and any level can forbid
+/// execution. Reading is always allowed where something is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access {
+    /// Every entry down the walk has R/W set.
+    pub write: bool,
+    /// No entry down the walk has NX set.
+    pub execute: bool,
+    /// Every entry down the walk has U/S set: user mode may touch it.
+    pub user: bool,
+}
+
+impl Access {
+    /// What the top of a walk allows, before any entry narrows it.
+    pub const ALL: Access = Access {
+        write: true,
+        execute: true,
+        user: true,
+    };
+
+    /// What is left of `self` through `entry`.
+    pub(crate) fn through(self, entry: u64) -> Access {
+        Access {
+            write: self.write && entry & WRITABLE != 0,
+            execute: self.execute && entry & NO_EXECUTE == 0,
+            user: self.user && entry & USER != 0,
+        }
+    }
+}
+
+impl fmt::Display for Access {
+    /// As `/proc/PID/maps` shows permissions: `rwx`, `r-x`, `r--`, with
+    /// `u` or `k` for user or kernel-only.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "r{}{}{}",
+            if self.write { 'w' } else { '-' },
+            if self.execute { 'x' } else { '-' },
+            if self.user { 'u' } else { 'k' }
+        )
+    }
+}
+
 /// The size of a page a translation ends in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PageSize {

@@ -10,7 +10,7 @@
 use std::ops::RangeInclusive;
 
 use super::mappings::push_mapping;
-use super::{AddressSpace, FailedRange, Mapping, Mappings, PageSize};
+use super::{Access, AddressSpace, FailedRange, Mapping, Mappings, PageSize};
 use crate::{MemBackend, PageError};
 
 /// What a plain walk of every path through the tables finds.
@@ -20,9 +20,9 @@ pub struct Reference<'a> {
     physical_bits: u8,
     lo: u64,
     hi: u64,
-    /// Every page reached (virtual address, physical address, size), one
-    /// per path, in address order.
-    pub pages: Vec<(u64, u64, PageSize)>,
+    /// Every page reached (virtual address, physical address, size, what
+    /// the path allows), one per path, in address order.
+    pub pages: Vec<(u64, u64, PageSize, Access)>,
     failed: Vec<FailedRange>,
 }
 
@@ -80,7 +80,7 @@ impl<'a> Reference<'a> {
             pages: Vec::new(),
             failed: Vec::new(),
         };
-        reference.table(dtb, 0, 0);
+        reference.table(dtb, 0, 0, Access::ALL);
         reference.pages.sort_unstable_by_key(|p| p.0);
         reference
     }
@@ -89,8 +89,8 @@ impl<'a> Reference<'a> {
     /// ranges, in the form of [`normalized`].
     pub fn mappings(&self) -> (Vec<Mapping>, Vec<FailedRange>) {
         let mut pages = Vec::new();
-        for &(va, pa, size) in &self.pages {
-            push_mapping(&mut pages, va, pa, size, &(self.lo..=self.hi));
+        for &(va, pa, size, access) in &self.pages {
+            push_mapping(&mut pages, va, pa, size, access, &(self.lo..=self.hi));
         }
         normalized(pages, self.failed.clone())
     }
@@ -148,7 +148,7 @@ impl<'a> Reference<'a> {
         }
     }
 
-    fn table(&mut self, pa: u64, level: usize, first: u64) {
+    fn table(&mut self, pa: u64, level: usize, first: u64, above: Access) {
         let shift = 39 - 9 * level as u32;
         if pa + 0x1000 > self.memory_end {
             if level == 0 {
@@ -175,11 +175,18 @@ impl<'a> Reference<'a> {
             if last < self.lo || va > self.hi {
                 continue;
             }
+            // R/W (bit 1) and U/S (bit 2) must be set at every level; XD
+            // (bit 63) at any level forbids fetches.
+            let access = Access {
+                write: above.write && e & 2 != 0,
+                execute: above.execute && e >> 63 == 0,
+                user: above.user && e & 4 != 0,
+            };
             match decode(e, level, self.physical_bits) {
                 Decoded::NotPresent => {}
                 Decoded::Reserved => self.fail(va, last, PageError::ReservedBits),
-                Decoded::Page(pa, size) => self.pages.push((va, pa, size)),
-                Decoded::Table(pa) => self.table(pa, level + 1, va),
+                Decoded::Page(pa, size) => self.pages.push((va, pa, size, access)),
+                Decoded::Table(pa) => self.table(pa, level + 1, va, access),
             }
         }
     }
@@ -197,6 +204,7 @@ pub fn expand(found: &Mappings) -> (Vec<Mapping>, Vec<FailedRange>) {
                     pa: m.pa + (a - m.va),
                     size: b - a + 1,
                     page_size: m.page_size,
+                    access: m.access,
                 });
             }
         }
@@ -240,7 +248,10 @@ pub fn normalized(
     for m in mappings {
         match merged.last_mut() {
             Some(l)
-                if l.page_size == m.page_size && l.va + l.size == m.va && l.pa + l.size == m.pa =>
+                if l.page_size == m.page_size
+                    && l.access == m.access
+                    && l.va + l.size == m.va
+                    && l.pa + l.size == m.pa =>
             {
                 l.size += m.size
             }

@@ -11,12 +11,21 @@ use crate::vm::tests::{setup, Tables, KERNEL, MIB, PRESENT_RW, PS, USER};
 use crate::vm::VmConfig;
 use crate::{EngineConfig, MemBackend, Memory};
 
+/// What the tables of these tests allow: entries are present and
+/// writable, not user (`PRESENT_RW`).
+const KERNEL_RWX: Access = Access {
+    write: true,
+    execute: true,
+    user: false,
+};
+
 fn m(va: u64, pa: u64, size: u64, page_size: PageSize) -> Mapping {
     Mapping {
         va,
         pa,
         size,
         page_size,
+        access: KERNEL_RWX,
     }
 }
 
@@ -75,6 +84,109 @@ fn mappings_lists_every_mapped_range_merged_and_clipped() {
             m(USER + 0x20_0000, 0x60_0000, 0x1000, PageSize::Size2M),
         ]
     );
+}
+
+#[test]
+fn access_is_what_every_level_of_the_walk_allows() {
+    let (mem, backend, mut t) = setup();
+    for i in 0..5 {
+        t.map(USER + i * 0x1000, 0x40_0000 + i * 0x1000, PageSize::Size4K);
+    }
+    // The entry of `level` on the way to `va`, with `set` bits set and
+    // `clear` bits cleared.
+    let change = |va: u64, level: usize, set: u64, clear: u64| {
+        let table = (0..level).fold(t.dtb, |table, l| {
+            t.entry(table + table_index(va, l) * 8) & 0x000f_ffff_ffff_f000
+        });
+        let at = table + table_index(va, level) * 8;
+        backend.poke(at, &((t.entry(at) | set) & !clear).to_le_bytes());
+    };
+    const W: u64 = 1 << 1;
+    const U: u64 = 1 << 2;
+    const NX: u64 = 1 << 63;
+    for level in 0..3 {
+        change(USER, level, U, 0);
+    }
+    let page = |i: u64| USER + i * 0x1000;
+    change(page(0), 3, U, 0);
+    change(page(1), 3, U, 0);
+    change(page(2), 3, U, W);
+    change(page(3), 3, U | NX, 0);
+    let access = |write, execute, user| Access {
+        write,
+        execute,
+        user,
+    };
+    let at = |i: u64, pages: u64, a: Access| Mapping {
+        access: a,
+        ..m(
+            page(i),
+            0x40_0000 + i * 0x1000,
+            pages * 0x1000,
+            PageSize::Size4K,
+        )
+    };
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    // Pages that continue each other are merged only with the same access.
+    assert_eq!(
+        mem.block_on(space.mappings(..)).mappings,
+        vec![
+            at(0, 2, access(true, true, true)),
+            at(2, 1, access(false, true, true)),
+            at(3, 1, access(true, false, true)),
+            at(4, 1, access(true, true, false)),
+        ]
+    );
+    // A read-only directory entry takes writing from every page below it,
+    // and NX in the top entry takes execution: the first three are alike.
+    change(USER, 2, 0, W);
+    change(USER, 0, NX, 0);
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    assert_eq!(
+        mem.block_on(space.mappings(..)).mappings,
+        vec![
+            at(0, 4, access(false, false, true)),
+            at(4, 1, access(false, false, false)),
+        ]
+    );
+    assert_eq!(access(false, true, true).to_string(), "r-xu");
+    assert_eq!(access(true, false, false).to_string(), "rw-k");
+}
+
+#[test]
+fn a_table_reached_with_other_permissions_is_walked_again_not_an_alias() {
+    let (mem, backend, mut t) = setup();
+    t.map(USER, 0x40_0000, PageSize::Size4K);
+    // A second PML4 entry to the same PDPT, read-only: the same pages,
+    // but not writable through it.
+    let pml4e = t.entry(t.dtb + table_index(USER, 0) * 8);
+    let second = USER + (1 << 39);
+    backend.poke(
+        t.dtb + table_index(second, 0) * 8,
+        &(pml4e & !(1 << 1)).to_le_bytes(),
+    );
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let found = mem.block_on(space.mappings(..));
+    assert!(found.aliases.is_empty(), "{:x?}", found.aliases);
+    let read_only = Access {
+        write: false,
+        ..KERNEL_RWX
+    };
+    assert_eq!(
+        found.mappings,
+        vec![
+            m(USER, 0x40_0000, 0x1000, PageSize::Size4K),
+            Mapping {
+                access: read_only,
+                ..m(second, 0x40_0000, 0x1000, PageSize::Size4K)
+            },
+        ]
+    );
+    // The same entry twice is an alias, as before.
+    backend.poke(t.dtb + table_index(second, 0) * 8, &pml4e.to_le_bytes());
+    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let found = mem.block_on(space.mappings(..));
+    assert_eq!(found.aliases.len(), 1, "{found:x?}");
 }
 
 #[test]
@@ -329,10 +441,12 @@ fn entries_a_cpu_faults_on_are_failed_ranges_and_failed_walks() {
     );
 }
 
-/// A random entry: tables (of `tables`), pages, garbage and the faulty.
+/// A random entry: tables (of `tables`), pages, garbage and the faulty,
+/// with the permission bits (R/W, U/S, NX) at random.
 fn random_entry(rng: &mut fastrand::Rng, tables: &[u64]) -> u64 {
     let table = tables[rng.usize(..tables.len())];
-    match rng.u8(0..11) {
+    let permissions = [0, 1 << 1, 1 << 2, 1 << 63][rng.usize(0..4)];
+    let entry = match rng.u8(0..11) {
         0..=4 => table | PRESENT_RW,
         5 => table | PRESENT_RW | PS,
         6 => (rng.u64(0..64) << 21) | PRESENT_RW | PS | ((rng.u64(0..4)) << 13),
@@ -340,7 +454,8 @@ fn random_entry(rng: &mut fastrand::Rng, tables: &[u64]) -> u64 {
         8 => table | 1 << rng.u64(38..52) | PRESENT_RW,
         9 => (64 * MIB) | PRESENT_RW,
         _ => rng.u64(..) | 1,
-    }
+    };
+    entry ^ permissions
 }
 
 #[test]
