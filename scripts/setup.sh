@@ -57,7 +57,7 @@ apt_install() {
         2> >(grep -v 'since apt-utils is not installed' >&2) >/dev/null
 }
 
-apt_install libusb-1.0-0 ca-certificates curl qemu-system-x86 busybox-static cpio gcc g++ binutils \
+apt_install libusb-1.0-0 ca-certificates curl qemu-system-x86 busybox-static cpio gcc g++ binutils gdb \
     valgrind python3 procps
 
 # Rust. Debian's own rustc is too old for the crate (bookworm has 1.63).

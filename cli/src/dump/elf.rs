@@ -1,12 +1,19 @@
-//! The ELF core a dump writes: its file, program and section headers (one
-//! PT_LOAD per range; past 65534, ELF's extended numbering).
+//! The ELF core a dump writes: its file, program and section headers (a
+//! PT_LOAD per segment; past 65534, ELF's extended numbering).
 
-use super::*;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::layout::Segment;
+use super::PAGE;
 
 /// ELF64 file header.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-pub(super) struct ElfHeader {
+struct ElfHeader {
     ident: [u8; 16],
     kind: u16,
     machine: u16,
@@ -26,7 +33,7 @@ pub(super) struct ElfHeader {
 /// ELF64 program header.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-pub(super) struct ProgramHeader {
+struct ProgramHeader {
     kind: u32,
     flags: u32,
     offset: u64,
@@ -40,7 +47,7 @@ pub(super) struct ProgramHeader {
 /// ELF64 section header: a dump has one only for extended numbering.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-pub(super) struct SectionHeader {
+struct SectionHeader {
     name: u32,
     kind: u32,
     flags: u64,
@@ -60,75 +67,73 @@ pub(super) const ET_CORE: u16 = 4;
 pub(super) const EM_X86_64: u16 = 62;
 pub(super) const PT_LOAD: u32 = 1;
 pub(super) const PT_NOTE: u32 = 4;
-pub(super) const PF_R: u32 = 4;
+pub(super) const PF_X: u32 = 1;
 pub(super) const PF_W: u32 = 2;
+pub(super) const PF_R: u32 = 4;
+pub(super) const ELF_HEADER_LEN: usize = std::mem::size_of::<ElfHeader>();
+pub(super) const PROGRAM_HEADER_LEN: usize = std::mem::size_of::<ProgramHeader>();
+pub(super) const SECTION_HEADER_LEN: usize = std::mem::size_of::<SectionHeader>();
+/// `p_paddr` of a segment with no linear physical address, as
+/// `/proc/kcore` writes it.
+pub(super) const NO_PHYSICAL_ADDRESS: u64 = u64::MAX;
 
-/// Bytes of the ELF headers of a dump of `ranges` ranges: the file
-/// header, a program header per range, and, from [`PN_XNUM`] ranges on,
-/// the section header that holds their count.
-pub(super) fn headers_len(ranges: usize) -> u64 {
-    let extended = if ranges >= PN_XNUM as usize {
-        std::mem::size_of::<SectionHeader>()
-    } else {
-        0
-    };
-    (std::mem::size_of::<ElfHeader>() + ranges * std::mem::size_of::<ProgramHeader>() + extended)
-        as u64
+/// Where the program headers of a dump went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum HeadersAt {
+    /// Right after the file header, where readers look first.
+    Start,
+    /// At the end of the file: more than the room kept for them.
+    End,
 }
 
-/// Where a dump of `ranges` ranges keeps its notes (`note_len` bytes of
-/// them; none when 0): after its headers, which then count a `PT_NOTE`.
-pub(super) fn note_offset(ranges: usize, note_len: u64) -> u64 {
-    headers_len(ranges + usize::from(note_len > 0))
-}
-
-/// Writes the ELF file header, a `PT_NOTE` for `note` (written already at
-/// [`note_offset`]) unless it is empty, and a `PT_LOAD` per range (as far
-/// as it was written) at the start of `file`.
+/// Writes the ELF file header, a `PT_NOTE` for the `note_len` bytes of
+/// notes at `note_offset` (none when 0) and a `PT_LOAD` per segment to
+/// `file`: after the file header when `header_slots` leave room, else at
+/// `end`, the file's end (which grows by them).
 pub(super) fn write_elf_headers(
     file: &mut File,
-    pieces: &[Piece],
-    offsets: &[u64],
-    written: &[u64],
-    virtual_space: bool,
-    note: &[u8],
-) -> std::io::Result<()> {
-    let note_header = (!note.is_empty()).then(|| ProgramHeader {
+    segments: &[Segment],
+    note_offset: u64,
+    note_len: u64,
+    header_slots: usize,
+    end: u64,
+) -> std::io::Result<HeadersAt> {
+    let note_header = (note_len > 0).then_some(ProgramHeader {
         kind: PT_NOTE,
         flags: 0,
-        offset: note_offset(pieces.len(), note.len() as u64),
+        offset: note_offset,
         vaddr: 0,
         paddr: 0,
-        filesz: note.len() as u64,
+        filesz: note_len,
         memsz: 0,
         align: 4,
     });
-    // Ranges not (fully) read by an interruption are cut to what was read.
-    let loads: Vec<ProgramHeader> = note_header
+    let headers: Vec<ProgramHeader> = note_header
         .into_iter()
-        .chain(
-            pieces
-                .iter()
-                .zip(offsets)
-                .zip(written)
-                .filter(|(_, &w)| w > 0)
-                .map(|((p, &offset), &w)| ProgramHeader {
-                    kind: PT_LOAD,
-                    flags: p.flags,
-                    offset,
-                    vaddr: p.addr,
-                    paddr: if virtual_space { p.pa } else { p.addr },
-                    filesz: w,
-                    memsz: w,
-                    align: PAGE,
-                }),
-        )
+        .chain(segments.iter().map(|s| ProgramHeader {
+            kind: PT_LOAD,
+            flags: s.flags,
+            offset: s.offset,
+            vaddr: s.addr,
+            paddr: s.pa.unwrap_or(NO_PHYSICAL_ADDRESS),
+            filesz: s.len,
+            memsz: s.len,
+            align: PAGE,
+        }))
         .collect();
+    let at = if headers.len() <= header_slots {
+        HeadersAt::Start
+    } else {
+        HeadersAt::End
+    };
+    let phoff = match at {
+        HeadersAt::Start => ELF_HEADER_LEN as u64,
+        HeadersAt::End => end.next_multiple_of(8),
+    };
     // Too many for e_phnum: it says PN_XNUM, and the count is in sh_info of
     // section header 0 (a null section), after the program headers.
-    let phoff = std::mem::size_of::<ElfHeader>() as u64;
-    let extended = (loads.len() >= PN_XNUM as usize).then(|| SectionHeader {
-        info: loads.len() as u32,
+    let extended = (headers.len() >= PN_XNUM as usize).then(|| SectionHeader {
+        info: headers.len() as u32,
         ..Zeroable::zeroed()
     });
     let mut ident = [0u8; 16];
@@ -141,28 +146,29 @@ pub(super) fn write_elf_headers(
         entry: 0,
         phoff,
         shoff: match extended {
-            Some(_) => phoff + (loads.len() * std::mem::size_of::<ProgramHeader>()) as u64,
+            Some(_) => phoff + (headers.len() * PROGRAM_HEADER_LEN) as u64,
             None => 0,
         },
         flags: 0,
-        ehsize: std::mem::size_of::<ElfHeader>() as u16,
-        phentsize: std::mem::size_of::<ProgramHeader>() as u16,
+        ehsize: ELF_HEADER_LEN as u16,
+        phentsize: PROGRAM_HEADER_LEN as u16,
         phnum: match extended {
             Some(_) => PN_XNUM,
-            None => loads.len() as u16,
+            None => headers.len() as u16,
         },
-        shentsize: std::mem::size_of::<SectionHeader>() as u16,
+        shentsize: SECTION_HEADER_LEN as u16,
         shnum: u16::from(extended.is_some()),
         // SHN_UNDEF: no section names.
         shstrndx: 0,
     };
-    file.seek(SeekFrom::Start(0))?;
-    file.write_all(bytemuck::bytes_of(&header))?;
-    file.write_all(bytemuck::cast_slice(&loads))?;
+    let mut tables = bytemuck::cast_slice::<_, u8>(&headers).to_vec();
     if let Some(section) = &extended {
-        file.write_all(bytemuck::bytes_of(section))?;
+        tables.extend_from_slice(bytemuck::bytes_of(section));
     }
-    file.flush()
+    file.write_all_at(&tables, phoff)?;
+    file.write_all_at(bytemuck::bytes_of(&header), 0)?;
+    file.flush()?;
+    Ok(at)
 }
 
 const _: () = {

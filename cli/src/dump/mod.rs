@@ -4,32 +4,35 @@
 //! interrupted.
 
 mod elf;
+mod layout;
 mod output;
+mod plan;
 mod process;
+mod read;
 mod report;
 
 use std::fs::File;
-use std::io::{Seek, SeekFrom, Write};
+use std::io::Write;
 use std::ops::RangeInclusive;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use bytemuck::{Pod, Zeroable};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::numbers::{parse_number, parse_range, show_range};
+use super::numbers::{parse_number, parse_range};
 use super::Failure;
 use leechio::{AddressSpace, Alias, FailedRange, Memory, PageError};
 
-/// The alignment of an ELF dump's segments (p_align).
 use elf::*;
+use layout::Piece;
 use output::*;
 pub use output::{open_files, OpenFile};
 use report::*;
 
+/// The alignment of an ELF dump's segments (p_align).
 const PAGE: u64 = 0x1000;
 
 /// Bytes per device call while dumping.
@@ -72,17 +75,6 @@ enum Format {
     Raw,
 }
 
-/// A range to dump: `len` bytes at address `addr` (what the file shows)
-/// found at physical address `pa`.
-#[derive(Clone, Copy)]
-struct Piece {
-    addr: u64,
-    pa: u64,
-    len: u64,
-    /// The segment's `p_flags`.
-    flags: u32,
-}
-
 pub fn progress_bar(total: u64, visible: bool) -> ProgressBar {
     if !visible {
         return ProgressBar::hidden();
@@ -95,72 +87,6 @@ pub fn progress_bar(total: u64, visible: bool) -> ProgressBar {
         .expect("valid template"),
     );
     bar
-}
-
-/// A file a dump writes, opened without truncating it, so a dump refused
-/// after opening it leaves what was there untouched.
-struct OutputFile {
-    file: File,
-    path: PathBuf,
-    /// Whether this dump created it (and so removes it when refused).
-    created: bool,
-}
-
-impl OutputFile {
-    /// Opens `path` for writing, creating it if need be, keeping its content.
-    fn open(path: &Path) -> Result<OutputFile, Failure> {
-        let cannot = |e: std::io::Error| Failure(format!("cannot write {}: {e}", path.display()));
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true);
-        // `create_new` first, to know whether the file is this dump's own.
-        match options.clone().create_new(true).open(path) {
-            Ok(file) => Ok(OutputFile {
-                file,
-                path: path.to_path_buf(),
-                created: true,
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(OutputFile {
-                file: options.open(path).map_err(cannot)?,
-                path: path.to_path_buf(),
-                created: false,
-            }),
-            Err(e) => Err(cannot(e)),
-        }
-    }
-
-    /// Whether the file system lets the file be `size` bytes long: grows it
-    /// (sparsely) when it is shorter. A failed `ftruncate` changes nothing,
-    /// so a refused size leaves an existing file as it was.
-    fn check_size(&self, size: u64) -> std::io::Result<()> {
-        if size > self.file.metadata()?.len() {
-            self.file.set_len(size)?;
-        }
-        Ok(())
-    }
-
-    /// Whether `self` and `other` are one file (one device and inode).
-    fn is_same_file(&self, other: &OutputFile) -> bool {
-        match (self.file.metadata(), other.file.metadata()) {
-            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-            _ => false,
-        }
-    }
-
-    /// Gives the file up when the dump is refused: removes it if this dump
-    /// created it, leaves it untouched otherwise.
-    fn abandon(self) {
-        if self.created {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-
-    /// Empties the file for the dump: past here its old content is gone.
-    fn truncate(self) -> Result<File, Failure> {
-        self.file
-            .set_len(0)
-            .map_err(|e| Failure(format!("cannot write {}: {e}", self.path.display())))?;
-        Ok(self.file)
-    }
 }
 
 /// Writes the dump of `args` from `mem`; `device` and `sources` (the
@@ -189,7 +115,7 @@ pub fn run(
             )))
         }
         Some(p) => (p.pieces, Some(p.space), p.note),
-        None => (plan(mem, args)?, None, Vec::new()),
+        None => (plan::plan(mem, args)?, None, Vec::new()),
     };
     let virtual_space = args.dtb.is_some() || space.is_some();
     if pieces.is_empty() {
@@ -206,26 +132,30 @@ pub fn run(
             "--format raw of an address space needs --range (the space spans 2^64 bytes)".into(),
         ));
     }
-    // Past PN_XNUM program headers the count goes in a section header's
-    // 32-bit sh_info.
-    if args.format == Format::Elf && u32::try_from(pieces.len()).is_err() {
-        return Err(Failure(format!(
-            "{} ranges are more than an ELF file can count (2^32 - 1); narrow it with --range",
-            pieces.len()
-        )));
-    }
     // Where each piece goes in the file, and how long the file is; a size
     // no file can have is refused before anything is created.
     let note = match args.format {
         Format::Elf => note,
         Format::Raw => Vec::new(),
     };
-    let (offsets, size) = layout(&pieces, args.format, args.range.as_ref(), note.len() as u64)
-        .ok_or_else(|| too_large(&args.output, None))?;
+    let layout = match (args.format, &args.range) {
+        (Format::Elf, _) => layout::elf(&pieces, note.len() as u64),
+        // Holes at the end of a raw dump of a range are zeros too.
+        (Format::Raw, Some(r)) => (r.end() - r.start())
+            .checked_add(1)
+            .map(|end| layout::raw(&pieces, *r.start(), end)),
+        (Format::Raw, None) => {
+            let last = pieces.last().expect("pieces");
+            Some(layout::raw(&pieces, 0, last.addr + last.len))
+        }
+    }
+    .ok_or_else(|| too_large(&args.output, None))?;
+    let size = layout.size;
     // The kernel's limit for any file (`off_t`).
     if size > i64::MAX as u64 {
         return Err(too_large(&args.output, Some(size)));
     }
+    warn_if_much_larger_than_ram(mem, &layout, &args.output);
 
     // From the file's creation on, a termination signal (Ctrl-C, SIGTERM,
     // …) stops the dump after the chunk in progress, and the file is
@@ -287,13 +217,13 @@ pub fn run(
         let _ = std::fs::remove_file(&sidecar_path);
     };
     if args.format == Format::Elf {
-        // The headers' place is written (as zeros) now, so that a disk that
+        // The headers' room is written (as zeros) now, so that a disk that
         // fills up midway still has room for the headers at the end: they
         // overwrite blocks the file already holds.
-        let headers = vec![0; headers_len(pieces.len() + usize::from(!note.is_empty())) as usize];
+        let room = vec![0; layout.note_offset as usize];
         let written = file
-            .write_all_at(&headers, 0)
-            .and_then(|()| file.write_all_at(&note, note_offset(pieces.len(), note.len() as u64)));
+            .write_all_at(&room, 0)
+            .and_then(|()| file.write_all_at(&note, layout.note_offset));
         if let Err(e) = written {
             remove_both();
             return Err(Failure(format!(
@@ -303,81 +233,13 @@ pub fn run(
         }
     }
 
-    let total: u64 = pieces.iter().map(|p| p.len).sum();
-    let bar = progress_bar(total, !json_output);
-
-    let mut written = vec![0u64; pieces.len()];
-    // (start, length, reason): a range's end may be 2^64.
-    let mut failed: Vec<(u64, u64, String)> = Vec::new();
-    // A write that fails (a full disk) ends the dump as Ctrl-C does: the
-    // file keeps what was written, with headers for it.
-    let mut write_error = None;
-    // The device is gone (its QEMU exited, it stopped answering, its
-    // connection closed): nothing more can be read.
-    let mut gone = None;
-    let mut buf = vec![0u8; CHUNK as usize];
-    'pieces: for (i, p) in pieces.iter().enumerate() {
-        let mut done = 0;
-        while done < p.len {
-            if super::signals::arrived().is_some() {
-                break 'pieces;
-            }
-            let n = (p.len - done).min(CHUNK) as usize;
-            let chunk = &mut buf[..n];
-            let failures = match &space {
-                Some(space) => match mem.block_on(space.read(p.addr + done, chunk)) {
-                    Ok(()) => Vec::new(),
-                    Err(e) => e.failed,
-                },
-                None => mem
-                    .read_now([(p.pa + done, &mut *chunk)])
-                    .failures(0)
-                    .copied()
-                    .collect(),
-            };
-            // Only the bytes read are written: failed ones stay holes of
-            // the file, which read as zeros and take no disk space (a
-            // wrong --dtb can map gigabytes past the end of RAM).
-            let at = offsets[i] + done;
-            let mut result = Ok(());
-            let mut from = 0;
-            for (a, b) in failures
-                .iter()
-                .map(|f| (f.offset, f.offset + f.len))
-                .chain([(n, n)])
-            {
-                if result.is_ok() && from < a {
-                    result = file.write_all_at(&chunk[from..a], at + from as u64);
-                }
-                from = b;
-            }
-            let mut chunk_failed = Vec::new();
-            for f in &failures {
-                let start = p.addr + done + f.offset as u64;
-                chunk_failed.push((start, f.len as u64, f.reason.to_string()));
-                if f.reason.is_device_lost() {
-                    gone = Some(f.reason);
-                }
-            }
-            if let Err(e) = result {
-                write_error = Some(e);
-                break 'pieces;
-            }
-            // Listed only once in the file: the list names ranges it holds.
-            failed.append(&mut chunk_failed);
-            done += n as u64;
-            written[i] = done;
-            bar.inc(n as u64);
-            if gone.is_some() {
-                break 'pieces;
-            }
-        }
-    }
+    let bar = progress_bar(layout.data_bytes(), !json_output);
+    let outcome = read::fill(mem, space.as_ref(), &layout.extents, &file, &bar);
     bar.finish_and_clear();
     let interrupted = super::signals::arrived().is_some();
     // What went wrong finishing the file, each said in the one error line.
     let mut problems = Vec::new();
-    if let Some(reason) = gone {
+    if let Some(reason) = outcome.gone {
         let why = match mem.backend().lost() {
             Some(why) => why,
             None if reason == leechio::PageError::TargetGone => {
@@ -389,10 +251,10 @@ pub fn run(
             "{why}; the dump stopped there, and the file holds what was read until then"
         ));
     }
-    let dumped: u64 = written.iter().sum();
+    let dumped = outcome.written_bytes();
     // Whether the file is given up (see `remove_both`).
     let mut removed = false;
-    if let Some(e) = &write_error {
+    if let Some(e) = &outcome.write_error {
         removed = dumped == 0;
         problems.push(format!(
             "writing {}: {e}; the dump stopped there, and {}",
@@ -405,16 +267,19 @@ pub fn run(
         ));
     }
 
-    // Holes at the end of a raw dump of a range are zeros too; a dump
-    // that stopped early ends where what was written ends.
-    let end = if interrupted || gone.is_some() || write_error.is_some() {
-        offsets
+    // A dump that stopped early ends where what was written ends.
+    let stopped = interrupted || outcome.gone.is_some() || outcome.write_error.is_some();
+    let end = if stopped {
+        outcome
+            .written
             .iter()
-            .zip(&written)
-            .filter(|(_, &w)| w > 0)
-            .map(|(o, w)| o + w)
+            .map(|&(o, l)| o + l)
             .max()
             .unwrap_or(0)
+            .max(match args.format {
+                Format::Elf => layout.note_offset + note.len() as u64,
+                Format::Raw => 0,
+            })
     } else {
         size
     };
@@ -426,16 +291,44 @@ pub fn run(
             ));
         }
     }
+    // No segment shows a byte that was not read: each is cut to what was.
+    let read = outcome.read_ranges();
+    let segments = layout::cut_to_read(&layout.segments, &read);
+    let failed = outcome.failed_in(&layout.segments);
     if args.format == Format::Elf && !removed {
-        if let Err(e) =
-            write_elf_headers(&mut file, &pieces, &offsets, &written, virtual_space, &note)
-        {
-            removed = true;
-            problems.push(format!(
-                "writing the ELF headers of {}: {e}; the file was removed, as it would not be \
-                 a valid ELF file (a dump leaves a valid file or none)",
+        match write_elf_headers(
+            &mut file,
+            &segments,
+            layout.note_offset,
+            note.len() as u64,
+            layout.header_slots,
+            end,
+        ) {
+            Ok(HeadersAt::Start) => {}
+            Ok(HeadersAt::End) => errln!(
+                "leechio: warning: {} segments (cut by failed ranges) are more than the room \
+                 kept for their headers; they are at the end of {}, where gdb, drgn and \
+                 Volatility find them but crash does not",
+                segments.len(),
                 args.output.display()
-            ));
+            ),
+            Err(e) => {
+                removed = true;
+                problems.push(format!(
+                    "writing the ELF headers of {}: {e}; the file was removed, as it would not be \
+                     a valid ELF file (a dump leaves a valid file or none)",
+                    args.output.display()
+                ));
+            }
+        }
+        let headers = segments.len() + usize::from(!note.is_empty());
+        if !removed && headers >= PN_XNUM as usize {
+            errln!(
+                "leechio: warning: {} has {headers} program headers: past 65534 their count \
+                 is in a section header (ELF extended numbering), which gdb and readelf read \
+                 but Volatility 3 does not (it would see no memory); narrow it with --range",
+                args.output.display()
+            );
         }
     }
     if removed {
@@ -446,24 +339,32 @@ pub fn run(
     // The file is finished: from here a signal ends the program at once.
     drop(catching);
 
-    // Bytes in the file's ranges: those read, and those that failed
-    // (zeros in the file); "bytes" in text and JSON alike is those read.
-    let failed_bytes: u64 = failed.iter().map(|(_, len, _)| len).sum();
-    let read = dumped.saturating_sub(failed_bytes);
+    // Bytes of memory read into the file, and bytes that failed (holes of
+    // the file that no segment shows).
+    let read_bytes: u64 = read.iter().map(|&(_, l)| l).sum();
+    let failed_bytes = outcome.failed_bytes();
+    let ranges = match args.format {
+        Format::Elf => segments.len(),
+        Format::Raw => pieces.len(),
+    };
     if json_output {
         outln!(
             "{}",
-            json!({"output": args.output.display().to_string(), "ranges": pieces.len(), "bytes": read,
+            json!({"output": args.output.display().to_string(), "ranges": ranges, "bytes": read_bytes,
                 "failed_bytes": failed_bytes, "failed_ranges": failed.len(), "interrupted": interrupted,
                 "failed_list": sidecar_path.display().to_string(),
                 "error": (!problems.is_empty()).then(|| problems.join("; "))})
         );
     } else {
         outln!(
-            "{}: {} bytes in {} ranges, {} bytes failed in {} ranges{}",
+            "{}: {} bytes in {} {}, {} bytes failed in {} ranges{}",
             args.output.display(),
-            read,
-            pieces.len(),
+            read_bytes,
+            ranges,
+            match args.format {
+                Format::Elf => "segments",
+                Format::Raw => "ranges",
+            },
             failed_bytes,
             failed.len(),
             if failed.is_empty() || removed {
@@ -485,7 +386,7 @@ pub fn run(
     }
     // Holes are normal, but a dump with no byte of memory in it is a
     // failure (a dead device, a wrong --dtb), not a result.
-    if dumped > 0 && read == 0 {
+    if dumped > 0 && read_bytes == 0 {
         errln!(
             "leechio: nothing could be read: all {dumped} bytes failed (listed in {})",
             sidecar_path.display()
@@ -495,118 +396,36 @@ pub fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where each piece goes in the file, and the file's length; `None` when
-/// that is more than 2^64 bytes.
-fn layout(
-    pieces: &[Piece],
-    format: Format,
-    range: Option<&RangeInclusive<u64>>,
-    note_len: u64,
-) -> Option<(Vec<u64>, u64)> {
-    let base = range.map_or(0, |r| *r.start());
-    let mut offsets = Vec::with_capacity(pieces.len());
-    let mut at = note_offset(pieces.len(), note_len) + note_len;
-    for p in pieces {
-        let offset = match format {
-            // The first place from `at` with p_offset ≡ p_vaddr (mod
-            // p_align), which the ELF spec requires of a PT_LOAD. Kept at
-            // p_align 0x1000 (not 1, which any offset satisfies) so that
-            // readers that map segments page by page (gdb via bfd, mmap-based
-            // forensic tools) can; it costs under a page of padding per range.
-            Format::Elf => {
-                let o = (at - at % PAGE).checked_add(p.addr % PAGE)?;
-                if o < at {
-                    o.checked_add(PAGE)?
-                } else {
-                    o
-                }
-            }
-            Format::Raw => p.addr - base,
-        };
-        offsets.push(offset);
-        at = offset.checked_add(p.len)?;
-    }
-    let size = match (format, range) {
-        // Holes at the end of a raw dump of a range are zeros too.
-        (Format::Raw, Some(r)) => (r.end() - r.start()).checked_add(1)?,
-        _ => at,
-    };
-    Some((offsets, size))
-}
+/// How many times the RAM behind it a dump may hold before it is said.
+const LARGER_THAN_RAM: u64 = 2;
 
-/// The ranges to dump, in address order.
-fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
-    let within = |start: u64, end: u64| -> Option<(u64, u64)> {
-        let (s, e) = match &args.range {
-            // (A physical range's end is below 2^64.)
-            Some(r) => (start.max(*r.start()), end.min(r.end().saturating_add(1))),
-            None => (start, end),
-        };
-        (s < e).then_some((s, e))
-    };
-    match args.dtb {
-        None => {
-            let map = mem.backend().memory_map();
-            if let Some(r) = &args.range {
-                if *r.start() >= map.end() {
-                    return Err(Failure(format!(
-                        "range {} starts past the end of memory ({:#x})",
-                        show_range(r),
-                        map.end()
-                    )));
-                }
-            }
-            Ok(map
-                .ranges()
-                .iter()
-                .filter_map(|r| within(r.start, r.end()))
-                .map(|(s, e)| Piece {
-                    addr: s,
-                    pa: s,
-                    len: e - s,
-                    flags: PF_R | PF_W,
-                })
-                .collect())
-        }
-        Some(dtb) => {
-            let space = AddressSpace::new(mem.clone(), dtb);
-            // A root that cannot be read makes every range unreadable; that
-            // is the one thing to say, not "no memory in that range".
-            let mut entry = [0u8; 8];
-            if let Err(e) = mem.block_on(mem.read(space.dtb(), &mut entry)) {
-                let why = e.failed.first().map(|f| f.reason.to_string());
-                let end = mem.backend().memory_map().end();
-                return Err(Failure(format!(
-                    "the page-table root {:#x} (--dtb) is unreadable: {}{}; nothing to dump",
-                    space.dtb(),
-                    why.as_deref().unwrap_or("read failed"),
-                    if space.dtb() >= end {
-                        format!(" (memory ends at {end:#x})")
-                    } else {
-                        String::new()
-                    }
-                )));
-            }
-            let range = args.range.clone().unwrap_or(0..=u64::MAX);
-            let found = mem.block_on(space.mappings(range));
-            report_failed(&found.failed);
-            report_aliases(&found.aliases);
-            Ok(found
-                .mappings
-                .iter()
-                .map(|m| Piece {
-                    addr: m.va,
-                    pa: m.pa,
-                    len: m.size,
-                    flags: PF_R | PF_W,
-                })
-                .collect())
-        }
+/// Says so when the memory a dump reads is much more than the target's
+/// RAM: an address space mapping memory past it (device memory, or a
+/// wrong --dtb), or a raw dump of a sparse range.
+fn warn_if_much_larger_than_ram(mem: &Memory, layout: &layout::Layout, output: &Path) {
+    let ram: u64 = mem
+        .backend()
+        .memory_map()
+        .ranges()
+        .iter()
+        .map(|r| r.size)
+        .sum();
+    let (data, file) = (layout.data_bytes(), layout.size);
+    let most = data.max(file);
+    if ram > 0 && most / LARGER_THAN_RAM > ram {
+        errln!(
+            "leechio: warning: {} will be {} for {} of RAM: the range holds memory that is \
+             not RAM or holes (narrow it with --range; an ELF dump holds only what is mapped)",
+            output.display(),
+            human_size(most),
+            human_size(ram)
+        );
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::layout::Piece;
     use super::*;
 
     /// `readelf -h -l -W` of `path`: its output, and that it had nothing
@@ -622,31 +441,35 @@ mod tests {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
-    /// Writes the ELF dump layout and headers of `pieces` (all fully
-    /// written) to a sparse file and returns readelf's view of it.
-    fn headers_of(pieces: &[Piece]) -> String {
+    /// Writes the ELF dump layout and headers of `pieces` (all read) to a
+    /// sparse file and returns readelf's view of it.
+    fn headers_of(pieces: &[Piece], spill: bool) -> String {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dump.elf");
         let mut file = File::create(&path).unwrap();
-        let (offsets, size) = layout(pieces, Format::Elf, None, 0).unwrap();
-        file.set_len(size).unwrap();
-        let written: Vec<u64> = pieces.iter().map(|p| p.len).collect();
-        write_elf_headers(&mut file, pieces, &offsets, &written, false, &[]).unwrap();
+        let layout = layout::elf(pieces, 0).unwrap();
+        file.set_len(layout.size).unwrap();
+        let slots = if spill { 0 } else { layout.header_slots };
+        let at = write_elf_headers(&mut file, &layout.segments, 0, 0, slots, layout.size).unwrap();
+        assert_eq!(at == HeadersAt::End, spill);
         readelf(&path)
     }
 
-    #[test]
-    fn more_ranges_than_e_phnum_holds_use_extended_numbering() {
-        let n = PN_XNUM as u64 + 2;
-        let pieces: Vec<Piece> = (0..n)
+    fn pages(n: u64, stride: u64) -> Vec<Piece> {
+        (0..n)
             .map(|i| Piece {
-                addr: i * 0x2000,
-                pa: i * 0x2000,
+                addr: i * stride,
+                pa: Some(i * stride),
                 len: 0x1000,
                 flags: PF_R,
             })
-            .collect();
-        let out = headers_of(&pieces);
+            .collect()
+    }
+
+    #[test]
+    fn more_segments_than_e_phnum_holds_use_extended_numbering() {
+        let n = PN_XNUM as u64 + 2;
+        let out = headers_of(&pages(n, 0x2000), false);
         // readelf reads the count from the section header.
         assert!(
             out.contains(&format!("Number of program headers:         65535 ({n})")),
@@ -665,7 +488,7 @@ mod tests {
         );
 
         // One fewer than PN_XNUM still fits in e_phnum: no section header.
-        let out = headers_of(&pieces[..PN_XNUM as usize - 1]);
+        let out = headers_of(&pages(PN_XNUM as u64 - 1, 0x2000), false);
         assert!(
             out.contains("Number of program headers:         65534\n"),
             "{}",
@@ -679,32 +502,16 @@ mod tests {
     }
 
     #[test]
-    fn segments_sit_at_offsets_congruent_to_their_addresses() {
-        let out = headers_of(&[
-            Piece {
-                addr: 0x9c001,
-                pa: 0x9c001,
-                len: 0x2002,
-                flags: PF_R,
-            },
-            Piece {
-                addr: 0xa0ff8,
-                pa: 0xa0ff8,
-                len: 0x10,
-                flags: PF_R,
-            },
-            Piece {
-                addr: 0xb1000,
-                pa: 0xb1000,
-                len: 0x1000,
-                flags: PF_R,
-            },
-        ]);
-        let offsets: Vec<&str> = out
+    fn headers_past_their_room_go_to_the_end_of_the_file() {
+        let out = headers_of(&pages(3, 0x2000), true);
+        assert!(out.contains("Number of program headers:         3\n"), "{out}");
+        assert_eq!(out.matches("  LOAD ").count(), 3, "{out}");
+        let start: u64 = out
             .lines()
-            .filter_map(|l| l.trim_start().strip_prefix("LOAD"))
-            .filter_map(|l| l.split_whitespace().next())
-            .collect();
-        assert_eq!(offsets, ["0x001001", "0x003ff8", "0x005000"], "{out}");
+            .find_map(|l| l.trim().strip_prefix("Start of program headers:"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(start > 0x3000, "{out}");
     }
 }

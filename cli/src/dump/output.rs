@@ -114,11 +114,77 @@ pub(super) fn write_failed_list(file: &File, failed: &[(u64, u64, String)]) -> s
     let mut out = std::io::BufWriter::new(file);
     writeln!(
         out,
-        "# ranges that could not be read (zero-filled in the dump): start end reason"
+        "# ranges that could not be read (no ELF segment shows them; zeros in a raw dump): start end reason"
     )?;
     for (start, len, why) in failed {
         let end = u128::from(*start) + u128::from(*len);
         writeln!(out, "{start:#x} {end:#x} {why}")?;
     }
     out.flush()
+}
+
+/// A file a dump writes, opened without truncating it, so a dump refused
+/// after opening it leaves what was there untouched.
+pub(super) struct OutputFile {
+    file: File,
+    path: PathBuf,
+    /// Whether this dump created it (and so removes it when refused).
+    created: bool,
+}
+
+impl OutputFile {
+    /// Opens `path` for writing, creating it if need be, keeping its content.
+    pub(super) fn open(path: &Path) -> Result<OutputFile, Failure> {
+        let cannot = |e: std::io::Error| Failure(format!("cannot write {}: {e}", path.display()));
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true);
+        // `create_new` first, to know whether the file is this dump's own.
+        match options.clone().create_new(true).open(path) {
+            Ok(file) => Ok(OutputFile {
+                file,
+                path: path.to_path_buf(),
+                created: true,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(OutputFile {
+                file: options.open(path).map_err(cannot)?,
+                path: path.to_path_buf(),
+                created: false,
+            }),
+            Err(e) => Err(cannot(e)),
+        }
+    }
+
+    /// Whether the file system lets the file be `size` bytes long: grows it
+    /// (sparsely) when it is shorter. A failed `ftruncate` changes nothing,
+    /// so a refused size leaves an existing file as it was.
+    pub(super) fn check_size(&self, size: u64) -> std::io::Result<()> {
+        if size > self.file.metadata()?.len() {
+            self.file.set_len(size)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `self` and `other` are one file (one device and inode).
+    pub(super) fn is_same_file(&self, other: &OutputFile) -> bool {
+        match (self.file.metadata(), other.file.metadata()) {
+            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+            _ => false,
+        }
+    }
+
+    /// Gives the file up when the dump is refused: removes it if this dump
+    /// created it, leaves it untouched otherwise.
+    pub(super) fn abandon(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Empties the file for the dump: past here its old content is gone.
+    pub(super) fn truncate(self) -> Result<File, Failure> {
+        self.file
+            .set_len(0)
+            .map_err(|e| Failure(format!("cannot write {}: {e}", self.path.display())))?;
+        Ok(self.file)
+    }
 }

@@ -8,8 +8,6 @@ use crate::maps::{self, Wanted};
 use crate::processes::KernelArgs;
 use leechio::linux::Vma;
 
-/// `PF_X`, the third permission of a segment.
-const PF_X: u32 = 1;
 /// `NT_FILE`: the note of the files a core's process maps.
 const NT_FILE: u32 = 0x4649_4c45;
 /// A core's notes are the kernel's: owner "CORE".
@@ -19,7 +17,7 @@ const CORE: &[u8] = b"CORE\0";
 pub(super) struct ProcessPlan {
     /// Its address space (`mm->pgd`).
     pub space: AddressSpace,
-    /// One piece per VMA (within `--range`), `pa` unused.
+    /// One piece per VMA (within `--range`).
     pub pieces: Vec<Piece>,
     /// The NT_FILE note.
     pub note: Vec<u8>,
@@ -58,7 +56,7 @@ pub(super) fn plan(mem: &Memory, args: &DumpArgs) -> Result<Option<ProcessPlan>,
             let end = vma.end.min(range.end().saturating_add(1));
             (start < end).then(|| Piece {
                 addr: start,
-                pa: 0,
+                pa: None,
                 len: end - start,
                 flags: segment_flags(vma),
             })

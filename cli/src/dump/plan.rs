@@ -1,0 +1,91 @@
+//! What a dump of physical memory or of an address space (`--dtb`) holds:
+//! the ranges of the memory map, or every mapped range with the
+//! permissions its page tables give.
+
+use leechio::{Access, AddressSpace, Memory};
+
+use super::elf::{PF_R, PF_W, PF_X};
+use super::layout::Piece;
+use super::report::{report_aliases, report_failed};
+use super::DumpArgs;
+use crate::numbers::show_range;
+use crate::Failure;
+
+/// The ranges to dump, in address order.
+pub(super) fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure> {
+    let within = |start: u64, end: u64| -> Option<(u64, u64)> {
+        let (s, e) = match &args.range {
+            // (A physical range's end is below 2^64.)
+            Some(r) => (start.max(*r.start()), end.min(r.end().saturating_add(1))),
+            None => (start, end),
+        };
+        (s < e).then_some((s, e))
+    };
+    match args.dtb {
+        None => {
+            let map = mem.backend().memory_map();
+            if let Some(r) = &args.range {
+                if *r.start() >= map.end() {
+                    return Err(Failure(format!(
+                        "range {} starts past the end of memory ({:#x})",
+                        show_range(r),
+                        map.end()
+                    )));
+                }
+            }
+            Ok(map
+                .ranges()
+                .iter()
+                .filter_map(|r| within(r.start, r.end()))
+                // Physical memory has no permissions: all of them, as kdump's
+                // and /proc/kcore's segments say.
+                .map(|(s, e)| Piece {
+                    addr: s,
+                    pa: Some(s),
+                    len: e - s,
+                    flags: PF_R | PF_W | PF_X,
+                })
+                .collect())
+        }
+        Some(dtb) => {
+            let space = AddressSpace::new(mem.clone(), dtb);
+            // A root that cannot be read makes every range unreadable; that
+            // is the one thing to say, not "no memory in that range".
+            let mut entry = [0u8; 8];
+            if let Err(e) = mem.block_on(mem.read(space.dtb(), &mut entry)) {
+                let why = e.failed.first().map(|f| f.reason.to_string());
+                let end = mem.backend().memory_map().end();
+                return Err(Failure(format!(
+                    "the page-table root {:#x} (--dtb) is unreadable: {}{}; nothing to dump",
+                    space.dtb(),
+                    why.as_deref().unwrap_or("read failed"),
+                    if space.dtb() >= end {
+                        format!(" (memory ends at {end:#x})")
+                    } else {
+                        String::new()
+                    }
+                )));
+            }
+            let range = args.range.clone().unwrap_or(0..=u64::MAX);
+            let found = mem.block_on(space.mappings(range));
+            report_failed(&found.failed);
+            report_aliases(&found.aliases);
+            Ok(found
+                .mappings
+                .iter()
+                .map(|m| Piece {
+                    addr: m.va,
+                    pa: Some(m.pa),
+                    len: m.size,
+                    flags: segment_flags(m.access),
+                })
+                .collect())
+        }
+    }
+}
+
+/// A segment's `p_flags` for memory with `access`: readable, and writable
+/// or executable as the page tables allow.
+fn segment_flags(access: Access) -> u32 {
+    PF_R | if access.write { PF_W } else { 0 } | if access.execute { PF_X } else { 0 }
+}
