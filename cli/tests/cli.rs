@@ -11,6 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use common::elf_tools::readelf_clean;
 use common::{make_fifo, read_file_at, Image};
 use serde_json::Value;
 use x86_64::structures::paging::{
@@ -436,6 +437,7 @@ fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
     let elf_path = dir.path().join("ram.elf");
     let o = dump(&image.device(), &elf_path, &["--range", "0x3000-0x25000"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    readelf_clean(&elf_path);
     let elf = std::fs::read(&elf_path).unwrap();
     let loads = program_headers(&elf);
     assert_eq!(loads.len(), 1);
@@ -528,6 +530,7 @@ fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
         ),
         (Some(0x1000), Some(1))
     );
+    readelf_clean(&path);
     let elf = std::fs::read(&path).unwrap();
     // "bytes" are those read, all in segments, as the text output says
     // too.

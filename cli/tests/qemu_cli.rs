@@ -15,6 +15,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use common::elf_tools::{gdb_reads, load_flags, readelf_clean};
 use common::qemu::{shared_guest, wait_until_removed, Guest, GuestMemory, DIRECT_MAP};
 use leechio::MemoryMap;
 use serde_json::Value;
@@ -134,23 +135,56 @@ fn parse_hex(v: &Value) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("{s:?}"))
 }
 
-/// The monitor's `info mem`: every mapped range of CR3's address space,
-/// as (start, size), adjacent ranges merged.
+/// Every mapped range of CR3's address space per `info mem`, merged.
 fn info_mem(guest: &Guest) -> Vec<(u64, u64)> {
-    let text = guest.hmp("info mem");
     let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for (start, size, _) in info_mem_access(guest) {
+        merge_into(&mut ranges, start, size);
+    }
+    ranges
+}
+
+/// `info mem` as it says it: (start, size, access) per line, the access
+/// `u` or `-` (user), `r`, then `w` or `-` (write), as every level of the
+/// walk allows.
+fn info_mem_access(guest: &Guest) -> Vec<(u64, u64, String)> {
+    let text = guest.hmp("info mem");
+    let mut ranges = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         // "ffff888000000000-ffff888000098000 0000000000098000 -rw"
-        let mut words = line.split_whitespace();
-        let span = words.next().unwrap();
-        let size = words.next().unwrap_or_else(|| panic!("info mem: {line:?}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [span, size, access] = words[..] else {
+            panic!("info mem: {line:?}");
+        };
         let start = u64::from_str_radix(span.split('-').next().unwrap(), 16)
             .unwrap_or_else(|_| panic!("info mem: {line:?}"));
         let size = u64::from_str_radix(size, 16).unwrap_or_else(|_| panic!("info mem: {line:?}"));
-        merge_into(&mut ranges, start, size);
+        ranges.push((start, size, access.to_string()));
     }
     assert!(!ranges.is_empty(), "info mem: {text}");
     ranges
+}
+
+/// `info tlb`: each mapped page's address and whether its last entry has
+/// NX set (`X` first in its flags).
+fn info_tlb_no_execute(guest: &Guest) -> Vec<(u64, bool)> {
+    let text = guest.hmp("info tlb");
+    let pages: Vec<(u64, bool)> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            // "ffffffff81000000: 0000000001000000 -GPDA----"
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let [va, _, flags] = words[..] else {
+                panic!("info tlb: {line:?}");
+            };
+            let va = u64::from_str_radix(va.trim_end_matches(':'), 16)
+                .unwrap_or_else(|_| panic!("info tlb: {line:?}"));
+            (va, flags.starts_with('X'))
+        })
+        .collect();
+    assert!(!pages.is_empty(), "info tlb: {text}");
+    pages
 }
 
 /// Appends `start..start+size` to sorted ranges, merging with the last.
@@ -643,28 +677,39 @@ fn a_dump_of_64_mib_of_the_direct_map_holds_the_monitors_bytes() {
     let elf = std::fs::read(&out).unwrap();
     let loads = program_headers(&elf);
     assert!(loads.iter().all(|l| l.0 == 1), "{loads:x?}");
-    // The segments are exactly what the monitor lists as mapped there.
+    readelf_clean(&out);
+    let failed = failed_list(&out);
+    // The segments and the failed ranges are exactly what the monitor
+    // lists as mapped there; no segment shows a byte that failed.
     let mut covered = Vec::new();
+    let mut spans: Vec<(u64, u64)> = loads.iter().map(|l| (l.2, l.4)).collect();
+    spans.extend(failed.iter().map(|&(s, e)| (s, e - s)));
+    spans.sort_unstable();
+    for &(vaddr, size) in &spans {
+        merge_into(&mut covered, vaddr, size);
+    }
+    assert_eq!(covered, clip(&info_mem(&guest), lo, hi));
     for &(_, _, vaddr, paddr, size) in &loads {
         assert_eq!(
             vaddr - DIRECT_MAP,
             paddr,
             "the direct map maps {vaddr:#x} to {paddr:#x}"
         );
-        merge_into(&mut covered, vaddr, size);
+        for &(s, e) in &failed {
+            assert!(
+                e <= vaddr || vaddr + size <= s,
+                "a PT_LOAD over failed {s:#x}..{e:#x}"
+            );
+        }
     }
-    assert_eq!(covered, clip(&info_mem(&guest), lo, hi));
-    // "bytes" is what was read; with those that failed, every mapped byte.
-    assert_eq!(
-        summary["bytes"].as_u64().unwrap() + summary["failed_bytes"].as_u64().unwrap(),
-        total(&covered),
-        "{summary}"
-    );
-
-    // The bytes: RAM equals pmemsave; what failed is listed and zero.
-    let failed = failed_list(&out);
+    // "bytes" is what was read: every byte the segments show.
+    let shown: u64 = loads.iter().map(|l| l.4).sum();
+    assert_eq!(summary["bytes"].as_u64(), Some(shown), "{summary}");
     assert_eq!(summary["failed_ranges"], failed.len() as u64, "{summary}");
     assert_eq!(summary["failed_bytes"], total_failed(&failed), "{summary}");
+    assert!(!failed.is_empty(), "ROM and holes below 1 MiB fail");
+
+    // The bytes: RAM equals pmemsave.
     let mut compared = 0;
     for &(_, offset, vaddr, paddr, size) in &loads {
         let data = &elf[offset as usize..(offset + size) as usize];
@@ -677,19 +722,132 @@ fn a_dump_of_64_mib_of_the_direct_map_holds_the_monitors_bytes() {
             ram.find(pa).is_none() && ram.find(e - 1 - DIRECT_MAP).is_none(),
             "RAM at {pa:#x} failed"
         );
-        let (_, offset, vaddr, ..) = loads
-            .iter()
-            .copied()
-            .find(|l| (l.2..l.2 + l.4).contains(&s))
-            .unwrap();
-        let at = (offset + s - vaddr) as usize;
-        assert!(elf[at..at + (e - s) as usize].iter().all(|&b| b == 0));
     }
     // The kernel's text (physical 16 MiB) was among the bytes compared.
     assert!(covered
         .iter()
         .any(|&(s, size)| s <= DIRECT_MAP + 0x100_0000 && DIRECT_MAP + 0x120_0000 <= s + size));
     assert!(compared > 60 * MIB, "only {compared:#x} bytes compared");
+}
+
+#[test]
+fn a_dump_of_the_kernel_half_holds_aliased_memory_once_with_the_tables_permissions_for_gdb() {
+    let guest = shared_guest();
+    let device = guest.device_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("kernel.elf");
+    let _paused = guest.pause();
+    assert_monitor_walks_the_kernel_tables(&guest);
+    let run = leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "-o",
+        out.to_str().unwrap(),
+        "--dtb",
+        &hex(guest.kernel_dtb()),
+        "--range",
+        &format!("{KERNEL_HALF:#x}-0x10000000000000000"),
+        "--json",
+    ])
+    .ok("dump");
+    let summary: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    readelf_clean(&out);
+    let elf = std::fs::read(&out).unwrap();
+    let loads = program_headers(&elf);
+    let flags = load_flags(&elf);
+    assert_eq!(loads.len(), flags.len());
+
+    // The kernel's image is mapped twice (its text mapping and the direct
+    // map), vmalloc'd pages are in the direct map too, and espfix maps one
+    // page thousands of times: each is written once, so the file is no
+    // larger than the RAM (espfix's aliases are left out, and said so).
+    let ram = guest.memory().bytes();
+    assert!(
+        (elf.len() as u64) < ram + 4 * MIB,
+        "{} bytes for {ram} of RAM",
+        elf.len()
+    );
+    assert!(run.stderr.contains("left out"), "{}", run.stderr);
+    let text = guest.kernel_text();
+    let containing = |va: u64| {
+        loads
+            .iter()
+            .copied()
+            .find(|l| l.2 <= va && va < l.2 + l.4)
+            .unwrap_or_else(|| panic!("no segment holds {va:#x}"))
+    };
+    let t = containing(text);
+    let text_pa = t.3 + (text - t.2);
+    let d = containing(DIRECT_MAP + text_pa);
+    assert_eq!(
+        t.1 + (text - t.2),
+        d.1 + (text_pa - d.3),
+        "the text mapping shares the direct map's bytes"
+    );
+    assert!(
+        summary["ranges"].as_u64() == Some(loads.len() as u64),
+        "{summary}"
+    );
+
+    // Permissions as the monitor sees them: writable per `info mem`
+    // (every level's R/W), executable per `info tlb` (the last entry's NX;
+    // Linux sets NX on last entries only).
+    let mut checked = [0usize; 2];
+    for (start, size, access) in info_mem_access(&guest) {
+        let end = start.saturating_add(size);
+        for (l, f) in loads.iter().zip(&flags) {
+            if l.2 < end && start < l.2 + l.4 {
+                assert_eq!(
+                    f.contains('W'),
+                    access.ends_with('w'),
+                    "{:#x}: {f:?}, but info mem says {access} for {start:#x}..{end:#x}",
+                    l.2
+                );
+                checked[0] += 1;
+            }
+        }
+    }
+    for (va, no_execute) in info_tlb_no_execute(&guest) {
+        if va < KERNEL_HALF {
+            continue;
+        }
+        let i = loads.partition_point(|l| l.2 + l.4 <= va);
+        if let Some(l) = loads.get(i).filter(|l| l.2 <= va) {
+            assert_eq!(
+                flags[i].contains('E'),
+                !no_execute,
+                "{va:#x} in {:#x}: {:?}, but info tlb says NX {no_execute}",
+                l.2,
+                flags[i]
+            );
+            checked[1] += 1;
+        }
+    }
+    assert!(
+        flags.iter().any(|f| f == "R E") && flags.iter().any(|f| f == "R"),
+        "{flags:?}"
+    );
+    assert!(checked[0] > 100 && checked[1] > 1000, "{checked:?}");
+
+    // gdb reads the bytes at their virtual addresses as the monitor's `x`
+    // does: kernel text, the direct map, and the first vmalloc'd segment.
+    let vmalloc = loads
+        .iter()
+        .find(|l| l.2 >= 0xffff_c900_0000_0000)
+        .expect("vmalloc'd memory")
+        .2;
+    let vas = [text, text + 0x1234, DIRECT_MAP + 0x100_0000, vmalloc];
+    let reads: Vec<(u64, usize)> = vas.iter().map(|&va| (va, 64)).collect();
+    for (&va, got) in vas.iter().zip(gdb_reads(&out, &reads)) {
+        let want: Vec<u8> = guest
+            .x(va, 8)
+            .unwrap_or_else(|| panic!("the monitor reads {va:#x}"))
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        assert_eq!(got, Some(want), "gdb at {va:#x}");
+    }
 }
 
 fn total_failed(failed: &[(u64, u64)]) -> u64 {

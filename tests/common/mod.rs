@@ -4,6 +4,7 @@
 //! ([`qmp_monitor`]).
 #![allow(dead_code)]
 
+pub mod elf_tools;
 pub mod plugin;
 pub mod qemu;
 pub mod qmp_monitor;

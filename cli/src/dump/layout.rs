@@ -209,7 +209,9 @@ fn segment(p: &Piece, from: u64, len: u64, offset: u64) -> Segment {
 }
 
 /// Merges each segment into the one before when it continues it in
-/// address, physical address and file, with the same permissions.
+/// address, physical address and file, with the same permissions. Pieces
+/// with no physical address (a process's VMAs) stay apart: each is one
+/// VMA.
 fn merge_continuing(segments: &mut Vec<Segment>) {
     let mut merged: Vec<Segment> = Vec::with_capacity(segments.len());
     for s in segments.drain(..) {
@@ -217,11 +219,7 @@ fn merge_continuing(segments: &mut Vec<Segment>) {
             let continues = last.addr.checked_add(last.len) == Some(s.addr)
                 && last.offset + last.len == s.offset
                 && last.flags == s.flags
-                && match (last.pa, s.pa) {
-                    (Some(a), Some(b)) => a + last.len == b,
-                    (None, None) => true,
-                    _ => false,
-                };
+                && matches!((last.pa, s.pa), (Some(a), Some(b)) if a + last.len == b);
             if continues {
                 last.len += s.len;
                 continue;
@@ -360,7 +358,10 @@ mod tests {
         ];
         let l = elf(&pieces, 0).unwrap();
         let shape: Vec<(u64, u64)> = l.segments.iter().map(|s| (s.addr, s.len)).collect();
-        assert_eq!(shape, [(0x1000, 0x2000), (0x3000, 0x1000), (0x4000, 0x1000)]);
+        assert_eq!(
+            shape,
+            [(0x1000, 0x2000), (0x3000, 0x1000), (0x4000, 0x1000)]
+        );
     }
 
     #[test]
@@ -375,8 +376,10 @@ mod tests {
         // Read: the first page, the third and half the fifth.
         let read = [(0x3000, 0x1000), (0x5000, 0x1000), (0x7000, 0x800)];
         let cut = cut_to_read(&[s], &read);
-        let shape: Vec<(u64, Option<u64>, u64, u64)> =
-            cut.iter().map(|c| (c.addr, c.pa, c.len, c.offset)).collect();
+        let shape: Vec<(u64, Option<u64>, u64, u64)> = cut
+            .iter()
+            .map(|c| (c.addr, c.pa, c.len, c.offset))
+            .collect();
         assert_eq!(
             shape,
             [

@@ -504,7 +504,10 @@ mod tests {
     #[test]
     fn headers_past_their_room_go_to_the_end_of_the_file() {
         let out = headers_of(&pages(3, 0x2000), true);
-        assert!(out.contains("Number of program headers:         3\n"), "{out}");
+        assert!(
+            out.contains("Number of program headers:         3\n"),
+            "{out}"
+        );
         assert_eq!(out.matches("  LOAD ").count(), 3, "{out}");
         let start: u64 = out
             .lines()
