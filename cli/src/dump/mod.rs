@@ -307,8 +307,8 @@ pub fn run(
             Ok(HeadersAt::Start) => {}
             Ok(HeadersAt::End) => errln!(
                 "leechio: warning: {} segments (cut by failed ranges) are more than the room \
-                 kept for their headers; they are at the end of {}, where gdb, drgn and \
-                 Volatility find them but crash does not",
+                 kept for their headers; they are at the end of {}, where readelf and gdb \
+                 find them but crash does not",
                 segments.len(),
                 args.output.display()
             ),
