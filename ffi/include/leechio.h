@@ -14,6 +14,17 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// `leechio_mapping::access`: every level of the walk allows writes (R/W).
+#define LEECHIO_ACCESS_WRITE 1
+
+// `leechio_mapping::access`: no level of the walk forbids instruction
+// fetches (NX).
+#define LEECHIO_ACCESS_EXECUTE 2
+
+// `leechio_mapping::access`: every level of the walk allows user-mode
+// accesses (U/S).
+#define LEECHIO_ACCESS_USER 4
+
 // The status of a call, and the reason of each failed byte range.
 //
 // `LEECHIO_OK` is 0. Codes below 100 describe a whole call; codes from 100
@@ -403,9 +414,9 @@ typedef struct leechio_mapping {
   // nothing usable, and why: its tables could not be read, or an entry
   // has reserved bits set (`LEECHIO_RESERVED_BITS`).
   leechio_status status;
-  // Always 0: explicit padding, so that every byte of the struct is
-  // defined (it may be compared with `memcmp` or hashed).
-  uint32_t padding;
+  // For `LEECHIO_OK`: what the page tables allow, `LEECHIO_ACCESS_*`
+  // bits (reading is always allowed); otherwise 0.
+  uint32_t access;
 } leechio_mapping;
 
 // Called once per mapping (sorted by address), then once per range that

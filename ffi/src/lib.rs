@@ -156,7 +156,7 @@ mod tests {
             page_size,
             same_as,
             status,
-            padding,
+            access,
         });
     }
 }

@@ -87,10 +87,19 @@ pub struct leechio_mapping {
     /// nothing usable, and why: its tables could not be read, or an entry
     /// has reserved bits set (`LEECHIO_RESERVED_BITS`).
     pub status: leechio_status,
-    /// Always 0: explicit padding, so that every byte of the struct is
-    /// defined (it may be compared with `memcmp` or hashed).
-    pub padding: u32,
+    /// For `LEECHIO_OK`: what the page tables allow, `LEECHIO_ACCESS_*`
+    /// bits (reading is always allowed); otherwise 0.
+    pub access: u32,
 }
+
+/// `leechio_mapping::access`: every level of the walk allows writes (R/W).
+pub const LEECHIO_ACCESS_WRITE: u32 = 1;
+/// `leechio_mapping::access`: no level of the walk forbids instruction
+/// fetches (NX).
+pub const LEECHIO_ACCESS_EXECUTE: u32 = 2;
+/// `leechio_mapping::access`: every level of the walk allows user-mode
+/// accesses (U/S).
+pub const LEECHIO_ACCESS_USER: u32 = 4;
 
 /// Called once per mapping (sorted by address), then once per range that
 /// maps nothing usable, then once per alias, after the whole walk is done. `mapping` is valid only during the
@@ -106,6 +115,19 @@ pub type leechio_mapping_fn =
 
 impl Handle for leechio_space {
     const NAME: &'static str = "space";
+}
+
+/// `access` as `LEECHIO_ACCESS_*` bits.
+fn access_bits(access: engine::Access) -> u32 {
+    (if access.write {
+        LEECHIO_ACCESS_WRITE
+    } else {
+        0
+    }) | (if access.execute {
+        LEECHIO_ACCESS_EXECUTE
+    } else {
+        0
+    }) | (if access.user { LEECHIO_ACCESS_USER } else { 0 })
 }
 
 fn cache(ms: u64, capacity: usize) -> CacheConfig {
@@ -433,7 +455,7 @@ pub unsafe extern "C" fn leechio_space_mappings(
             page_size: m.page_size.bytes(),
             same_as: 0,
             status: LEECHIO_OK,
-            padding: 0,
+            access: access_bits(m.access),
         });
         let failed = found.failed.iter().map(|f| leechio_mapping {
             va: f.va,
@@ -442,7 +464,7 @@ pub unsafe extern "C" fn leechio_space_mappings(
             page_size: 0,
             same_as: 0,
             status: leechio_status::from_page_error(f.reason),
-            padding: 0,
+            access: 0,
         });
         let aliases = found.aliases.iter().map(|a| leechio_mapping {
             va: a.va,
@@ -451,7 +473,7 @@ pub unsafe extern "C" fn leechio_space_mappings(
             page_size: 0,
             same_as: a.same_as,
             status: LEECHIO_ALIAS,
-            padding: 0,
+            access: 0,
         });
         for mapping in records.chain(failed).chain(aliases) {
             // SAFETY: the caller vouches for the callback.

@@ -474,6 +474,18 @@ static void test_virtual(void) {
     for (size_t i = 0; maps[i].size != 0; i++) {
         CHECK(maps[i].va == at && maps[i].status == LEECHIO_OK && maps[i].page_size == 4096,
               "mapping %zu at %#" PRIx64 ", expected %#" PRIx64, i, maps[i].va, at);
+        /* Its access is what its entries say: R/W and U/S at every level,
+         * NX at none. */
+        leechio_translation first;
+        CHECK_STATUS(leechio_space_translate(s, maps[i].va, &first), LEECHIO_OK);
+        uint32_t access = LEECHIO_ACCESS_WRITE | LEECHIO_ACCESS_EXECUTE | LEECHIO_ACCESS_USER;
+        for (uint32_t l = 0; l < first.levels; l++) {
+            if (!(first.entries[l] & 2)) access &= ~(uint32_t)LEECHIO_ACCESS_WRITE;
+            if (!(first.entries[l] & 4)) access &= ~(uint32_t)LEECHIO_ACCESS_USER;
+            if (first.entries[l] >> 63) access &= ~(uint32_t)LEECHIO_ACCESS_EXECUTE;
+        }
+        CHECK(maps[i].access == access, "mapping %zu: access %#x, its entries say %#x", i,
+              maps[i].access, access);
         for (size_t k = 0; k < P.nvtop; k++)
             if (P.vtop_va[k] >= maps[i].va && P.vtop_va[k] < maps[i].va + maps[i].size)
                 CHECK(P.vtop_pa[k] == maps[i].pa + (P.vtop_va[k] - maps[i].va),
