@@ -7,6 +7,7 @@ mod elf;
 mod output;
 mod process;
 mod report;
+mod vmcoreinfo;
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -56,12 +57,14 @@ pub struct DumpArgs {
     /// The same for the one user process of that name (comm, or its program's file name)
     #[arg(long, value_name = "NAME", conflicts_with_all = ["dtb", "pid"])]
     process: Option<String>,
-    /// BTF of the target's kernel, for --pid and --process on a kernel built without it (see `ps --btf`)
+    /// BTF of the target's kernel, for --pid, --process and the VMCOREINFO note on a kernel built without it (see `ps --btf`)
     #[arg(long, value_name = "FILE")]
     btf: Option<PathBuf>,
-    /// Neither read nor write the cache of kernels found (--pid, --process)
+    /// Neither read nor write the cache of kernels found (--pid, --process, the VMCOREINFO note)
     #[arg(long)]
     no_cache: bool,
+    #[command(flatten)]
+    vmcoreinfo: vmcoreinfo::VmcoreinfoArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -217,6 +220,7 @@ pub fn run(
     // Where each piece goes in the file, and how long the file is; a size
     // no file can have is refused before anything is created.
     let note = match args.format {
+        Format::Elf if space.is_none() => vmcoreinfo::note(mem, args),
         Format::Elf => note,
         Format::Raw => Vec::new(),
     };
