@@ -22,24 +22,9 @@ fn no_cache() -> Hints {
     }
 }
 
-/// The description of the ELF note at the start of `note`, if its owner
-/// is `owner`.
-fn note_desc<'a>(note: &'a [u8], owner: &str) -> &'a [u8] {
-    let word = |at: usize| u32::from_le_bytes(note[at..at + 4].try_into().unwrap()) as usize;
-    let (namesz, descsz) = (word(0), word(4));
-    assert_eq!(&note[12..12 + namesz], format!("{owner}\0").as_bytes());
-    let desc = 12 + namesz.next_multiple_of(4);
-    &note[desc..desc + descsz]
-}
-
 /// The text the guest's kernel put in its own note.
 fn guests_own_text(guest: &Guest) -> String {
-    let (pa, room) = guest
-        .oracle()
-        .vmcoreinfo_note
-        .expect("the guest's kernel has /sys/kernel/vmcoreinfo");
-    let note = guest.pmemsave(pa, room);
-    String::from_utf8(note_desc(&note, "VMCOREINFO").to_vec()).unwrap()
+    String::from_utf8(guest.vmcoreinfo()).unwrap()
 }
 
 /// The value of the `KEY=` line of `text`.
