@@ -38,10 +38,13 @@
 #   leechio-oracle: version <line of /proc/version>
 #   leechio-oracle: cmdline <the kernel's command line>
 #   leechio-oracle: btf SIZE | btf none    (/sys/kernel/btf/vmlinux)
+#   leechio-oracle: vmcoreinfo 0xADDRESS HEX | vmcoreinfo none
+#       (/sys/kernel/vmcoreinfo: where the kernel's own VMCOREINFO ELF note
+#       is, physical, and the room it has)
 #   leechio-oracle: symbol NAME HEX TYPE   (one per /proc/kallsyms line of
 #       _text, init_top_pgt, init_task, init_pid_ns, page_offset_base,
-#       __start_BTF, __stop_BTF, linux_banner and the kallsyms_* tables the
-#       kernel lists)
+#       __start_BTF, __stop_BTF, linux_banner, vmcoreinfo_data,
+#       vmcoreinfo_size and the kallsyms_* tables the kernel lists)
 #   leechio-oracle: task pid=N tgid=N ppid=N state=C kthread=0|1 comm=HEX cmdline=HEX
 #       one per thread of every process (/proc/*/task/*): stat, status'
 #       Tgid, PF_KTHREAD from stat's flags; comm and cmdline as the bytes
@@ -151,7 +154,7 @@ awk 'BEGIN {
     split("_text _stext init_top_pgt init_task init_pid_ns page_offset_base __start_BTF " \
         "__stop_BTF linux_banner kallsyms_num_syms kallsyms_names kallsyms_token_table " \
         "kallsyms_token_index kallsyms_offsets kallsyms_relative_base kallsyms_markers " \
-        "kallsyms_addresses kallsyms_seqs_of_names", names, " ")
+        "kallsyms_addresses kallsyms_seqs_of_names vmcoreinfo_data vmcoreinfo_size", names, " ")
     for (i in names) wanted[names[i]] = 1
 } $3 in wanted' /proc/kallsyms >/symbols
 echo "leechio-guest: $(grep -w -e _text -e init_top_pgt /symbols | tr '\n' ' ')"
@@ -202,6 +205,12 @@ if [ -e /sys/kernel/btf/vmlinux ]; then
     echo "leechio-oracle: btf $(wc -c </sys/kernel/btf/vmlinux)"
 else
     echo "leechio-oracle: btf none"
+fi
+if [ -e /sys/kernel/vmcoreinfo ]; then
+    read -r note </sys/kernel/vmcoreinfo
+    echo "leechio-oracle: vmcoreinfo $note"
+else
+    echo "leechio-oracle: vmcoreinfo none"
 fi
 symbols=0
 while read -r address type name; do

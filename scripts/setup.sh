@@ -14,6 +14,9 @@
 #     procps (tests stop guests with kill);
 #   - LeechCore 2.23.3 from the PyPI wheel leechcorepyc, unpacked into
 #     target/leechcore/ (leechcore.so beside its device plugins);
+#   - drgn (a kernel debugger, from PyPI) in a virtual environment in
+#     target/drgn/, with Debian's python3-venv: a test opens leechio's
+#     dumps with it, as a user of crash or drgn would (the VMCOREINFO note);
 #   - for the live-guest tests (scripts/guest.sh): Debian's qemu-system-x86
 #     (no GUI), busybox-static and cpio, and the kernel of Debian's
 #     linux-image-amd64 and of its cloud flavour linux-image-cloud-amd64 (a
@@ -24,6 +27,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LEECHCORE_VERSION=2.23.3
+DRGN_VERSION=0.3.0
+DRGN=target/drgn
 WHEEL=leechcorepyc-${LEECHCORE_VERSION}-cp36-abi3-manylinux1_x86_64.whl
 WHEEL_SHA256=bcd75aa423a078fb512e18262e66ebd34a34c0b92e2aca915756d38439acdd28
 DEST=target/leechcore
@@ -58,7 +63,7 @@ apt_install() {
 }
 
 apt_install libusb-1.0-0 ca-certificates curl qemu-system-x86 busybox-static cpio gcc g++ binutils gdb \
-    valgrind python3 procps
+    valgrind python3 python3-venv procps
 
 # Rust. Debian's own rustc is too old for the crate (bookworm has 1.63).
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -111,6 +116,13 @@ if ! { [ -f "$DEST/VERSION" ] && [ "$(cat "$DEST/VERSION")" = "$LEECHCORE_VERSIO
     install -m 0644 "$tmp"/x/leechcorepyc-"$LEECHCORE_VERSION".dist-info/LICENSE "$DEST"/LICENSE
     echo "$LEECHCORE_VERSION" > "$DEST/VERSION"
     say "LeechCore $LEECHCORE_VERSION installed in $DEST"
+fi
+
+if ! "$DRGN/bin/python" -c "import sys, drgn; sys.exit(drgn.__version__ != '$DRGN_VERSION')" 2>/dev/null; then
+    say "installing drgn $DRGN_VERSION from PyPI in $DRGN"
+    rm -rf "$DRGN"
+    python3 -m venv "$DRGN"
+    "$DRGN/bin/pip" install --quiet --disable-pip-version-check "drgn==$DRGN_VERSION"
 fi
 
 # The guest kernels: linux-image-amd64 is a metapackage; the kernel is the

@@ -357,6 +357,7 @@ fn log(extra: &str, end: &str) -> String {
          leechio-oracle: version Linux version 6.1.0 (x) #1 SMP\r\n\
          leechio-oracle: cmdline console=ttyS0 nokaslr\r\n\
          leechio-oracle: btf 4359789\r\n\
+         leechio-oracle: vmcoreinfo 0x0000000002a3b000 1024\r\n\
          leechio-oracle: symbol _text ffffffff81000000 T\r\n\
          leechio-oracle: task pid=89 tgid=89 ppid=1 state=S kthread=0 comm=6c65656368202870617429 cmdline=610062000000\r\n\
          leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 comm=6b776f726b65722f303a302d6576656e7473 cmdline=\r\n\
@@ -373,6 +374,7 @@ fn oracle_lines_are_read_back() {
     assert_eq!(oracle.version, "Linux version 6.1.0 (x) #1 SMP");
     assert_eq!(oracle.kernel_cmdline, "console=ttyS0 nokaslr");
     assert_eq!(oracle.btf_size, Some(4359789));
+    assert_eq!(oracle.vmcoreinfo_note, Some((0x2a3b000, 0x1024)));
     assert_eq!(oracle.symbol("_text"), Some(DEFAULT_TEXT));
     let pattern = PatternProcess {
         pid: 89,
@@ -441,6 +443,15 @@ fn a_lost_or_bad_oracle_line_is_an_error() {
     ))
     .unwrap_err();
     assert_eq!(error, "the guest says: the pattern process did not start");
+    let no_note = log("", "tasks=2 maps=2 symbols=1").replace("0x0000000002a3b000 1024", "none");
+    assert_eq!(Oracle::parse(&no_note).unwrap().vmcoreinfo_note, None);
+    let bad_note = log("", "tasks=2 maps=2 symbols=1").replace(" 1024", "");
+    assert!(
+        Oracle::parse(&bad_note)
+            .unwrap_err()
+            .ends_with("vmcoreinfo is not ADDRESS SIZE"),
+        "{bad_note}"
+    );
     let unended = log("", "tasks=2 maps=2 symbols=1").replace("leechio-oracle: end", "x");
     assert_eq!(
         Oracle::parse(&unended).unwrap_err(),

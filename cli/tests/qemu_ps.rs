@@ -8,7 +8,6 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use common::elf_tools::readelf_clean;
@@ -30,34 +29,7 @@ fn leechio(args: &[&str]) -> Output {
 
 /// Runs `command` (the binary and its arguments) as [`leechio`] does.
 fn leechio_with(command: &mut Command) -> Output {
-    let args: Vec<String> = command
-        .get_args()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let mut child = command
-        .env_remove("LEECHIO_DEVICE")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run leechio");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    std::thread::spawn(move || {
-        child.stdout = stdout;
-        child.stderr = stderr;
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(RUN_LIMIT) {
-        Ok(output) => output.expect("leechio's output"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("leechio {} ran past {RUN_LIMIT:?}", args.join(" "));
-        }
-    }
+    common::output_within(command.env_remove("LEECHIO_DEVICE"), RUN_LIMIT)
 }
 
 fn text(bytes: &[u8]) -> String {

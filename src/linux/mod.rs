@@ -28,6 +28,7 @@ mod maps;
 mod paths;
 mod processes;
 mod vma_rbtree;
+mod vmcoreinfo;
 mod xarray;
 
 use std::collections::BTreeMap;
@@ -39,6 +40,7 @@ pub use cache::CacheLocation;
 pub use image::{Segment, KERNEL_MAP};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
+pub use vmcoreinfo::VmcoreinfoError;
 
 use crate::{AddressSpace, Memory};
 use image::Image;
@@ -55,6 +57,9 @@ const SYMBOLS: &[&str] = &[
     "__stop_BTF",
     // What names special mappings such as [vdso] (see `maps`).
     "special_mapping_name",
+    // The kernel's VMCOREINFO text (see `vmcoreinfo`).
+    vmcoreinfo::DATA_SYMBOL,
+    vmcoreinfo::SIZE_SYMBOL,
 ];
 /// The direct map's base without memory randomisation (4-level paging).
 const DEFAULT_DIRECT_MAP: u64 = 0xffff_8880_0000_0000;
@@ -215,8 +220,8 @@ impl Kernel {
 
     /// Address of a symbol that was looked up (`init_task`,
     /// `init_pid_ns`, `init_top_pgt`, `page_offset_base`, `linux_banner`,
-    /// `__start_BTF`, `__stop_BTF`, `special_mapping_name`), when the
-    /// kernel has it.
+    /// `__start_BTF`, `__stop_BTF`, `special_mapping_name`,
+    /// `vmcoreinfo_data`, `vmcoreinfo_size`), when the kernel has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }

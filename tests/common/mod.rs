@@ -14,6 +14,9 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use leechio::{Backend, DeviceConfig, LeechCore, PageError, ScatterEntry};
 
@@ -26,6 +29,35 @@ pub fn repo_root() -> PathBuf {
         .find(|dir| dir.join("Cargo.lock").exists())
         .expect("the workspace root")
         .to_path_buf()
+}
+
+/// Runs `command` with its output captured; fails the test if it has
+/// not ended within `limit` (it is then killed).
+pub fn output_within(command: &mut Command, limit: Duration) -> Output {
+    let what = format!("{command:?}");
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    std::thread::spawn(move || {
+        child.stdout = stdout;
+        child.stderr = stderr;
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(output) => output.expect("the command's output"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("{what} ran past {limit:?}");
+        }
+    }
 }
 
 /// One 8-byte entry of a [`read_words`] call.

@@ -376,6 +376,22 @@ impl Guest {
         &self.oracle().version
     }
 
+    /// The description of the kernel's own VMCOREINFO ELF note (its
+    /// text), read by the monitor where the guest's
+    /// `/sys/kernel/vmcoreinfo` says the note is.
+    pub fn vmcoreinfo(&self) -> Vec<u8> {
+        let (pa, room) = self
+            .oracle()
+            .vmcoreinfo_note
+            .expect("the guest's kernel has /sys/kernel/vmcoreinfo");
+        let note = self.pmemsave(pa, room);
+        let word = |at: usize| u32::from_le_bytes(note[at..at + 4].try_into().unwrap()) as usize;
+        let (namesz, descsz) = (word(0), word(4));
+        assert_eq!(&note[12..12 + namesz], b"VMCOREINFO\0", "the note's owner");
+        let desc = 12 + namesz.next_multiple_of(4);
+        note[desc..desc + descsz].to_vec()
+    }
+
     /// The process whose memory holds the known pattern, and where.
     pub fn pattern(&self) -> PatternProcess {
         self.oracle().pattern

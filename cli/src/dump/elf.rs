@@ -89,7 +89,10 @@ pub(super) enum HeadersAt {
 /// Writes the ELF file header, a `PT_NOTE` for the `note_len` bytes of
 /// notes at `note_offset` (none when 0) and a `PT_LOAD` per segment to
 /// `file`: after the file header when `header_slots` leave room, else at
-/// `end`, the file's end (which grows by them).
+/// `end`, the file's end (which grows by them). With `direct_map` (a
+/// physical dump of a Linux target), a segment's `p_vaddr` is where the
+/// kernel's direct map shows its memory, as kdump writes it; otherwise its
+/// address.
 pub(super) fn write_elf_headers(
     file: &mut File,
     segments: &[Segment],
@@ -97,6 +100,7 @@ pub(super) fn write_elf_headers(
     note_len: u64,
     header_slots: usize,
     end: u64,
+    direct_map: Option<u64>,
 ) -> std::io::Result<HeadersAt> {
     let note_header = (note_len > 0).then_some(ProgramHeader {
         kind: PT_NOTE,
@@ -114,7 +118,10 @@ pub(super) fn write_elf_headers(
             kind: PT_LOAD,
             flags: s.flags,
             offset: s.offset,
-            vaddr: s.addr,
+            vaddr: match (direct_map, s.pa) {
+                (Some(base), Some(pa)) => base.wrapping_add(pa),
+                _ => s.addr,
+            },
             paddr: s.pa.unwrap_or(NO_PHYSICAL_ADDRESS),
             filesz: s.len,
             memsz: s.len,

@@ -10,6 +10,7 @@ mod plan;
 mod process;
 mod read;
 mod report;
+mod vmcoreinfo;
 
 use std::fs::File;
 use std::io::Write;
@@ -59,12 +60,14 @@ pub struct DumpArgs {
     /// The same for the one user process of that name (comm, or its program's file name)
     #[arg(long, value_name = "NAME", conflicts_with_all = ["dtb", "pid"])]
     process: Option<String>,
-    /// BTF of the target's kernel, for --pid and --process on a kernel built without it (see `ps --btf`)
+    /// BTF of the target's kernel, for --pid, --process and the VMCOREINFO note on a kernel built without it (see `ps --btf`)
     #[arg(long, value_name = "FILE")]
     btf: Option<PathBuf>,
-    /// Neither read nor write the cache of kernels found (--pid, --process)
+    /// Neither read nor write the cache of kernels found (--pid, --process, the VMCOREINFO note)
     #[arg(long)]
     no_cache: bool,
+    #[command(flatten)]
+    vmcoreinfo: vmcoreinfo::VmcoreinfoArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -134,9 +137,16 @@ pub fn run(
     }
     // Where each piece goes in the file, and how long the file is; a size
     // no file can have is refused before anything is created.
-    let note = match args.format {
-        Format::Elf => note,
-        Format::Raw => Vec::new(),
+    let (note, direct_map) = match args.format {
+        Format::Elf if space.is_none() => {
+            let kernel = vmcoreinfo::note(mem, args);
+            (
+                kernel.note,
+                kernel.direct_map.filter(|_| args.dtb.is_none()),
+            )
+        }
+        Format::Elf => (note, None),
+        Format::Raw => (Vec::new(), None),
     };
     let layout = match (args.format, &args.range) {
         (Format::Elf, _) => layout::elf(&pieces, note.len() as u64),
@@ -303,6 +313,7 @@ pub fn run(
             note.len() as u64,
             layout.header_slots,
             end,
+            direct_map,
         ) {
             Ok(HeadersAt::Start) => {}
             Ok(HeadersAt::End) => errln!(
@@ -450,7 +461,8 @@ mod tests {
         let layout = layout::elf(pieces, 0).unwrap();
         file.set_len(layout.size).unwrap();
         let slots = if spill { 0 } else { layout.header_slots };
-        let at = write_elf_headers(&mut file, &layout.segments, 0, 0, slots, layout.size).unwrap();
+        let at =
+            write_elf_headers(&mut file, &layout.segments, 0, 0, slots, layout.size, None).unwrap();
         assert_eq!(at == HeadersAt::End, spill);
         readelf(&path)
     }

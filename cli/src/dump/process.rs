@@ -96,13 +96,5 @@ fn file_note(vmas: &[Vma]) -> Vec<u8> {
         desc.extend(vma.file.as_deref().unwrap_or_default().as_bytes());
         desc.push(0);
     }
-    let mut note = Vec::new();
-    for word in [CORE.len() as u32, desc.len() as u32, NT_FILE] {
-        note.extend(word.to_le_bytes());
-    }
-    note.extend(CORE);
-    note.resize(note.len().next_multiple_of(4), 0);
-    note.extend(desc);
-    note.resize(note.len().next_multiple_of(4), 0);
-    note
+    super::vmcoreinfo::elf_note(CORE, NT_FILE, &desc)
 }

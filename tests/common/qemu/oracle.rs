@@ -123,6 +123,10 @@ pub struct Oracle {
     pub kernel_cmdline: String,
     /// Size of `/sys/kernel/btf/vmlinux`; `None` for a kernel without BTF.
     pub btf_size: Option<u64>,
+    /// `/sys/kernel/vmcoreinfo`: the physical address of the kernel's own
+    /// VMCOREINFO ELF note and the room it has; `None` for a kernel
+    /// without crash support.
+    pub vmcoreinfo_note: Option<(u64, u64)>,
     pub symbols: Vec<GuestSymbol>,
     /// Every task, by pid.
     pub tasks: Vec<GuestTask>,
@@ -179,6 +183,7 @@ struct Items {
     version: Option<String>,
     kernel_cmdline: Option<String>,
     btf_size: Option<Option<u64>>,
+    vmcoreinfo_note: Option<Option<(u64, u64)>>,
     pattern: Option<PatternProcess>,
     symbols: Vec<GuestSymbol>,
     tasks: Vec<GuestTask>,
@@ -204,6 +209,20 @@ impl Items {
                     size => Some(size.parse().map_err(|_| "btf size")?),
                 };
                 set_once(&mut self.btf_size, size)
+            }
+            "vmcoreinfo" => {
+                let note = match rest.split_whitespace().collect::<Vec<_>>()[..] {
+                    ["none"] => None,
+                    [address, size] => {
+                        let hex = |s: &str| {
+                            u64::from_str_radix(s.trim_start_matches("0x"), 16)
+                                .map_err(|_| format!("vmcoreinfo: not hex: {s:?}"))
+                        };
+                        Some((hex(address)?, hex(size)?))
+                    }
+                    _ => return Err("vmcoreinfo is not ADDRESS SIZE".into()),
+                };
+                set_once(&mut self.vmcoreinfo_note, note)
             }
             "pattern" => {
                 let fields = Fields::new(rest);
@@ -259,6 +278,7 @@ impl Items {
             version: self.version.ok_or("no version line")?,
             kernel_cmdline: self.kernel_cmdline.ok_or("no kernel command line")?,
             btf_size: self.btf_size.ok_or("no btf line")?,
+            vmcoreinfo_note: self.vmcoreinfo_note.ok_or("no vmcoreinfo line")?,
             symbols: self.symbols,
             tasks: self.tasks,
             maps: self.maps,
