@@ -651,30 +651,35 @@ fn read_shows_the_monitors_bytes_and_question_marks_where_unmapped() {
     );
 }
 
-#[test]
-fn a_dump_of_64_mib_of_the_direct_map_holds_the_monitors_bytes() {
-    let guest = shared_guest();
-    let device = guest.device_string();
-    let ram = guest.ram_map();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("direct.elf");
-    let (lo, hi) = (DIRECT_MAP, DIRECT_MAP + 64 * MIB);
-    let _paused = guest.pause();
-    assert_monitor_walks_the_kernel_tables(&guest);
+/// `leechio dump --dtb` of the kernel's own tables over `range`
+/// (`START-END`) of `guest` into `out`: its JSON summary and its stderr.
+fn dump_kernel_tables(guest: &Guest, out: &Path, range: &str) -> (Value, String) {
     let run = leechio(&[
         "-d",
-        &device,
+        &guest.device_string(),
         "dump",
         "-o",
         out.to_str().unwrap(),
         "--dtb",
         &hex(guest.kernel_dtb()),
         "--range",
-        &format!("{lo:#x}-{hi:#x}"),
+        range,
         "--json",
     ])
     .ok("dump");
-    let summary: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    (serde_json::from_str(run.stdout.trim()).unwrap(), run.stderr)
+}
+
+#[test]
+fn a_dump_of_64_mib_of_the_direct_map_holds_the_monitors_bytes() {
+    let guest = shared_guest();
+    let ram = guest.ram_map();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("direct.elf");
+    let (lo, hi) = (DIRECT_MAP, DIRECT_MAP + 64 * MIB);
+    let _paused = guest.pause();
+    assert_monitor_walks_the_kernel_tables(&guest);
+    let (summary, _) = dump_kernel_tables(&guest, &out, &format!("{lo:#x}-{hi:#x}"));
     assert_eq!(summary["interrupted"], false, "{summary}");
 
     let elf = std::fs::read(&out).unwrap();
@@ -736,25 +741,12 @@ fn a_dump_of_64_mib_of_the_direct_map_holds_the_monitors_bytes() {
 #[test]
 fn a_dump_of_the_kernel_half_holds_aliased_memory_once_with_the_tables_permissions_for_gdb() {
     let guest = shared_guest();
-    let device = guest.device_string();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("kernel.elf");
     let _paused = guest.pause();
     assert_monitor_walks_the_kernel_tables(&guest);
-    let run = leechio(&[
-        "-d",
-        &device,
-        "dump",
-        "-o",
-        out.to_str().unwrap(),
-        "--dtb",
-        &hex(guest.kernel_dtb()),
-        "--range",
-        &format!("{KERNEL_HALF:#x}-0x10000000000000000"),
-        "--json",
-    ])
-    .ok("dump");
-    let summary: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    let range = format!("{KERNEL_HALF:#x}-0x10000000000000000");
+    let (summary, stderr) = dump_kernel_tables(&guest, &out, &range);
     readelf_clean(&out);
     let elf = std::fs::read(&out).unwrap();
     let loads = program_headers(&elf);
@@ -771,7 +763,7 @@ fn a_dump_of_the_kernel_half_holds_aliased_memory_once_with_the_tables_permissio
         "{} bytes for {ram} of RAM",
         elf.len()
     );
-    assert!(run.stderr.contains("left out"), "{}", run.stderr);
+    assert!(stderr.contains("left out"), "{stderr}");
     let text = guest.kernel_text();
     let containing = |va: u64| {
         loads
