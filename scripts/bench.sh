@@ -229,9 +229,11 @@ w("")
 w("Every row but the limit's is checked: its buffers are overwritten before it runs, and what it read "
   "is compared with one read of the same physical addresses straight through LeechCore, made before "
   "the rows (the virtual addresses translated by the engine); the chains must end where they were "
-  "written to. A row whose reads differ says so beside its name. A read that differs is read again: "
-  "one matching the memory as it is now is right, and one whose memory changed between the two direct "
-  "reads (the live guest at work) is left out and counted as not checked.")
+  "written to. A row whose reads differ says so beside its name. After the last row the reads that "
+  "differed are read again, on the live guest every millisecond for up to 5 s: one whose memory holds "
+  "the row's bytes is right, one whose memory holds anything else than the reference's is changing "
+  "(the live guest at work) and left out as not judged, and one whose memory held the reference's "
+  "bytes throughout is wrong.")
 w("")
 w("The process-list rows are the guest's processes with their command lines. `leechio::linux::"
   "Kernel::find` finds the kernel with no profile and no cache (a row of its own), then "

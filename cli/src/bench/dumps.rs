@@ -42,7 +42,7 @@ pub(super) fn engine_dump(
             }))
         },
     )?;
-    bench.check_last(buf.chunks(4096), reference, device);
+    bench.check_last(buf.chunks(4096), reference);
     poison(&mut [&mut buf]);
     bench.row(
         &workload,
@@ -55,7 +55,7 @@ pub(super) fn engine_dump(
             }))
         },
     )?;
-    bench.check_last(buf.chunks(4096), reference, device);
+    bench.check_last(buf.chunks(4096), reference);
     Ok(())
 }
 
@@ -69,7 +69,6 @@ pub(super) fn memflow_dump(
     progress(&dump_workload(&m), method);
     let mut buf = vec![0xa5u8; m.size as usize];
     let mut runs = Vec::new();
-    let mut last = None;
     for _ in 0..bench.runs {
         stop_requested()?;
         let p = bench.plugin(true)?;
@@ -77,11 +76,8 @@ pub(super) fn memflow_dump(
         runs.push(timed(&p.counter, || {
             let _ = v.read_raw_into(Address::from(m.va), &mut buf);
         }));
-        last = Some(p);
     }
     push_median(bench, &dump_workload(&m), method, m.size, runs);
-    if let Some(p) = last {
-        bench.check_last(buf.chunks(4096), reference, &p.counter);
-    }
+    bench.check_last(buf.chunks(4096), reference);
     Ok(())
 }

@@ -9,6 +9,7 @@ mod physical;
 mod processes;
 mod table;
 mod timing;
+mod verdict;
 mod virtual_reads;
 
 use std::io::IsTerminal;
@@ -41,6 +42,7 @@ use physical::*;
 use processes::*;
 use table::*;
 use timing::*;
+use verdict::*;
 use virtual_reads::*;
 
 #[derive(Args)]
@@ -90,75 +92,6 @@ struct Row {
     lists: Option<ListCheck>,
 }
 
-/// How a row's reads compare with the [`Reference`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Verdict {
-    /// Reads compared.
-    checked: usize,
-    /// Of those, reads whose bytes are not the memory's.
-    wrong: usize,
-    /// Reads left out: their memory changed between the two direct reads
-    /// (a live target at work), and the row's bytes match neither.
-    changing: usize,
-}
-
-/// What each read of a workload must return: its physical address and
-/// its bytes, read once straight through LeechCore before any row ran
-/// (`None` where the translation or the read failed).
-struct Reference {
-    len: usize,
-    reads: Vec<Option<(u64, Vec<u8>)>>,
-}
-
-impl Reference {
-    /// Reads `len` bytes (legal scatter entries) at each of `pas`.
-    fn read(device: &LeechCore, pas: &[Option<u64>], len: usize) -> Self {
-        let found: Vec<u64> = pas.iter().flatten().copied().collect();
-        let mut bytes = direct_reads(device, &found, len).into_iter();
-        let reads = pas
-            .iter()
-            .map(|pa| pa.and_then(|pa| Some((pa, bytes.next().flatten()?))))
-            .collect();
-        Reference { len, reads }
-    }
-
-    /// Compares `got`, a row's reads in order, with the reference. A read
-    /// that differs is read again through `reread` (addresses, length):
-    /// a live target's memory changes, so it is wrong only if it is not
-    /// what the memory holds now either, and that memory did not change.
-    fn judge<'a>(
-        &self,
-        got: impl Iterator<Item = &'a [u8]>,
-        reread: impl FnOnce(&[u64], usize) -> Vec<Option<Vec<u8>>>,
-    ) -> Verdict {
-        let mut verdict = Verdict::default();
-        let mut differing = Vec::new();
-        for (got, want) in got.zip(&self.reads) {
-            if let Some((pa, want)) = want {
-                verdict.checked += 1;
-                if got != want.as_slice() {
-                    differing.push((*pa, want, got));
-                }
-            }
-        }
-        if differing.is_empty() {
-            return verdict;
-        }
-        let pas: Vec<u64> = differing.iter().map(|d| d.0).collect();
-        for ((_, before, got), now) in differing.iter().zip(reread(&pas, self.len)) {
-            match now {
-                Some(now) if now.as_slice() == *got => {}
-                Some(now) if now != **before => {
-                    verdict.checked -= 1;
-                    verdict.changing += 1;
-                }
-                _ => verdict.wrong += 1,
-            }
-        }
-        verdict
-    }
-}
-
 /// What every measurement needs: how to open the device (`--device`,
 /// `--remote`, `--lib`, `-v`), where the plugin is, how many runs.
 struct Bench {
@@ -166,6 +99,9 @@ struct Bench {
     plugin_dir: PathBuf,
     runs: usize,
     rows: Vec<Row>,
+    /// The rows' reads that differed from their reference, decided after
+    /// the last row ([`Bench::settle`]).
+    differing: Vec<Differing>,
 }
 
 /// A memflow instance of the plugin with a LeechCore handle attached to the
@@ -287,16 +223,41 @@ impl Bench {
     }
 
     /// Records in the last row how its reads, left in `got`, compare with
-    /// `reference` (see [`Reference::judge`]; `device` reads again).
-    fn check_last<'a>(
-        &mut self,
-        got: impl Iterator<Item = &'a [u8]>,
-        reference: &Reference,
-        device: &LeechCore,
-    ) {
-        let verdict = reference.judge(got, |pas, len| direct_reads(device, pas, len));
-        if let Some(row) = self.rows.last_mut() {
-            row.verdict = Some(verdict);
+    /// `reference`; those that differ are decided by [`Bench::settle`].
+    fn check_last<'a>(&mut self, got: impl Iterator<Item = &'a [u8]>, reference: &Reference) {
+        let Some(row) = self.rows.len().checked_sub(1) else {
+            return;
+        };
+        let (checked, differing) = reference.compare(got, row);
+        self.rows[row].verdict = Some(Verdict {
+            checked,
+            ..Verdict::default()
+        });
+        self.differing.extend(differing);
+    }
+
+    /// Decides the reads that differed from their reference, all rows'
+    /// at once and after the last row, so a live target's memory is
+    /// watched for one window whatever the number of rows (see
+    /// [`settle_on`]). Where the device does not open they stay wrong or
+    /// failed: nothing shows their memory changed.
+    fn settle(&mut self) {
+        let differing = std::mem::take(&mut self.differing);
+        if differing.is_empty() {
+            return;
+        }
+        progress(
+            &format!("{} reads that differed", differing.len()),
+            "reading their memory again",
+        );
+        let outcomes = match LeechCore::open(&self.device) {
+            Ok(device) => settle_on(&device, &differing),
+            Err(_) => vec![Outcome::Wrong; differing.len()],
+        };
+        for (d, outcome) in differing.iter().zip(outcomes) {
+            if let Some(verdict) = &mut self.rows[d.row].verdict {
+                verdict.count(outcome);
+            }
         }
     }
 }
@@ -334,6 +295,7 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
         plugin_dir,
         runs: args.runs.max(1),
         rows: Vec::new(),
+        differing: Vec::new(),
     };
     let mut rng = fastrand::Rng::with_seed(0x1ee0);
 
@@ -363,6 +325,7 @@ pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
             .and_then(|device| undo.put_back(&Memory::new(device))),
         None => Ok(()),
     };
+    bench.settle();
     drop(catching);
     let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     progress_done();
@@ -489,49 +452,6 @@ mod tests {
     }
 
     #[test]
-    fn a_read_is_wrong_only_if_the_memory_it_read_holds_other_bytes() {
-        let at = |i: u64| Some((i * 0x1000, vec![i as u8; 8]));
-        let reference = Reference {
-            len: 8,
-            reads: vec![at(1), None, at(3), at(4), at(5), at(6)],
-        };
-        // Memory now: 3 changed to what the row read, 4 changed to
-        // something else again, 5 and 6 as before.
-        let now = |pa: u64| match pa >> 12 {
-            3 => vec![0x33; 8],
-            4 => vec![0x44; 8],
-            n => vec![n as u8; 8],
-        };
-        let got = [
-            [1u8; 8],  // right
-            [9; 8],    // no reference: not counted
-            [0x33; 8], // what the memory holds now
-            [0x40; 8], // the memory changes: cannot be judged
-            [0xa5; 8], // left as poisoned
-            [6; 8],    // right
-        ];
-        let mut reread = Vec::new();
-        let verdict = reference.judge(got.iter().map(|b| &b[..]), |pas, len| {
-            reread.extend_from_slice(pas);
-            pas.iter()
-                .map(|&pa| Some(now(pa)[..len].to_vec()))
-                .collect()
-        });
-        assert_eq!(
-            verdict,
-            Verdict {
-                checked: 4,
-                wrong: 1,
-                changing: 1
-            }
-        );
-        assert_eq!(reread, [0x3000, 0x4000, 0x5000], "only the differing reads");
-        // A read that fails now, where it read before, is wrong.
-        let verdict = reference.judge(got.iter().map(|b| &b[..]), |pas, _| vec![None; pas.len()]);
-        assert_eq!((verdict.wrong, verdict.changing), (3, 0));
-    }
-
-    #[test]
     fn the_plugin_gets_lib_remote_verbosity_and_timeout() {
         let bench = Bench {
             device: DeviceConfig {
@@ -545,6 +465,7 @@ mod tests {
             plugin_dir: PathBuf::new(),
             runs: 1,
             rows: Vec::new(),
+            differing: Vec::new(),
         };
         // The plugin reads its arguments back from their string form.
         let args = bench.plugin_args().ok().expect("UTF-8 arguments");

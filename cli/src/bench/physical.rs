@@ -6,11 +6,20 @@ use super::*;
 /// The bytes at each of `addrs` (`len` each, legal scatter entries), read
 /// straight through LeechCore; `None` for an address whose read failed.
 pub(super) fn direct_reads(device: &LeechCore, addrs: &[u64], len: usize) -> Vec<Option<Vec<u8>>> {
-    let mut bufs = vec![vec![0u8; len]; addrs.len()];
-    let mut entries: Vec<ScatterEntry> = addrs
+    let reads: Vec<(u64, usize)> = addrs.iter().map(|&a| (a, len)).collect();
+    direct_reads_sized(device, &reads)
+}
+
+/// [`direct_reads`] of `(address, length)` pairs, in one scatter call.
+pub(super) fn direct_reads_sized(
+    device: &LeechCore,
+    reads: &[(u64, usize)],
+) -> Vec<Option<Vec<u8>>> {
+    let mut bufs: Vec<Vec<u8>> = reads.iter().map(|&(_, len)| vec![0u8; len]).collect();
+    let mut entries: Vec<ScatterEntry> = reads
         .iter()
         .zip(bufs.iter_mut())
-        .map(|(&a, b)| ScatterEntry::new(a, b))
+        .map(|(&(a, _), b)| ScatterEntry::new(a, b))
         .collect();
     device.read_scatter(&mut entries);
     let ok: Vec<bool> = entries.iter().map(|e| e.result.is_ok()).collect();
@@ -87,7 +96,7 @@ pub(super) fn physical(
                 ));
             }))
         })?;
-        bench.check_last(bufs.iter().map(Vec::as_slice), &reference, device);
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
         // The same into buffers lent for a scope: the device fills them
         // directly, with no copy through the engine.
         poison(&mut bufs);
@@ -99,7 +108,7 @@ pub(super) fn physical(
                 });
             }))
         })?;
-        bench.check_last(bufs.iter().map(Vec::as_slice), &reference, device);
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
         let mut conn = plugin.conn.clone();
         poison(&mut bufs);
         bench.row(workload, "plugin: memflow read_raw_list", bytes, || {
@@ -112,7 +121,7 @@ pub(super) fn physical(
                 let _ = conn.phys_view().read_raw_list(&mut list);
             }))
         })?;
-        bench.check_last(bufs.iter().map(Vec::as_slice), &reference, device);
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
         poison(&mut bufs);
         bench.row(workload, "memflow: read by read", bytes, || {
             Ok(timed(device, || {
@@ -121,7 +130,7 @@ pub(super) fn physical(
                 }
             }))
         })?;
-        bench.check_last(bufs.iter().map(Vec::as_slice), &reference, device);
+        bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
     }
     Ok(())
 }

@@ -35,7 +35,7 @@ pub(super) fn print_rows(rows: &[Row], markdown: bool, json_output: bool) {
             }
             if v.changing > 0 {
                 method += &format!(
-                    " ({} reads not checked: the target changed that memory meanwhile)",
+                    " ({} reads not judged: the target kept changing that memory)",
                     v.changing
                 );
             }
