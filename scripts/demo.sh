@@ -91,7 +91,7 @@ show "$leechio" --device "$device" translate --dtb "$cr3" 0xffffffff81000000 0xf
     echo "-> exit code $?: one address did not translate, as expected."
 
 announce "leechio dump: save memory to a file" \
-    "The kernel's direct map (all 256 MiB of RAM, seen through the kernel's page tables) into an ELF core file, one PT_LOAD per mapped range (gdb and volatility-style tools read it). It goes through an emulated FPGA board: LeechCore's qemu device slowed to the speed of a USB3 PCILeech board, about 190 MB/s (,$FPGA), so the progress bar has something to show. Pages that cannot be read (the BIOS holes) are listed beside the file, never invented."
+    "The kernel's direct map (all 256 MiB of RAM, seen through the kernel's page tables) into an ELF core file: a PT_LOAD per mapped run with the permissions its page tables give, the kernel's VMCOREINFO note, and no segment over a byte that could not be read (gdb reads it at its virtual addresses; Volatility, crash and drgn want the physical dump, leechio dump -o FILE). It goes through an emulated FPGA board: LeechCore's qemu device slowed to the speed of a USB3 PCILeech board, about 190 MB/s (,$FPGA), so the progress bar has something to show. Pages that cannot be read (the BIOS holes) are listed beside the file, never shown as data."
 show "$leechio" --device "$device,$FPGA" dump --dtb "$cr3" \
     --range 0xffff888000000000-0xffff888010000000 -o "$work/kernel-direct-map.elf"
 ls -l "$work/kernel-direct-map.elf"
