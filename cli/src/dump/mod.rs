@@ -368,16 +368,19 @@ pub fn run(
         );
     } else {
         outln!(
-            "{}: {} bytes in {} {}, {} bytes failed in {} ranges{}",
+            "{}: {} bytes in {} {}, {} bytes failed in {} range{}{}",
             args.output.display(),
             read_bytes,
             ranges,
-            match args.format {
-                Format::Elf => "segments",
-                Format::Raw => "ranges",
+            match (args.format, ranges) {
+                (Format::Elf, 1) => "segment",
+                (Format::Elf, _) => "segments",
+                (Format::Raw, 1) => "range",
+                (Format::Raw, _) => "ranges",
             },
             failed_bytes,
             failed.len(),
+            if failed.len() == 1 { "" } else { "s" },
             if failed.is_empty() || removed {
                 String::new()
             } else {
