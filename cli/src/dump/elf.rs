@@ -183,3 +183,102 @@ const _: () = {
     assert!(std::mem::size_of::<ProgramHeader>() == 56);
     assert!(std::mem::size_of::<SectionHeader>() == 64);
 };
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::layout::{self, Piece};
+    use super::*;
+
+    /// `readelf -h -l -W` of `path`: its output, and that it had nothing
+    /// to complain about.
+    fn readelf(path: &Path) -> String {
+        let o = std::process::Command::new("readelf")
+            .args(["-h", "-l", "-W"])
+            .arg(path)
+            .output()
+            .expect("run readelf");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success() && err.is_empty(), "{err}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Writes the ELF dump layout and headers of `pieces` (all read) to a
+    /// sparse file and returns readelf's view of it.
+    fn headers_of(pieces: &[Piece], spill: bool) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dump.elf");
+        let mut file = File::create(&path).unwrap();
+        let layout = layout::elf(pieces, 0).unwrap();
+        file.set_len(layout.size).unwrap();
+        let slots = if spill { 0 } else { layout.header_slots };
+        let at =
+            write_elf_headers(&mut file, &layout.segments, 0, 0, slots, layout.size, None).unwrap();
+        assert_eq!(at == HeadersAt::End, spill);
+        readelf(&path)
+    }
+
+    fn pages(n: u64, stride: u64) -> Vec<Piece> {
+        (0..n)
+            .map(|i| Piece {
+                addr: i * stride,
+                pa: Some(i * stride),
+                len: 0x1000,
+                flags: PF_R,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn more_segments_than_e_phnum_holds_use_extended_numbering() {
+        let n = PN_XNUM as u64 + 2;
+        let out = headers_of(&pages(n, 0x2000), false);
+        // readelf reads the count from the section header.
+        assert!(
+            out.contains(&format!("Number of program headers:         65535 ({n})")),
+            "{}",
+            &out[..2000]
+        );
+        let loads: Vec<&str> = out
+            .lines()
+            .filter(|l| l.trim_start().starts_with("LOAD"))
+            .collect();
+        assert_eq!(loads.len() as u64, n);
+        let last = loads.last().unwrap();
+        assert!(
+            last.contains(&format!("0x{:016x}", (n - 1) * 0x2000)),
+            "{last}"
+        );
+
+        // One fewer than PN_XNUM still fits in e_phnum: no section header.
+        let out = headers_of(&pages(PN_XNUM as u64 - 1, 0x2000), false);
+        assert!(
+            out.contains("Number of program headers:         65534\n"),
+            "{}",
+            &out[..2000]
+        );
+        assert!(
+            out.contains("Number of section headers:         0"),
+            "{}",
+            &out[..2000]
+        );
+    }
+
+    #[test]
+    fn headers_past_their_room_go_to_the_end_of_the_file() {
+        let out = headers_of(&pages(3, 0x2000), true);
+        assert!(
+            out.contains("Number of program headers:         3\n"),
+            "{out}"
+        );
+        assert_eq!(out.matches("  LOAD ").count(), 3, "{out}");
+        let start: u64 = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Start of program headers:"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(start > 0x3000, "{out}");
+    }
+}
