@@ -3,7 +3,8 @@
 //! program uses it against the installed release library: on a memory
 //! image of the test guest, checked against what the guest's /proc said
 //! (its user processes) and the bytes of its pattern process
-//! (`ffi/tests/c/processes_test.c`).
+//! (`ffi/tests/c/processes_test.c`), and as a C++ program uses it
+//! through `leechio.hpp` (`ffi/tests/cpp/processes_test.cpp`).
 
 #[path = "../ffi/tests/c_build/mod.rs"]
 mod c_build;
@@ -71,5 +72,15 @@ fn c_program_lists_the_processes_of_a_guest_image() {
     ));
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprint!("processes_test: {stdout}");
+    assert!(stdout.contains("checks passed"), "{stdout}");
+
+    // The same through the C++ wrapper (leechio.hpp).
+    let source = c_build::repo().join("ffi/tests/cpp/processes_test.cpp");
+    let exe = c_build::compile(&prefix, dir.path(), "c++", "-std=c++17", &[source], false);
+    let out = c_build::run(c_build::installed_only(
+        Command::new(&exe).arg(&params_path),
+    ));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprint!("processes_test.cpp: {stdout}");
     assert!(stdout.contains("checks passed"), "{stdout}");
 }

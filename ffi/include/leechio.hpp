@@ -1,8 +1,9 @@
 /*
  * leechio for C++17: RAII handles over the C API of leechio.h, header-only.
  *
- * - leechio::device, leechio::address_space and leechio::queue own their C
- *   handle and release it when destroyed (device and address_space are
+ * - leechio::device, leechio::address_space, leechio::kernel (a Linux
+ *   kernel found with no profile) and leechio::queue own their C handle
+ *   and release it when destroyed (device, address_space and kernel are
  *   movable; a queue is pinned in place because its pending reads point
  *   back at it).
  * - A call that fails throws leechio::error (the C status and the message
@@ -92,16 +93,16 @@ template <class F> std::string text(F copy) {
     return out;
 }
 
-/// Gathers the items a C callback hands over; never lets an exception
-/// escape into C.
-template <class T> struct collector {
-    std::vector<T> items;
+/// Gathers the items a C callback hands over, each as an Out made from
+/// it while it is valid; never lets an exception escape into C.
+template <class T, class Out = T> struct collector {
+    std::vector<Out> items;
     std::exception_ptr failure;
 
     static void add(void *context, const T *item) noexcept {
         auto *self = static_cast<collector *>(context);
         try {
-            self->items.push_back(*item);
+            self->items.push_back(Out(*item));
         } catch (...) {
             if (!self->failure) {
                 self->failure = std::current_exception();
@@ -121,6 +122,9 @@ struct device_deleter {
 };
 struct space_deleter {
     void operator()(leechio_space *s) const noexcept { leechio_space_free(s); }
+};
+struct kernel_deleter {
+    void operator()(leechio_kernel *k) const noexcept { leechio_kernel_free(k); }
 };
 
 } // namespace detail
@@ -247,6 +251,81 @@ private:
     std::unique_ptr<leechio_device, detail::device_deleter> handle_;
 };
 
+/// One process of a Linux target (a thread-group leader), its strings
+/// copied out of the C record.
+struct process {
+    process() = default;
+    /// A copy of the C record, whose strings live only during a callback.
+    explicit process(const leechio_process &p)
+        : pid(p.pid), ppid(p.ppid), tgid(p.tgid), thread_count(p.thread_count), dtb(p.dtb),
+          task(p.task), mm(p.mm), name(p.name), cmdline(p.cmdline),
+          args(p.args ? std::string(p.args, p.args_length) : std::string()), state(p.state), kernel_thread(p.kernel_thread) {}
+
+    uint32_t pid = 0;
+    /// Its parent's pid (0 for the tasks the kernel starts itself).
+    uint32_t ppid = 0;
+    uint32_t tgid = 0;
+    /// Its threads, itself included.
+    uint32_t thread_count = 0;
+    /// Physical address of its top page table; 0 for kernel threads and
+    /// processes without memory (zombies).
+    uint64_t dtb = 0;
+    /// Kernel addresses of its task_struct and mm_struct.
+    uint64_t task = 0, mm = 0;
+    /// Its name (comm).
+    std::string name;
+    /// Its arguments joined by spaces.
+    std::string cmdline;
+    /// Its arguments as /proc/PID/cmdline gives them: each ends in a NUL.
+    std::string args;
+    /// /proc's state letter.
+    char state = 0;
+    bool kernel_thread = false;
+};
+
+/// The processes of a Linux target, by pid.
+struct process_list {
+    /// LEECHIO_OK, or LEECHIO_INCOMPLETE when some structures could not be
+    /// read (last_error_message() says which); the processes listed stand.
+    leechio_status status = LEECHIO_OK;
+    std::vector<process> processes;
+
+    /// Whether every structure was read.
+    bool ok() const noexcept { return status == LEECHIO_OK; }
+};
+
+/// A Linux kernel found in a device's memory with no profile (from its
+/// own BTF), freed when destroyed; it keeps the device open.
+class kernel {
+public:
+    /// Finds the kernel; hints null: none. Throws leechio::error
+    /// (LEECHIO_NOT_FOUND) when the target is not Linux or holds no BTF.
+    explicit kernel(const device &dev, const leechio_kernel_hints *hints = nullptr) {
+        leechio_kernel *raw = nullptr;
+        detail::check(leechio_kernel_find(dev.get(), hints, &raw));
+        handle_.reset(raw);
+    }
+
+    /// The C handle, still owned by this object.
+    leechio_kernel *get() const noexcept { return handle_.get(); }
+
+    /// Its processes, by pid, read level by level (a handful of device
+    /// calls).
+    process_list processes() const {
+        detail::collector<leechio_process, process> c;
+        process_list list;
+        list.status = leechio_kernel_processes(
+            get(), &detail::collector<leechio_process, process>::add, &c);
+        detail::check_io(list.status);
+        c.rethrow();
+        list.processes = std::move(c.items);
+        return list;
+    }
+
+private:
+    std::unique_ptr<leechio_kernel, detail::kernel_deleter> handle_;
+};
+
 /// A virtual address space (freed when destroyed). It keeps the device
 /// open even if the device object goes first.
 class address_space {
@@ -256,6 +335,16 @@ public:
                   const leechio_cache_options *options = nullptr) {
         leechio_space *raw = nullptr;
         detail::check(leechio_space_new(dev.get(), dtb, options, &raw));
+        handle_.reset(raw);
+    }
+
+    /// The address space of process pid of a Linux target; throws
+    /// leechio::error (LEECHIO_NOT_FOUND) for a pid no process has, a
+    /// kernel thread or a zombie.
+    address_space(const kernel &k, uint32_t pid,
+                  const leechio_cache_options *options = nullptr) {
+        leechio_space *raw = nullptr;
+        detail::check(leechio_space_new_for_pid(k.get(), pid, options, &raw));
         handle_.reset(raw);
     }
 

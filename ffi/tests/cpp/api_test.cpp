@@ -4,6 +4,8 @@
 // tests/c/api_test.c (see there). Exits 1 on the first mismatch.
 #include "leechio.hpp"
 
+#include "check.hpp"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -17,30 +19,9 @@
 
 namespace {
 
-unsigned checks = 0;
-
-#define CHECK(cond, ...)                                                            \
-    do {                                                                            \
-        checks++;                                                                   \
-        if (!(cond)) {                                                              \
-            std::fprintf(stderr, "%s:%d: check failed: %s\n  ", __FILE__, __LINE__, \
-                         #cond);                                                    \
-            std::fprintf(stderr, __VA_ARGS__);                                      \
-            std::fprintf(stderr, "\n");                                             \
-            std::exit(1);                                                           \
-        }                                                                           \
-    } while (0)
-
-uint64_t pattern_word(uint64_t addr) {
-    uint64_t z = addr + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-uint8_t pattern_byte(uint64_t addr) {
-    return static_cast<uint8_t>(pattern_word(addr & ~7ull) >> (8 * (addr & 7)));
-}
+using test::checks;
+using test::pattern_byte;
+using test::pattern_word;
 
 std::vector<uint8_t> read_file(const std::string &path) {
     std::ifstream in(path, std::ios::binary);
