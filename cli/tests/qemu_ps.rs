@@ -182,24 +182,28 @@ fn spaces_names_the_process_of_each_table() {
     assert_eq!(named, user, "{ps:#?}");
 }
 
+/// The rows of one run of `leechio bench --json` on `device` with the
+/// kernel's table `dtb`, memflow's rows from the plugin `make plugin`
+/// built.
+fn bench_rows(device: &str, dtb: &str) -> Vec<Value> {
+    let output = leechio_with(
+        Command::new(env!("CARGO_BIN_EXE_leechio"))
+            .args(["-d", device, "bench", "--runs", "1", "--json", "--dtb", dtb])
+            .env(
+                "LEECHIO_PLUGINS",
+                common::repo_root().join("target/release"),
+            ),
+    );
+    json_lines(&output)
+}
+
 #[test]
 fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
     let guest = shared_guest();
     let device = guest.device_string();
     let _paused = guest.pause();
     let dtb = format!("{:#x}", guest.kernel_dtb());
-    let output = leechio_with(
-        Command::new(env!("CARGO_BIN_EXE_leechio"))
-            .args([
-                "-d", &device, "bench", "--runs", "1", "--json", "--dtb", &dtb,
-            ])
-            // The plugin `make plugin` built, for memflow's rows.
-            .env(
-                "LEECHIO_PLUGINS",
-                common::repo_root().join("target/release"),
-            ),
-    );
-    let rows = json_lines(&output);
+    let rows = bench_rows(&device, &dtb);
     let row = |workload: &str, method: &str| {
         rows.iter()
             .find(|r| {
@@ -250,17 +254,7 @@ fn bench_on_the_running_guest_calls_no_read_of_the_64_mib_dumps_wrong() {
     let guest = shared_guest();
     let device = guest.device_string_with_delays(150_000, 21_000);
     let dtb = format!("{:#x}", guest.kernel_dtb());
-    let output = leechio_with(
-        Command::new(env!("CARGO_BIN_EXE_leechio"))
-            .args([
-                "-d", &device, "bench", "--runs", "1", "--json", "--dtb", &dtb,
-            ])
-            .env(
-                "LEECHIO_PLUGINS",
-                common::repo_root().join("target/release"),
-            ),
-    );
-    let rows = json_lines(&output);
+    let rows = bench_rows(&device, &dtb);
     let dumps: Vec<&Value> = rows
         .iter()
         .filter(|r| r["workload"] == "dump of 64 MiB of an address space")

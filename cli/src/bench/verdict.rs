@@ -182,6 +182,16 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// The verdict of `checked` reads of which `outcomes` differed.
+    fn counted(checked: usize, outcomes: Vec<Outcome>) -> Verdict {
+        let mut verdict = Verdict {
+            checked,
+            ..Verdict::default()
+        };
+        outcomes.into_iter().for_each(|o| verdict.count(o));
+        verdict
+    }
+
     /// Reads of 8 bytes at 0x1000 * n for each n of `pages`, the reference
     /// holding `[n; 8]`, compared with `got`.
     fn differing(pages: &[u64], got: &[u8]) -> (usize, Vec<Differing>) {
@@ -256,13 +266,8 @@ mod tests {
         let (outcomes, asked) = settle_scripted(&reads, 100, &script);
         assert_eq!(outcomes, [Changing]);
         assert_eq!(asked, [vec![0x1000]], "only the differing read, once");
-        let mut verdict = Verdict {
-            checked,
-            ..Verdict::default()
-        };
-        outcomes.into_iter().for_each(|o| verdict.count(o));
         assert_eq!(
-            verdict,
+            counted(checked, outcomes),
             Verdict {
                 checked: 1,
                 wrong: 0,
@@ -299,13 +304,8 @@ mod tests {
             ],
             "every round for the stable reads, none past the last"
         );
-        let mut verdict = Verdict {
-            checked,
-            ..Verdict::default()
-        };
-        outcomes.into_iter().for_each(|o| verdict.count(o));
         assert_eq!(
-            verdict,
+            counted(checked, outcomes),
             Verdict {
                 checked: 3,
                 wrong: 2,
