@@ -6,11 +6,11 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 
+use common::linux::{engine, no_cache};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestMemory, GuestOptions};
 use leechio::linux::{CacheLocation, FindError, Hints, Kernel, Source, KERNEL_MAP};
-use leechio::{Call, DeviceConfig, EngineConfig, LeechCore, Memory};
+use leechio::{Call, DeviceConfig, LeechCore, Memory};
 
 /// Read calls of a search: low memory, four levels of the image's tables
 /// (top entry, level 3, level 2, its split entries' tables), the read-only
@@ -20,21 +20,6 @@ const SEARCH_CALLS: u64 = 8;
 /// Read calls from the cache: the banner, tables and BTF together (four
 /// levels), then the two batches of init_task's check.
 const CACHE_CALLS: u64 = 6;
-
-fn engine(device: LeechCore) -> (Memory, Arc<LeechCore>) {
-    let device = Arc::new(device);
-    (
-        Memory::with_config(device.clone(), EngineConfig::default()),
-        device,
-    )
-}
-
-fn no_cache() -> Hints {
-    Hints {
-        cache: CacheLocation::Off,
-        ..Hints::default()
-    }
-}
 
 /// Finds the kernel, and the read calls it took.
 fn find(mem: &Memory, device: &LeechCore, hints: &Hints) -> (Result<Kernel, FindError>, u64) {

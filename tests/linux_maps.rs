@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::sync::Arc;
-
+use common::linux::engine;
 use common::qemu::oracle::GuestMap;
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
 use leechio::linux::{CacheLocation, Hints, Kernel, Vma};
-use leechio::{Call, DeviceConfig, EngineConfig, LeechCore, Memory};
+use leechio::{Call, DeviceConfig, LeechCore, Memory};
 
 /// Read calls of one process's maps besides its maple tree's levels: the
 /// `mm_struct`, the VMAs, their files, then two levels of dentries (every
@@ -21,14 +20,6 @@ const CALLS_BESIDE_THE_TREE: u64 = 5;
 /// `MT_FLAGS_HEIGHT_MASK` of `maple_tree.ma_flags`: the tree's height,
 /// from bit 2.
 const HEIGHT_MASK: u64 = 0x7c;
-
-fn engine(device: LeechCore) -> (Memory, Arc<LeechCore>) {
-    let device = Arc::new(device);
-    (
-        Memory::with_config(device.clone(), EngineConfig::default()),
-        device,
-    )
-}
 
 fn find(mem: &Memory) -> Kernel {
     let hints = Hints {

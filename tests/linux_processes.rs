@@ -16,11 +16,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
+use common::linux::{engine, no_cache};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
-use leechio::linux::{CacheLocation, Hints, Kernel, ProcessList, Stage};
-use leechio::{AddressSpace, Call, DeviceConfig, EngineConfig, LeechCore, Memory};
+use leechio::linux::{Kernel, ProcessList, Stage};
+use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 
 /// Read calls of a list once the kernel is known, on a guest whose pids
 /// stay under 4,096: the pid table's head, its two levels, the pids, the
@@ -36,21 +36,6 @@ const FIND_CALLS: u64 = 8;
 const KERNEL_THREAD_CHANGES: usize = 4;
 /// How many more processes the big guest starts.
 const EXTRA_PROCESSES: u32 = 300;
-
-fn engine(device: LeechCore) -> (Memory, Arc<LeechCore>) {
-    let device = Arc::new(device);
-    (
-        Memory::with_config(device.clone(), EngineConfig::default()),
-        device,
-    )
-}
-
-fn no_cache() -> Hints {
-    Hints {
-        cache: CacheLocation::Off,
-        ..Hints::default()
-    }
-}
 
 /// Lists the processes, and the read calls the list took.
 fn list(mem: &Memory, device: &LeechCore, kernel: &Kernel) -> (ProcessList, u64) {

@@ -7,20 +7,14 @@ mod common;
 
 use std::path::Path;
 
+use common::linux::no_cache;
 use common::qemu::{shared_guest, Guest};
-use leechio::linux::{CacheLocation, Hints, Kernel, VmcoreinfoError};
+use leechio::linux::{Kernel, VmcoreinfoError};
 use leechio::{DeviceConfig, LeechCore, Memory};
 
 /// `__START_KERNEL`: where `_text` is without KASLR; `KERNELOFFSET` is the
 /// distance from it (`kaslr_offset()`).
 const START_KERNEL: u64 = 0xffff_ffff_8100_0000;
-
-fn no_cache() -> Hints {
-    Hints {
-        cache: CacheLocation::Off,
-        ..Hints::default()
-    }
-}
 
 /// The text the guest's kernel put in its own note.
 fn guests_own_text(guest: &Guest) -> String {

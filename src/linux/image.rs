@@ -17,6 +17,7 @@
 
 use futures::future::join_all;
 
+use crate::vm::paging::{ADDR_MASK, NO_EXECUTE, PAGE_SIZE_BIT, PRESENT, WRITABLE};
 use crate::Memory;
 
 /// First address of the kernel image's mapping (`__START_KERNEL_map`).
@@ -28,12 +29,6 @@ const KERNEL_MAP_SIZE: u64 = 1 << 30;
 pub const LOW_MEMORY: u64 = 1 << 20;
 const PAGE: u64 = 0x1000;
 const LARGE: u64 = 0x20_0000;
-/// Address bits of a table entry (52-bit physical addresses).
-const ADDR: u64 = 0x000f_ffff_ffff_f000;
-const PRESENT: u64 = 1;
-const WRITABLE: u64 = 2;
-const HUGE: u64 = 0x80;
-const NO_EXECUTE: u64 = 1 << 63;
 
 /// A run of the image's mapping with one set of permissions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +93,7 @@ pub fn looks_like_top_table(page: &[u8], limit: u64) -> bool {
         if e & PRESENT == 0 {
             continue;
         }
-        if e & HUGE != 0 || e & ADDR >= limit || e & 0x7ff0_0000_0000_0000 != 0 {
+        if e & PAGE_SIZE_BIT != 0 || e & ADDR_MASK >= limit || e & 0x7ff0_0000_0000_0000 != 0 {
             return false;
         }
         if i >= 256 {
@@ -127,7 +122,7 @@ pub async fn low_memory_roots(mem: &Memory, limit: u64) -> Vec<u64> {
 
 /// One present leaf of `level2_kernel_pgt` or below.
 fn leaf(va: u64, entry: u64, size: u64) -> Segment {
-    let mask = !(size - 1) & ADDR;
+    let mask = !(size - 1) & ADDR_MASK;
     Segment {
         va,
         pa: entry & mask,
@@ -160,8 +155,10 @@ pub async fn image_of(
     base_hint: Option<u64>,
     limit: u64,
 ) -> Option<Image> {
-    let table =
-        |e: u64| (e & PRESENT != 0 && e & HUGE == 0 && e & ADDR < limit).then_some(e & ADDR);
+    let table = |e: u64| {
+        (e & PRESENT != 0 && e & PAGE_SIZE_BIT == 0 && e & ADDR_MASK < limit)
+            .then_some(e & ADDR_MASK)
+    };
     let top_entry = mem.read_val::<u64>(root + 511 * 8).await.ok()?;
     let level3 = table(top_entry)?;
     let level2 = table(mem.read_val::<u64>(level3 + 510 * 8).await.ok()?)?;
@@ -183,7 +180,9 @@ pub async fn image_of(
     }
     let tables = join_all(present.iter().map(|&(_, e)| async move {
         match table(e) {
-            Some(pt) if e & HUGE == 0 => read_page(mem, pt).await.map(|p| Some(entries(&p))),
+            Some(pt) if e & PAGE_SIZE_BIT == 0 => {
+                read_page(mem, pt).await.map(|p| Some(entries(&p)))
+            }
             _ => Some(None),
         }
     }))
@@ -201,11 +200,11 @@ pub async fn image_of(
     };
     for (&(va, e), pt) in present.iter().zip(tables) {
         match pt? {
-            None if e & HUGE != 0 && e & ADDR < limit => add(leaf(va, e, LARGE))?,
+            None if e & PAGE_SIZE_BIT != 0 && e & ADDR_MASK < limit => add(leaf(va, e, LARGE))?,
             None => return None,
             Some(ptes) => {
                 for (i, &pte) in ptes.iter().enumerate() {
-                    if pte & PRESENT != 0 && pte & ADDR < limit {
+                    if pte & PRESENT != 0 && pte & ADDR_MASK < limit {
                         add(leaf(va + i as u64 * PAGE, pte, PAGE))?;
                     }
                 }

@@ -7,7 +7,7 @@
 
 mod cache;
 mod mappings;
-mod paging;
+pub(crate) mod paging;
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub mod reference;

@@ -15,7 +15,7 @@ const ADDR_MASK_1G: u64 = 0x000f_ffff_c000_0000;
 pub(crate) const PRESENT: u64 = 1 << 0;
 /// Entry bit 7 in a PDPT or PD entry: maps a 1 GiB or 2 MiB page. In a
 /// PML4 entry it is reserved; in a PT entry it is PAT.
-const PAGE_SIZE_BIT: u64 = 1 << 7;
+pub(crate) const PAGE_SIZE_BIT: u64 = 1 << 7;
 /// Bits 20..13 of a 2 MiB page's entry: reserved (bit 12 is PAT).
 const RESERVED_2M: u64 = 0x001f_e000;
 /// Bits 29..13 of a 1 GiB page's entry: reserved (bit 12 is PAT).
@@ -28,11 +28,11 @@ pub(crate) const ENTRIES: usize = 512;
 pub(crate) const TABLE_SIZE: u64 = 0x1000;
 
 /// Entry bit 1: writes allowed (R/W).
-const WRITABLE: u64 = 1 << 1;
+pub(crate) const WRITABLE: u64 = 1 << 1;
 /// Entry bit 2: user-mode accesses allowed (U/S).
 const USER: u64 = 1 << 2;
 /// Entry bit 63: instruction fetches not allowed (XD/NX, with EFER.NXE).
-const NO_EXECUTE: u64 = 1 << 63;
+pub(crate) const NO_EXECUTE: u64 = 1 << 63;
 
 /// What a CPU allows through a mapping, as its entries say: every level
 /// must allow a write or a user access, and any level can forbid

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod elf_tools;
+pub mod linux;
 pub mod plugin;
 pub mod qemu;
 pub mod qmp_monitor;
