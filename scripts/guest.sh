@@ -20,6 +20,8 @@
 #                  linux-image-amd64) or `cloud` (target/guest/vmlinuz-cloud,
 #                  linux-image-cloud-amd64: same version, another config, so
 #                  other struct layouts); both from `make setup`
+#   --cpu MODEL    QEMU's CPU model (default qemu64); `max` has LA57, so
+#                  the kernel runs with 5-level paging (CR4.LA57 set)
 #   --processes N  start N more processes (`sleep 300000+I`, I from 1 to N,
 #                  at most 2000) with pids from 5000 up, so the pid table
 #                  needs a third level; listed in the oracle like the rest
@@ -81,6 +83,7 @@ dir=
 append=
 kaslr=nokaslr
 flavour=default
+cpu=qemu64
 processes=0
 
 die() { printf 'guest.sh: %s\n' "$*" >&2; exit 2; }
@@ -93,6 +96,7 @@ while [ $# -gt 0 ]; do
         --append) append=${2?--append needs kernel arguments}; shift 2 ;;
         --kaslr) kaslr=; shift ;;
         --kernel) flavour=${2:?--kernel needs a flavour}; shift 2 ;;
+        --cpu) cpu=${2:?--cpu needs a model}; shift 2 ;;
         --processes) processes=${2:?--processes needs a count}; shift 2 ;;
         -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
@@ -293,7 +297,7 @@ trap 'exit 129' HUP
 # id LeechCore's qemu device looks for to read the memory map).
 setpriv --pdeathsig KILL -- qemu-system-x86_64 \
     -nodefaults -no-user-config -no-reboot \
-    -machine pc,accel=tcg,memory-backend=qemu-ram \
+    -machine pc,accel=tcg,memory-backend=qemu-ram -cpu "$cpu" \
     -object "memory-backend-file,id=qemu-ram,size=$memory,mem-path=$shm,share=on" \
     -kernel "$kernel" -initrd "$initramfs" \
     -append "console=ttyS0${kaslr:+ $kaslr} pti=off panic=-1${extra_processes}${append:+ $append}" \
