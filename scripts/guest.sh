@@ -45,6 +45,7 @@
 #       is, physical, and the room it has)
 #   leechio-oracle: symbol NAME HEX TYPE   (one per /proc/kallsyms line of
 #       _text, init_top_pgt, init_task, init_pid_ns, page_offset_base,
+#       vmalloc_base, __pgtable_l5_enabled,
 #       __start_BTF, __stop_BTF, linux_banner, vmcoreinfo_data,
 #       vmcoreinfo_size and the kallsyms_* tables the kernel lists)
 #   leechio-oracle: task pid=N tgid=N ppid=N state=C kthread=0|1 comm=HEX cmdline=HEX
@@ -155,7 +156,8 @@ echo 0 >/proc/sys/kernel/kptr_restrict
 # looks each name up in a table (grep -w with many patterns takes seconds
 # under TCG).
 awk 'BEGIN {
-    split("_text _stext init_top_pgt init_task init_pid_ns page_offset_base __start_BTF " \
+    split("_text _stext init_top_pgt init_task init_pid_ns page_offset_base vmalloc_base " \
+        "__pgtable_l5_enabled __start_BTF " \
         "__stop_BTF linux_banner kallsyms_num_syms kallsyms_names kallsyms_token_table " \
         "kallsyms_token_index kallsyms_offsets kallsyms_relative_base kallsyms_markers " \
         "kallsyms_addresses kallsyms_seqs_of_names vmcoreinfo_data vmcoreinfo_size", names, " ")

@@ -32,8 +32,8 @@ pub use error::{printable, Error};
 pub use leechcore_sys;
 pub use memmap::{MemoryMap, MemoryMapError, MemoryRange};
 pub use vm::{
-    Access, AddressSpace, Alias, FailedRange, Mapping, Mappings, PageSize, Translation, VmConfig,
-    WalkError,
+    Access, AddressSpace, Alias, FailedRange, Mapping, Mappings, PageSize, Paging, Translation,
+    VmConfig, WalkError,
 };
 
 /// The README's examples, compiled as doctests so they stay true.

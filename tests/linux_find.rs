@@ -120,6 +120,7 @@ fn finds_the_kernel_with_kaslr_on() {
         memory: GuestMemory::Mib256,
         kaslr: true,
         kernel: GuestKernel::Default,
+        ..GuestOptions::default()
     });
     // The guest's own symbols said where it went (checked above); that is
     // not where it goes without KASLR, in all but about 1 boot in 500.
@@ -137,6 +138,7 @@ fn finds_the_kernel_of_another_build_with_other_struct_layouts() {
         memory: GuestMemory::Mib256,
         kaslr: true,
         kernel: GuestKernel::Cloud,
+        ..GuestOptions::default()
     });
     // Another configuration of the same version: its offsets come from its
     // own BTF (the checks above read init_task's fields through them).

@@ -148,7 +148,8 @@ fn check_address_spaces(list: &ProcessList, guest: &Guest, mem: &Memory) {
     let threads: Vec<&str> = process.threads.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(threads, ["leechio-thr-1", "leechio-thr-2"]);
     let dtb = process.dtb.expect("the pattern process's DTB");
-    let space = AddressSpace::new(mem.clone(), dtb);
+    // In the mode the guest's CPU runs in.
+    let space = AddressSpace::new(mem.clone(), dtb, guest.paging());
     for half in pattern.halves() {
         let len = 0x3000;
         let mut bytes = vec![0u8; len];

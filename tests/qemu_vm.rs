@@ -8,6 +8,11 @@
 //! kernel addresses it walks the very tables `guest.kernel_dtb()` leads to.
 //! Each test checks that first. Everything is compared with the guest's CPU
 //! paused.
+//!
+//! Each test runs on the 4-level guest (`nokaslr`) and on a guest whose CPU
+//! has 5-level paging turned on (CR4.LA57), with KASLR; the address space's
+//! mode is the one `detect_paging` finds in the tables, checked against
+//! the CPU's CR4.
 
 mod common;
 
@@ -15,21 +20,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::qemu::{shared_guest, Guest, DIRECT_MAP, KERNEL_MAP};
+use common::qemu::{shared_guest, shared_la57_guest, Guest, SharedGuest, KERNEL_MAP};
 use futures::future::join_all;
-use leechio::vm::CacheConfig;
+use leechio::vm::{detect_paging, CacheConfig, LEVELS};
 use leechio::{
     Access, AddressSpace, Alias, Call, EngineConfig, LeechCore, Mapping, Memory, MemoryMap,
-    PageError, PageSize, VmConfig,
+    PageError, PageSize, Paging, VmConfig,
 };
 
 const PAGE: u64 = 0x1000;
-/// First address of the kernel half (4-level paging).
-const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
-/// One past the direct map (64 TiB, 4-level paging).
-const DIRECT_MAP_END: u64 = DIRECT_MAP + (64 << 40);
-/// The vmalloc area (32 TiB, 4-level paging).
-const VMALLOC: std::ops::Range<u64> = 0xffff_c900_0000_0000..0xffff_e900_0000_0000;
 /// One past the kernel text mapping (`MODULES_VADDR` with a 1 GiB image
 /// space): modules, fixmap and the like follow.
 const KERNEL_MAP_END: u64 = 0xffff_ffff_c000_0000;
@@ -64,18 +63,64 @@ enum Region {
     Other,
 }
 
-fn region(va: u64) -> Region {
-    match va {
-        _ if (KERNEL_MAP..KERNEL_MAP_END).contains(&va) => Region::Text,
-        _ if (DIRECT_MAP..DIRECT_MAP_END).contains(&va) => Region::DirectMap,
-        _ if VMALLOC.contains(&va) => Region::Vmalloc,
-        _ => Region::Other,
+/// Where a guest's kernel keeps what: its paging mode (per the CPU) and
+/// the bases of its direct map and vmalloc area (per the kernel's own
+/// variables, read through the monitor: KASLR moves them).
+struct Layout {
+    paging: Paging,
+    direct_map: std::ops::Range<u64>,
+    vmalloc: std::ops::Range<u64>,
+}
+
+impl Layout {
+    fn of(guest: &Guest) -> Layout {
+        let paging = guest.paging();
+        let direct_map = guest.page_offset_base();
+        let vmalloc = guest
+            .x(guest.symbol("vmalloc_base"), 1)
+            .expect("vmalloc_base is readable")[0];
+        // The areas' sizes (Documentation/arch/x86/x86_64/mm.rst): 64 TiB
+        // and 32 TiB with 4 levels, 32 PiB and 12.5 PiB with 5.
+        let (direct_size, vmalloc_size) = match paging {
+            Paging::FourLevel => (64u64 << 40, 32u64 << 40),
+            Paging::FiveLevel => (32 << 50, 12800 << 40),
+        };
+        Layout {
+            paging,
+            direct_map: direct_map..direct_map + direct_size,
+            vmalloc: vmalloc..vmalloc + vmalloc_size,
+        }
+    }
+
+    fn region(&self, va: u64) -> Region {
+        match va {
+            _ if (KERNEL_MAP..KERNEL_MAP_END).contains(&va) => Region::Text,
+            _ if self.direct_map.contains(&va) => Region::DirectMap,
+            _ if self.vmalloc.contains(&va) => Region::Vmalloc,
+            _ => Region::Other,
+        }
+    }
+
+    /// First address of the kernel half.
+    fn kernel_half(&self) -> u64 {
+        self.paging.upper_half()
     }
 }
 
-/// Index of `va` in the table of `level` (0 = PML4).
+/// Index of `va` in the table of `level` (0 = PML5, 1 = PML4, 4 = PT).
 fn index(va: u64, level: usize) -> u64 {
-    (va >> (39 - 9 * level)) & 0x1ff
+    (va >> (48 - 9 * level)) & 0x1ff
+}
+
+/// The kernel's address space as the code under test reads it: in the mode
+/// its tables show, which must be the CPU's.
+fn kernel_space(mem: &Memory, guest: &Guest, config: VmConfig) -> AddressSpace {
+    let evidence = mem.block_on(detect_paging(mem, guest.kernel_dtb()));
+    let paging = evidence
+        .paging()
+        .unwrap_or_else(|e| panic!("{e}: {evidence:?}"));
+    assert_eq!(paging, guest.paging(), "{evidence:?}");
+    AddressSpace::with_config(mem.clone(), guest.kernel_dtb(), paging, config)
 }
 
 /// The engine over a freshly opened device, and the device (for its call
@@ -114,12 +159,15 @@ fn in_ram(map: &MemoryMap, pa: u64, len: u64) -> bool {
 /// entry, with the text mapping apart from what follows it (modules,
 /// fixmap), so that a region of many small mappings (the espfix area maps
 /// one page every 64 KiB) does not crowd out the others.
-fn groups(mappings: &[Mapping]) -> Vec<Vec<Mapping>> {
+fn groups(layout: &Layout, mappings: &[Mapping]) -> Vec<Vec<Mapping>> {
     let mut by: BTreeMap<(u64, bool), Vec<Mapping>> = BTreeMap::new();
     for m in mappings {
-        by.entry((index(m.va, 0), m.va >= KERNEL_MAP_END))
-            .or_default()
-            .push(*m);
+        by.entry((
+            index(m.va, layout.paging.top_level()),
+            m.va >= KERNEL_MAP_END,
+        ))
+        .or_default()
+        .push(*m);
     }
     by.into_values().collect()
 }
@@ -139,9 +187,9 @@ fn random_mapped(rng: &mut fastrand::Rng, groups: &[Vec<Mapping>]) -> (u64, Mapp
 
 /// Random kernel-half addresses in the holes between mappings (as the
 /// mappings say; the monitor decides), and non-canonical ones.
-fn unmapped(rng: &mut fastrand::Rng, mappings: &[Mapping], n: usize) -> Vec<u64> {
+fn unmapped(rng: &mut fastrand::Rng, layout: &Layout, mappings: &[Mapping], n: usize) -> Vec<u64> {
     let mut holes: Vec<(u64, u64)> = Vec::new();
-    let mut at = KERNEL_HALF;
+    let mut at = layout.kernel_half();
     for m in mappings {
         if m.va > at {
             holes.push((at, m.va));
@@ -165,10 +213,12 @@ fn unmapped(rng: &mut fastrand::Rng, mappings: &[Mapping], n: usize) -> Vec<u64>
             }
         })
         .collect();
+    // Non-canonical: just past each half, and far from both.
+    let paging = layout.paging;
     vas.extend([
-        0x0000_8000_0000_0000,
+        paging.lower_half_end(),
         0x1234_5678_9abc_def0,
-        0xffff_7fff_ffff_f000,
+        paging.upper_half() - PAGE,
         0x8000_0000_0000_0000,
     ]);
     vas
@@ -176,8 +226,17 @@ fn unmapped(rng: &mut fastrand::Rng, mappings: &[Mapping], n: usize) -> Vec<u64>
 
 #[test]
 fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_calls() {
-    let guest = shared_guest();
+    translate_and_read_a_thousand_kernel_addresses(shared_guest());
+}
+
+#[test]
+fn with_5_level_paging_a_thousand_kernel_addresses_translate_and_read_in_six_calls() {
+    translate_and_read_a_thousand_kernel_addresses(shared_la57_guest());
+}
+
+fn translate_and_read_a_thousand_kernel_addresses(guest: SharedGuest) {
     let (mem, device) = open(&guest);
+    let layout = Layout::of(&guest);
     let ram = guest.ram_map();
     let _paused = guest.pause();
     assert_monitor_walks_the_kernel_tables(&guest);
@@ -185,11 +244,11 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
     // The kernel's mappings, listed by the code under test (a separate
     // address space, so the batch below starts cold); the monitor judges
     // every address drawn from them.
-    let listing = AddressSpace::new(mem.clone(), guest.kernel_dtb());
-    let listed = mem.block_on(listing.mappings(KERNEL_HALF..));
+    let listing = kernel_space(&mem, &guest, VmConfig::default());
+    let listed = mem.block_on(listing.mappings(layout.kernel_half()..));
     assert!(listed.failed.is_empty(), "{:x?}", listed.failed);
     let mappings = listed.mappings;
-    let groups = groups(&mappings);
+    let groups = groups(&layout, &mappings);
     assert_aliases_map_as_the_monitor_says(&guest, &listed.aliases);
     assert!(groups.len() >= 4, "only {} kernel regions", groups.len());
 
@@ -209,7 +268,7 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
         access: Access::default(),
     }));
     covered.sort_by_key(|m| m.va);
-    vas.extend(unmapped(&mut rng, &covered, UNMAPPED));
+    vas.extend(unmapped(&mut rng, &layout, &covered, UNMAPPED));
     // Reads of 8..=64 bytes at mapped addresses whose bytes are RAM (the
     // device reads RAM only), some unaligned, some across a page boundary
     // where the mapping goes on; and a few at unmapped addresses.
@@ -238,7 +297,7 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
     );
 
     // One batch: every translation and every read, cold.
-    let space = AddressSpace::with_config(mem.clone(), guest.kernel_dtb(), LONG_CACHES);
+    let space = kernel_space(&mem, &guest, LONG_CACHES);
     let batch = || {
         let mut bufs: Vec<Vec<u8>> = reads.iter().map(|&(_, n)| vec![0xa5; n]).collect();
         let (translations, results) = mem.block_on(futures::future::join(
@@ -264,7 +323,12 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
     let again = mem.block_on(join_all(vas.iter().map(|&va| space.translate(va))));
     let translations_only = device.call_count(Call::ReadScatter) - calls;
     eprintln!("device calls: cold {cold}, warm {warm}, warm translations {translations_only}");
-    assert!(cold <= 5, "the cold batch took {cold} device calls");
+    // One call a level, and one for the data.
+    let levels = u64::from(layout.paging.levels());
+    assert!(
+        cold <= levels + 1,
+        "the cold batch took {cold} device calls"
+    );
     assert_eq!(warm, 1, "the warm batch took {warm} device calls");
     assert_eq!(
         translations_only, 0,
@@ -285,7 +349,7 @@ fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_ca
             Ok(t) => {
                 assert_eq!(Some(t.pa), want, "translation of {va:#x}: {t:x?}");
                 assert_eq!(t.va, va);
-                *regions.entry(region(va)).or_default() += 1;
+                *regions.entry(layout.region(va)).or_default() += 1;
                 *sizes.entry(t.page_size).or_default() += 1;
             }
             Err(e) => {
@@ -376,19 +440,23 @@ fn assert_aliases_map_as_the_monitor_says(guest: &Guest, aliases: &[Alias]) {
 }
 
 /// The monitor's own walk: the entry at each level, per `xp` of the tables.
-fn xp_walk(guest: &Guest, va: u64) -> ([Option<u64>; 4], Option<(u64, PageSize)>) {
-    let mut entries = [None; 4];
+fn xp_walk(
+    guest: &Guest,
+    paging: Paging,
+    va: u64,
+) -> ([Option<u64>; LEVELS], Option<(u64, PageSize)>) {
+    let mut entries = [None; LEVELS];
     let mut table = guest.kernel_dtb();
-    for (level, slot) in entries.iter_mut().enumerate() {
+    for (level, slot) in entries.iter_mut().enumerate().skip(paging.top_level()) {
         let e = guest.xp(table + index(va, level) * 8, 1)[0];
         *slot = Some(e);
         if e & 1 == 0 {
             return (entries, None);
         }
         let size = match level {
-            1 if e & 0x80 != 0 => Some(PageSize::Size1G),
-            2 if e & 0x80 != 0 => Some(PageSize::Size2M),
-            3 => Some(PageSize::Size4K),
+            2 if e & 0x80 != 0 => Some(PageSize::Size1G),
+            3 if e & 0x80 != 0 => Some(PageSize::Size2M),
+            4 => Some(PageSize::Size4K),
             _ => None,
         };
         if let Some(size) = size {
@@ -402,12 +470,23 @@ fn xp_walk(guest: &Guest, va: u64) -> ([Option<u64>; 4], Option<(u64, PageSize)>
 
 #[test]
 fn large_and_small_pages_translate_with_the_entries_the_tables_hold() {
-    let guest = shared_guest();
+    translate_pages_of_each_size(shared_guest());
+}
+
+#[test]
+fn with_5_level_paging_pages_translate_with_the_entries_the_tables_hold() {
+    translate_pages_of_each_size(shared_la57_guest());
+}
+
+fn translate_pages_of_each_size(guest: SharedGuest) {
     let (mem, _device) = open(&guest);
+    let layout = Layout::of(&guest);
     let _paused = guest.pause();
     assert_monitor_walks_the_kernel_tables(&guest);
-    let space = AddressSpace::new(mem.clone(), guest.kernel_dtb());
-    let mappings = mem.block_on(space.mappings(KERNEL_HALF..)).mappings;
+    let space = kernel_space(&mem, &guest, VmConfig::default());
+    let mappings = mem
+        .block_on(space.mappings(layout.kernel_half()..))
+        .mappings;
 
     // Up to four pages of each size, from different regions where there
     // are; and the first and last byte of each page and a byte inside.
@@ -416,7 +495,7 @@ fn large_and_small_pages_translate_with_the_entries_the_tables_hold() {
     for m in &mappings {
         let size = m.page_size.bytes();
         let list = picked.entry(m.page_size).or_default();
-        let r = region(m.va);
+        let r = layout.region(m.va);
         if list.len() < 4 && !list.iter().any(|&(pr, _)| pr == r) && m.size >= size {
             // A whole page of the mapping.
             let first = m.va.next_multiple_of(size);
@@ -443,7 +522,7 @@ fn large_and_small_pages_translate_with_the_entries_the_tables_hold() {
             let got = mem.block_on(join_all(vas.iter().map(|&va| space.translate(va))));
             for (&va, t) in vas.iter().zip(got) {
                 let t = t.unwrap_or_else(|e| panic!("{va:#x} ({size:?} page): {e}"));
-                let (entries, found) = xp_walk(&guest, va);
+                let (entries, found) = xp_walk(&guest, layout.paging, va);
                 assert_eq!(t.entries, entries, "entries for {va:#x}");
                 assert_eq!(Some((t.pa, t.page_size)), found, "walk of {va:#x}");
                 assert_eq!(t.page_size, size, "{va:#x}");

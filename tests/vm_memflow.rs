@@ -66,7 +66,7 @@ fn translations_and_reads_match_memflow_dummy_os() {
     for pid in pids {
         let info = os.process_info_by_pid(pid).unwrap();
         let (dtb, base) = (info.dtb1.to_umem(), info.address.to_umem());
-        let space = AddressSpace::new(mem.clone(), dtb);
+        let space = AddressSpace::new(mem.clone(), dtb, leechio::Paging::FourLevel);
         let addrs = addresses(&mut rng, base, map_size as u64, 2000);
 
         let ours = mem.block_on(join_all(addrs.iter().map(|&va| space.translate(va))));
@@ -251,7 +251,7 @@ fn large_pages_match_the_x86_64_crate_and_memflow() {
         .unwrap();
     let translator = x64::new_translator(dtb.into());
     let (_dir, mem, _device) = open_image(bytes);
-    let space = AddressSpace::new(mem.clone(), dtb);
+    let space = AddressSpace::new(mem.clone(), dtb, leechio::Paging::FourLevel);
     let ours = mem.block_on(join_all(addrs.iter().map(|&va| space.translate(va))));
     let mut sizes = std::collections::HashSet::new();
     for ((&va, t), expected) in addrs.iter().zip(&ours).zip(&oracle) {

@@ -9,6 +9,7 @@ mod bench;
 mod dump;
 mod maps;
 mod numbers;
+mod paging;
 mod processes;
 mod signals;
 mod undo;
@@ -50,6 +51,9 @@ struct Cli {
     /// Print JSON lines instead of text
     #[arg(long, global = true)]
     json: bool,
+    /// Levels of page tables, 4 or 5 (5-level paging, LA57), where a page-table root's tables read both ways; found from the tables otherwise
+    #[arg(long, global = true, value_name = "LEVELS", value_parser = paging::parse)]
+    paging: Option<leechio::Paging>,
     #[command(subcommand)]
     command: Command,
 }
@@ -137,6 +141,7 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     output::log_to_stderr(cli.verbose);
+    paging::set(cli.paging);
     match run(&cli) {
         Ok(code) => code,
         Err(Failure(message)) => {
@@ -253,7 +258,7 @@ fn read(cli: &Cli, addr: u64, len: u64, dtb: Option<u64>) -> Result<ExitCode, Fa
         .ok_or_else(|| Failure(format!("length {len:#x} is over 1 GiB")))?;
     let mem = open(cli)?;
     let mut buf = vec![0u8; len];
-    let space = dtb.map(|dtb| AddressSpace::new(mem.clone(), dtb));
+    let space = dtb.map(|dtb| paging::space(&mem, dtb)).transpose()?;
     // In a scope, the device fills `buf` in place.
     let result = mem.scope(|s| match &space {
         Some(space) => mem.block_on(space.read_scoped(s, addr, &mut buf)),
@@ -383,9 +388,19 @@ fn virtual_failure_reasons(
 
 fn translate(cli: &Cli, vas: &[u64], dtb: u64) -> Result<ExitCode, Failure> {
     let mem = open(cli)?;
-    let space = AddressSpace::new(mem.clone(), dtb);
+    let space = paging::space(&mem, dtb)?;
     // Every address in one batch: the walks share their device calls.
     let results = mem.block_on(join_all(vas.iter().map(|&va| space.translate(va))));
+    let levels = space.paging().levels();
+    let top = space.paging().top_level();
+    // The entries of the mode's levels, top first (PML5E or PML4E down to
+    // PTE), `null` below a large page or where the walk stopped.
+    let named_entries = |entries: &[Option<u64>]| -> Vec<Option<String>> {
+        entries[top..].iter().map(|e| e.map(hex)).collect()
+    };
+    if !cli.json {
+        outln!("{} paging, top table at {:#x}", space.paging(), space.dtb());
+    }
     let mut all_ok = true;
     for (&va, result) in vas.iter().zip(&results) {
         all_ok &= result.is_ok();
@@ -393,11 +408,11 @@ fn translate(cli: &Cli, vas: &[u64], dtb: u64) -> Result<ExitCode, Failure> {
             let line = match result {
                 Ok(t) => {
                     json!({"va": hex(va), "pa": hex(t.pa), "page_size": t.page_size.bytes(), "error": null,
-                    "entries": t.entries.iter().map(|e| e.map(hex)).collect::<Vec<_>>()})
+                    "paging": levels, "entries": named_entries(&t.entries)})
                 }
                 Err(e) => {
                     json!({"va": hex(va), "pa": null, "page_size": null, "error": e.to_string(),
-                    "entries": e.entries.iter().map(|e| e.map(hex)).collect::<Vec<_>>()})
+                    "paging": levels, "entries": named_entries(&e.entries)})
                 }
             };
             outln!("{line}");
@@ -431,7 +446,8 @@ fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
     let mem = open(cli)?;
     let total = mem.backend().memory_map().total_size();
     let bar = dump::progress_bar(total, !cli.json);
-    let found = leechio::vm::find_address_spaces(&mem, |done, _| bar.set_position(done));
+    let found =
+        leechio::vm::find_address_spaces(&mem, paging::given(), |done, _| bar.set_position(done));
     bar.finish_and_clear();
     // On a Linux target, each table's process.
     let owners = match found.is_empty() {
@@ -441,36 +457,50 @@ fn spaces(cli: &Cli) -> Result<ExitCode, Failure> {
     let owner = |dtb| owners.as_ref().and_then(|o| processes::owner(o, dtb));
     if !cli.json {
         outln!(
-            "{:>18}  {:>12}  {:>12}  {:>7}  {:>7}  process",
+            "{:>18}  {:>6}  {:>12}  {:>12}  {:>7}  {:>7}  process",
             "DTB",
+            "paging",
             "user mapped",
             "kernel mapped",
             "entries",
             "sharing"
         );
     }
+    let kib = |bytes: Option<u64>| bytes.map_or("? K".to_string(), |b| format!("{} K", b >> 10));
     for c in &found {
         let owner = owner(c.dtb);
+        let levels = c.paging.as_ref().ok().map(|p| p.levels());
         if cli.json {
             let (pid, name) = owner.map(|o| o.json()).unzip();
             outln!(
                 "{}",
-                json!({"dtb": hex(c.dtb), "user_mapped": c.user_mapped, "kernel_mapped": c.kernel_mapped,
+                json!({"dtb": hex(c.dtb), "paging": levels, "paging_unknown": c.paging.as_ref().err(),
+                    "user_mapped": c.user_mapped, "kernel_mapped": c.kernel_mapped,
                     "user_entries": c.user_entries, "kernel_entries": c.kernel_entries,
                     "sharing_kernel_half": c.sharing_kernel_half, "pid": pid.flatten(), "process": name})
             );
         } else {
             outln!(
-                "{:#18x}  {:>10} K  {:>10} K  {:>3}+{:<3}  {:>7}  {}",
+                "{:#18x}  {:>6}  {:>12}  {:>12}  {:>3}+{:<3}  {:>7}  {}",
                 c.dtb,
-                c.user_mapped >> 10,
-                c.kernel_mapped >> 10,
+                levels.map_or("?".to_string(), |l| l.to_string()),
+                kib(c.user_mapped),
+                kib(c.kernel_mapped),
                 c.user_entries,
                 c.kernel_entries,
                 c.sharing_kernel_half,
                 owner.map(|o| o.text()).unwrap_or_default()
             );
         }
+    }
+    // Candidates whose tables read both ways: why, once per reason.
+    let mut unknown: Vec<&String> = found
+        .iter()
+        .filter_map(|c| c.paging.as_ref().err())
+        .collect();
+    unknown.dedup();
+    for why in unknown {
+        errln!("leechio: paging mode unknown, sizes not counted: {why}; give --paging 4 or 5");
     }
     // A scan that lost its target found nothing past that point: not a
     // result.

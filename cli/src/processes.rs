@@ -33,6 +33,7 @@ impl KernelArgs {
         Hints {
             dtb: self.dtb,
             kernel_base: self.kernel_base,
+            paging: crate::paging::given(),
             btf_file: self.btf.clone(),
             cache: match self.no_cache {
                 true => CacheLocation::Off,

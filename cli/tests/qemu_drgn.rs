@@ -135,6 +135,7 @@ fn drgn_opens_a_physical_dump_as_a_kernel_core_through_its_vmcoreinfo_note() {
         memory: GuestMemory::Mib256,
         kaslr: true,
         kernel: GuestKernel::Default,
+        ..GuestOptions::default()
     });
     let dir = tempfile::tempdir().unwrap();
     let device = guest.device_string();

@@ -302,7 +302,8 @@ pub unsafe extern "C" fn leechio_space_new_for_pid(
                 ),
             )
         })?;
-        let space = AddressSpace::with_config(k.mem.clone(), dtb, config);
+        let space =
+            AddressSpace::with_config(k.mem.clone(), dtb, engine::Paging::FourLevel, config);
         // SAFETY: checked non-NULL above.
         unsafe { leechio_space { space }.give(out) };
         Ok(())

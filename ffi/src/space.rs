@@ -181,7 +181,8 @@ pub unsafe extern "C" fn leechio_space_new(
         let d = unsafe { leechio_device::lend(device)? };
         // SAFETY: the caller's contract.
         let config = unsafe { vm_config(options) };
-        let space = AddressSpace::with_config(d.mem.clone(), dtb, config);
+        let space =
+            AddressSpace::with_config(d.mem.clone(), dtb, engine::Paging::FourLevel, config);
         // SAFETY: checked non-NULL above.
         unsafe { leechio_space { space }.give(out) };
         Ok(())

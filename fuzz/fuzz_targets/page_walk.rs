@@ -15,7 +15,7 @@
 use std::sync::{Arc, OnceLock};
 
 use leechio::vm::reference::{expand, mapped_bytes, misplaced_alias, mistranslated, Reference};
-use leechio::vm::{AddressSpace, VmConfig};
+use leechio::vm::{detect_paging, AddressSpace, Paging, VmConfig};
 use leechio::{EngineConfig, MemBackend, Memory};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -25,7 +25,7 @@ const MEMORY: u64 = 16 * MIB;
 const PRESENT_RW: u64 = 0x3;
 const PS: u64 = 1 << 7;
 /// Present entries per table at most: the reference's work grows with
-/// their fourth power.
+/// their fifth power.
 const MAX_ENTRIES: u8 = 6;
 
 /// The memory, made once: a run writes only its table pages.
@@ -66,14 +66,9 @@ fn entry(u: &mut Unstructured, tables: &[u64]) -> Result<u64> {
     })
 }
 
-/// A byte of address space in either canonical half.
-fn canonical(u: &mut Unstructured) -> Result<u64> {
-    let a = u.arbitrary::<u64>()? & ((1 << 48) - 1);
-    Ok(if a >> 47 == 1 {
-        a | 0xffff_0000_0000_0000
-    } else {
-        a
-    })
+/// A byte of address space in either canonical half of `paging`.
+fn canonical(u: &mut Unstructured, paging: Paging) -> Result<u64> {
+    Ok(paging.sign_extend(u.arbitrary::<u64>()?))
 }
 
 fn run(u: &mut Unstructured) -> Result<()> {
@@ -101,10 +96,14 @@ fn run(u: &mut Unstructured) -> Result<()> {
         2 => 39,
         _ => u.arbitrary()?,
     };
+    let paging = match u.arbitrary()? {
+        true => Paging::FiveLevel,
+        false => Paging::FourLevel,
+    };
     let (lo, hi) = if u.arbitrary()? {
         (0, u64::MAX)
     } else {
-        let mut ends = [canonical(u)?, canonical(u)?];
+        let mut ends = [canonical(u, paging)?, canonical(u, paging)?];
         ends.sort_unstable();
         (ends[0], ends[1])
     };
@@ -117,14 +116,16 @@ fn run(u: &mut Unstructured) -> Result<()> {
         }
     };
     let dtb = tables[0];
-    let space = AddressSpace::with_config(mem.clone(), dtb, config);
+    let space = AddressSpace::with_config(mem.clone(), dtb, paging, config);
     let found = mem.block_on(space.mappings(lo..=hi));
-    let reference = Reference::walk(backend, MEMORY, physical_bits, dtb, lo..=hi);
+    let reference = Reference::walk(backend, MEMORY, physical_bits, paging, dtb, lo..=hi);
+    // Whatever the tables hold, the mode is told or said unknown.
+    let _ = mem.block_on(detect_paging(mem, dtb)).paging();
     assert_eq!(expand(&found), reference.mappings(), "{found:x?}");
     assert_eq!(misplaced_alias(&found), None);
     if (lo, hi) == (0, u64::MAX) {
         assert_eq!(
-            mem.block_on(mapped_bytes(&space, &[dtb])),
+            mem.block_on(mapped_bytes(&space, &[(dtb, paging)])),
             vec![reference.mapped_bytes()]
         );
     }

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::vm::Paging;
+
 /// Kernels remembered; the oldest goes first.
 const MAX_ENTRIES: usize = 8;
 /// Largest cache file read (a few KiB per kernel).
@@ -50,6 +52,8 @@ pub struct Entry {
     pub banner: String,
     /// The kernel's top-level page table.
     pub dtb: u64,
+    /// The paging mode its tables were found in.
+    pub paging: Paging,
     /// `_text`.
     pub virtual_base: u64,
     /// Physical address of `_text`.
@@ -83,6 +87,7 @@ impl Entry {
         json!({
             "banner": self.banner,
             "dtb": hex(self.dtb),
+            "paging": self.paging.levels(),
             "virtual_base": hex(self.virtual_base),
             "physical_base": hex(self.physical_base),
             "btf": self.btf.map(|(at, len)| json!([hex(at), hex(len)])),
@@ -113,6 +118,7 @@ impl Entry {
             searched,
             banner: v["banner"].as_str()?.to_string(),
             dtb: parse_hex(&v["dtb"])?,
+            paging: Paging::from_levels(u8::try_from(v["paging"].as_u64()?).ok()?)?,
             virtual_base: parse_hex(&v["virtual_base"])?,
             physical_base: parse_hex(&v["physical_base"])?,
             btf,
@@ -156,6 +162,7 @@ mod tests {
         Entry {
             banner: banner.into(),
             dtb: 0x2a10000,
+            paging: Paging::FiveLevel,
             virtual_base: 0xffff_ffff_8100_0000,
             physical_base: 0x100_0000,
             btf: Some((0xffff_ffff_824c_1b88, 0x42_1234)),

@@ -1,9 +1,10 @@
 //! Where the kernel's image lies, from its page tables.
 //!
 //! x86-64 Linux maps its image at `__START_KERNEL_map` + offset through
-//! three tables inside the image itself: the top table's last entry (511)
-//! points at `level3_kernel_pgt`, whose entry 510 points at
-//! `level2_kernel_pgt`, whose entries map the image in 2 MiB steps (some
+//! tables inside the image itself: the top table's last entry (511) points
+//! at `level3_kernel_pgt` (with 5-level paging, at `level4_kernel_pgt`,
+//! whose entry 511 points at `level3_kernel_pgt`), whose entry 510 points
+//! at `level2_kernel_pgt`, whose entries map the image in 2 MiB steps (some
 //! split into 4 KiB pages where permissions change). Entries below `_text`
 //! are cleared at boot (`cleanup_highmap`), so the first present one is the
 //! kernel's virtual base, and what it maps is the physical base, both
@@ -17,14 +18,17 @@
 
 use futures::future::join_all;
 
-use crate::vm::paging::{ADDR_MASK, NO_EXECUTE, PAGE_SIZE_BIT, PRESENT, WRITABLE};
+use crate::vm::paging::{table_index, ADDR_MASK, NO_EXECUTE, PAGE_SIZE_BIT, PRESENT, WRITABLE};
+use crate::vm::Paging;
 use crate::Memory;
 
 /// First address of the kernel image's mapping (`__START_KERNEL_map`).
 pub const KERNEL_MAP: u64 = 0xffff_ffff_8000_0000;
 /// Size of the image mapping (`KERNEL_IMAGE_SIZE` with KASLR): one
 /// `level2_kernel_pgt`.
-const KERNEL_MAP_SIZE: u64 = 1 << 30;
+pub const KERNEL_MAP_SIZE: u64 = 1 << 30;
+/// Level of the entries of `level2_kernel_pgt` (page directory entries).
+const PDE_LEVEL: usize = 3;
 /// Where the trampoline's top table is looked for.
 pub const LOW_MEMORY: u64 = 1 << 20;
 const PAGE: u64 = 0x1000;
@@ -50,6 +54,8 @@ pub struct Segment {
 pub struct Image {
     /// The top table it was found through.
     pub root: u64,
+    /// The paging mode its tables were read in.
+    pub paging: Paging,
     /// The top table's entry 511 (shared by every page table of the
     /// kernel: how another root is recognised as the same kernel's).
     pub top_entry: u64,
@@ -144,28 +150,43 @@ async fn read_page(mem: &Memory, pa: u64) -> Option<Vec<u8>> {
     Some(page)
 }
 
-/// Follows `root`'s entry 511 to the image's 2 MiB table and reads its
-/// split entries' page tables (one batch): the image's base and mapping.
-/// `base_hint`, a virtual address of `_text`, is taken instead of the
-/// first present entry. `None` when the tables are not those of a kernel
-/// image below `limit`.
+/// Whether `va` can be the kernel's virtual base: 2 MiB aligned, in the
+/// gigabyte `level2_kernel_pgt` maps.
+pub fn is_image_base(va: u64) -> bool {
+    va >= KERNEL_MAP && va - KERNEL_MAP < KERNEL_MAP_SIZE && va % LARGE == 0
+}
+
+/// Follows `root`'s entry 511, read in `paging` mode, down to the image's
+/// 2 MiB table and reads its split entries' page tables (one batch): the
+/// image's base and mapping. `base_hint`, a virtual address of `_text`, is
+/// taken instead of the first present entry. `None` when the tables are
+/// not those of a kernel image below `limit`.
 pub async fn image_of(
     mem: &Memory,
     root: u64,
     base_hint: Option<u64>,
     limit: u64,
+    paging: Paging,
 ) -> Option<Image> {
     let table = |e: u64| {
         (e & PRESENT != 0 && e & PAGE_SIZE_BIT == 0 && e & ADDR_MASK < limit)
             .then_some(e & ADDR_MASK)
     };
-    let top_entry = mem.read_val::<u64>(root + 511 * 8).await.ok()?;
-    let level3 = table(top_entry)?;
-    let level2 = table(mem.read_val::<u64>(level3 + 510 * 8).await.ok()?)?;
-    let pmds = entries(&read_page(mem, level2).await?);
     let first = match base_hint {
-        Some(va) if va >= KERNEL_MAP && va % LARGE == 0 => ((va - KERNEL_MAP) / LARGE) as usize,
+        Some(va) if is_image_base(va) => Some(((va - KERNEL_MAP) / LARGE) as usize),
         Some(_) => return None,
+        None => None,
+    };
+    let top_entry = mem.read_val::<u64>(root + 511 * 8).await.ok()?;
+    // Down to the page directory that maps the image's gigabyte.
+    let mut level2 = table(top_entry)?;
+    for level in paging.top_level() + 1..PDE_LEVEL {
+        let at = level2 + table_index(KERNEL_MAP, level) * 8;
+        level2 = table(mem.read_val::<u64>(at).await.ok()?)?;
+    }
+    let pmds = entries(&read_page(mem, level2).await?);
+    let first = match first {
+        Some(first) => first,
         None => pmds.iter().position(|e| e & PRESENT != 0)?,
     };
     // The image's entries, up to the first hole.
@@ -218,6 +239,7 @@ pub async fn image_of(
     }
     Some(Image {
         root,
+        paging,
         top_entry,
         virtual_base,
         physical_base,
@@ -280,7 +302,7 @@ mod tests {
         let roots = mem.block_on(low_memory_roots(&mem, 16 << 20));
         assert_eq!(roots, vec![0x9c000]);
         let image = mem
-            .block_on(image_of(&mem, 0x9c000, None, 16 << 20))
+            .block_on(image_of(&mem, 0x9c000, None, 16 << 20, Paging::FourLevel))
             .unwrap();
         assert_eq!(image.virtual_base, 0xffff_ffff_8100_0000);
         assert_eq!(image.physical_base, 0x80_0000);
@@ -293,13 +315,63 @@ mod tests {
         assert_eq!(image.physical(0xffff_ffff_8120_1008), Some(0xa0_1008));
     }
 
+    /// The same kernel under 5-level paging: a PML5 at the trampoline's
+    /// place whose entry 511 leads to a PML4 whose entry 511 leads to the
+    /// same `level3_kernel_pgt`.
+    fn kernel_memory_5_level() -> Vec<u8> {
+        let mut m = kernel_memory();
+        let (root, l4) = (0x9c000, 0x10_3000);
+        let l3 = 0x10_0000;
+        put(&mut m, root + 511 * 8, l4 | 0x67);
+        put(&mut m, l4 + 511 * 8, l3 | 0x67);
+        m
+    }
+
+    #[test]
+    fn finds_the_image_under_5_level_paging_only_in_that_mode() {
+        let mem = Memory::new(MemBackend::new(kernel_memory_5_level()));
+        let five = mem
+            .block_on(image_of(&mem, 0x9c000, None, 16 << 20, Paging::FiveLevel))
+            .unwrap();
+        assert_eq!(five.paging, Paging::FiveLevel);
+        assert_eq!(five.virtual_base, 0xffff_ffff_8100_0000);
+        assert_eq!(five.physical_base, 0x80_0000);
+        assert_eq!(five.top_entry, 0x10_3067);
+        // Read as 4-level, entry 510 of the PML4 is no table.
+        let four = image_of(&mem, 0x9c000, None, 16 << 20, Paging::FourLevel);
+        assert_eq!(mem.block_on(four), None);
+        // And the 4-level kernel is not found as 5-level.
+        let mem = Memory::new(MemBackend::new(kernel_memory()));
+        let five = image_of(&mem, 0x9c000, None, 16 << 20, Paging::FiveLevel);
+        assert_eq!(mem.block_on(five), None);
+    }
+
+    #[test]
+    fn a_base_hint_outside_the_image_gigabyte_is_refused_not_a_panic() {
+        let mem = Memory::new(MemBackend::new(kernel_memory()));
+        for hint in [
+            0xffff_ffff_c000_0000,
+            0xffff_ffff_ffe0_0000,
+            KERNEL_MAP - LARGE,
+            0xffff_ffff_8100_1000,
+        ] {
+            let found = image_of(&mem, 0x9c000, Some(hint), 16 << 20, Paging::FourLevel);
+            assert_eq!(mem.block_on(found), None, "{hint:#x}");
+            assert!(!is_image_base(hint), "{hint:#x}");
+        }
+        assert!(is_image_base(0xffff_ffff_bfe0_0000));
+    }
+
     #[test]
     fn tables_that_are_not_a_kernel_are_refused() {
         let mut m = kernel_memory();
         // The rodata page table maps one page elsewhere: not contiguous.
         put(&mut m, 0x10_2000 + 5 * 8, 0x30_0000 | 0x161);
         let mem = Memory::new(MemBackend::new(m));
-        assert_eq!(mem.block_on(image_of(&mem, 0x9c000, None, 16 << 20)), None);
+        assert_eq!(
+            mem.block_on(image_of(&mem, 0x9c000, None, 16 << 20, Paging::FourLevel)),
+            None
+        );
         // A top table whose entry points past the end of memory.
         let mut m = kernel_memory();
         put(&mut m, 0x9c000 + 300 * 8, (1 << 40) | 0x67);
@@ -307,6 +379,9 @@ mod tests {
         // A hint that is not where the image is.
         let mem = Memory::new(MemBackend::new(kernel_memory()));
         let hint = Some(0xffff_ffff_8200_0000);
-        assert_eq!(mem.block_on(image_of(&mem, 0x9c000, hint, 16 << 20)), None);
+        assert_eq!(
+            mem.block_on(image_of(&mem, 0x9c000, hint, 16 << 20, Paging::FourLevel)),
+            None
+        );
     }
 }

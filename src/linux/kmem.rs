@@ -22,6 +22,12 @@ pub(crate) struct KernelMemory<'a> {
 }
 
 impl KernelMemory<'_> {
+    /// The first address of the kernel half, where every kernel pointer
+    /// lies (it depends on the paging mode).
+    pub fn kernel_half(&self) -> u64 {
+        self.space.paging().upper_half()
+    }
+
     /// The physical address of `va` when it lies in the image or the
     /// direct map.
     pub fn physical(&self, va: u64) -> Option<u64> {

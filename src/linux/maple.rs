@@ -21,8 +21,6 @@ const MAX_HEIGHT: usize = 31;
 /// Nodes walked at most, so that crafted memory cannot make the walk
 /// large (a million VMAs need under 100,000).
 const MAX_NODES: usize = 1 << 17;
-/// The smallest kernel address (the kernel half of the address space).
-const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 
 /// Where pivots, slots and the data end lie in one kind of node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +149,7 @@ pub(crate) async fn entries(
     }
     // A root that is a node has bit 1 set (`xa_is_node`); anything else is
     // a single entry at index 0, which a process's tree never holds.
-    if root & 3 != 2 || root < KERNEL_HALF {
+    if root & 3 != 2 || root < kmem.kernel_half() {
         failed.push(MapsFailure::new(
             root,
             "the maple tree's root is not a node pointer",
@@ -190,7 +188,14 @@ pub(crate) async fn entries(
                     continue;
                 }
             };
-            if let Err(why) = visit(layout, node, &bytes, &mut next, &mut found) {
+            if let Err(why) = visit(
+                layout,
+                kmem.kernel_half(),
+                node,
+                &bytes,
+                &mut next,
+                &mut found,
+            ) {
                 failed.push(MapsFailure::new(node.address, why));
             }
         }
@@ -217,10 +222,12 @@ pub(crate) async fn entries(
     (found, failed)
 }
 
-/// Reads one node's slots: its children into `next`, or its entries into
-/// `found`; why it cannot be trusted otherwise.
+/// Reads one node's slots: its children (kernel pointers, from
+/// `kernel_half` up) into `next`, or its entries into `found`; why it
+/// cannot be trusted otherwise.
 fn visit(
     layout: &MapleLayout,
+    kernel_half: u64,
     node: &Node,
     bytes: &[u8],
     next: &mut Vec<Node>,
@@ -267,7 +274,7 @@ fn visit(
                     first,
                     last,
                 });
-            } else if slot >= KERNEL_HALF {
+            } else if slot >= kernel_half {
                 next.push(Node {
                     address: slot & !(NODE_SIZE - 1),
                     kind: (slot >> 3) & 0xf,

@@ -5,8 +5,10 @@
 //! What [`Kernel::find`] reads, and what it costs:
 //! 1. the first MiB of RAM, for the copy of the kernel's top table that the
 //!    real-mode trampoline keeps there (one batch; skipped with a DTB hint);
-//! 2. three levels of the kernel image's page tables, which give its virtual
-//!    and physical base and its segments by permission;
+//! 2. three levels of the kernel image's page tables (four with 5-level
+//!    paging; both readings are tried, and the mode settled by the tables
+//!    and by the kernel's own `__pgtable_l5_enabled`), which give its
+//!    virtual and physical base and its segments by permission;
 //! 3. the image's read-only data (`.rodata`: 9.5 MiB on Debian 12's
 //!    kernel), in one batch, where the kallsyms tables, the banner and BTF
 //!    lie;
@@ -37,11 +39,12 @@ use std::sync::OnceLock;
 
 pub use btf::{Btf, BtfError, Header as BtfHeader};
 pub use cache::CacheLocation;
-pub use image::{Segment, KERNEL_MAP};
+pub use image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use vmcoreinfo::VmcoreinfoError;
 
+use crate::vm::{detect_paging, Paging};
 use crate::{AddressSpace, Memory};
 use image::Image;
 use init_task::{InitTask, TaskLayout};
@@ -60,9 +63,19 @@ const SYMBOLS: &[&str] = &[
     // The kernel's VMCOREINFO text (see `vmcoreinfo`).
     vmcoreinfo::DATA_SYMBOL,
     vmcoreinfo::SIZE_SYMBOL,
+    // Whether the kernel runs with 5-level paging (kernels built with
+    // CONFIG_X86_5LEVEL, up to 6.16).
+    L5_SYMBOL,
 ];
-/// The direct map's base without memory randomisation (4-level paging).
-const DEFAULT_DIRECT_MAP: u64 = 0xffff_8880_0000_0000;
+/// The kernel's own word on its paging mode: 1 with 5 levels.
+const L5_SYMBOL: &str = "__pgtable_l5_enabled";
+/// The direct map's base without memory randomisation, by paging mode.
+fn default_direct_map(paging: Paging) -> u64 {
+    match paging {
+        Paging::FourLevel => 0xffff_8880_0000_0000,
+        Paging::FiveLevel => 0xff11_0000_0000_0000,
+    }
+}
 /// The direct map's base is 1 GiB aligned (KASLR moves it in PUD steps).
 const GIB: u64 = 1 << 30;
 /// What a banner starts with.
@@ -78,8 +91,12 @@ pub struct Hints {
     /// A page-table root with the kernel's half mapped: the kernel's own
     /// (`init_top_pgt`) or any process's CR3. Skips reading low memory.
     pub dtb: Option<u64>,
-    /// The kernel's virtual base (`_text`, 2 MiB aligned).
+    /// The kernel's virtual base (`_text`, 2 MiB aligned, in the gigabyte
+    /// from [`KERNEL_MAP`]).
     pub kernel_base: Option<u64>,
+    /// The paging mode of the kernel's tables, where the tables cannot
+    /// tell (both readings find a kernel image). Found otherwise.
+    pub paging: Option<Paging>,
     /// A BTF file of the same kernel (its `/sys/kernel/btf/vmlinux`),
     /// used when the kernel holds no BTF in memory.
     pub btf_file: Option<PathBuf>,
@@ -105,6 +122,18 @@ pub enum FindError {
     /// Memory that looks like a kernel but whose structures disagree.
     #[error("memory looks like a Linux kernel, but {0}")]
     Inconsistent(String),
+    /// A kernel image in both readings of its tables, and nothing to tell
+    /// which mode they are in.
+    #[error("a kernel image is found in both 4-level and 5-level readings of the top table at {dtb:#x}, and {why}: name the paging mode (4 or 5 levels)")]
+    AmbiguousPaging {
+        /// The top table.
+        dtb: u64,
+        /// Why its tables do not tell.
+        why: String,
+    },
+    /// A hint that cannot be right.
+    #[error("{0}")]
+    BadHint(String),
 }
 
 /// How the kernel was found.
@@ -168,6 +197,11 @@ impl Kernel {
     /// (`init_top_pgt`), the DTB of its address space.
     pub fn dtb(&self) -> u64 {
         self.space.dtb()
+    }
+
+    /// The paging mode of the kernel's tables, and of every process's.
+    pub fn paging(&self) -> Paging {
+        self.space.paging()
     }
 
     /// Virtual address of `_text`, the start of the kernel image.
@@ -263,6 +297,7 @@ impl Kernel {
         cache::Entry {
             banner: self.banner.clone(),
             dtb: self.dtb(),
+            paging: self.paging(),
             virtual_base: self.virtual_base(),
             physical_base: self.physical_base(),
             btf: self.btf_location,
@@ -302,6 +337,12 @@ fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// A search: top table, image, read-only data, symbols, BTF, checks.
 async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
     let limit = mem.backend().max_address();
+    if let Some(va) = hints.kernel_base.filter(|&va| !image::is_image_base(va)) {
+        return Err(FindError::BadHint(format!(
+            "kernel base {va:#x} is not a 2 MiB aligned address in {KERNEL_MAP:#x}..{:#x}",
+            KERNEL_MAP + KERNEL_MAP_SIZE
+        )));
+    }
     let roots = match hints.dtb {
         Some(dtb) => vec![dtb & 0x000f_ffff_ffff_f000],
         None => image::low_memory_roots(mem, limit).await,
@@ -311,20 +352,45 @@ async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
             "no kernel top-level page table in the first MiB of RAM (the trampoline's copy); give the DTB".into(),
         ));
     }
-    // A few candidates at a time, in order: memory where many pages look
-    // like top tables costs more calls, not more memory.
+    // A few candidates at a time, in order, each read in both modes:
+    // memory where many pages look like top tables costs more calls, not
+    // more memory.
+    let modes = match hints.paging {
+        Some(paging) => vec![paging],
+        None => Paging::ALL.to_vec(),
+    };
     let mut found = None;
+    let mut ambiguous = None;
     for group in roots.chunks(ROOTS_AT_ONCE) {
-        let candidates = futures::future::join_all(
-            group
+        let candidates = futures::future::join_all(group.iter().flat_map(|&root| {
+            modes
                 .iter()
-                .map(|&root| image::image_of(mem, root, hints.kernel_base, limit)),
-        )
+                .map(move |&paging| image::image_of(mem, root, hints.kernel_base, limit, paging))
+        }))
         .await;
-        found = candidates.into_iter().flatten().next();
+        for (&root, images) in group.iter().zip(candidates.chunks(modes.len())) {
+            let mut images: Vec<Image> = images.iter().flatten().cloned().collect();
+            if images.len() > 1 {
+                // Both readings lead to an image: the tables must say which.
+                match detect_paging(mem, root).await.paging() {
+                    Ok(paging) => images.retain(|i| i.paging == paging),
+                    Err(why) => {
+                        ambiguous.get_or_insert(FindError::AmbiguousPaging { dtb: root, why });
+                        continue;
+                    }
+                }
+            }
+            if let Some(image) = images.pop() {
+                found = Some(image);
+                break;
+            }
+        }
         if found.is_some() {
             break;
         }
+    }
+    if let (None, Some(ambiguous)) = (&found, ambiguous) {
+        return Err(ambiguous);
     }
     let Some(image) = found else {
         return Err(FindError::NotLinux(format!(
@@ -470,9 +536,12 @@ async fn cached_kernel(
             false => Some(()),
         }
     };
+    if hints.paging.is_some_and(|p| p != entry.paging) {
+        return None;
+    }
     let (banner, image, blob) = futures::join!(
         banner,
-        image::image_of(mem, dtb, Some(entry.virtual_base), limit),
+        image::image_of(mem, dtb, Some(entry.virtual_base), limit, entry.paging),
         btf_blob
     );
     banner?;
@@ -532,7 +601,8 @@ async fn finish(
     // table (which shares the kernel half).
     let top = in_image("init_top_pgt");
     let offset_base = in_image("page_offset_base");
-    let (task, top_entry, offset_base) = futures::join!(
+    let l5 = in_image(L5_SYMBOL);
+    let (task, top_entry, offset_base, l5) = futures::join!(
         init_task::read(mem, &image, &layout, init_task),
         async {
             match top {
@@ -545,8 +615,28 @@ async fn finish(
                 Some(pa) => mem.read_val::<u64>(pa).await.ok(),
                 None => None,
             }
+        },
+        async {
+            match l5 {
+                Some(pa) => Some(mem.read_val::<u32>(pa).await),
+                None => None,
+            }
         }
     );
+    // The kernel's own word on its mode, where it keeps one: the tables
+    // were read in a mode it must agree with.
+    match l5 {
+        Some(Ok(l5)) if (l5 == 1) != (image.paging == Paging::FiveLevel) || l5 > 1 => {
+            return Err(inconsistent(format!(
+                "its tables read as {} paging, and {L5_SYMBOL} is {l5}",
+                image.paging
+            )))
+        }
+        Some(Err(e)) => {
+            return Err(inconsistent(format!("{L5_SYMBOL} is unreadable: {e}")));
+        }
+        _ => {}
+    }
     let dtb = match top {
         Some(pa) if top_entry == Some(image.top_entry) => pa,
         Some(pa) => {
@@ -557,10 +647,11 @@ async fn finish(
         }
         None => image.root,
     };
-    let bases: Vec<u64> = [offset_base, Some(DEFAULT_DIRECT_MAP)]
+    let paging = image.paging;
+    let bases: Vec<u64> = [offset_base, Some(default_direct_map(paging))]
         .into_iter()
         .flatten()
-        .filter(|base| base % GIB == 0 && *base >= 0xffff_8000_0000_0000)
+        .filter(|base| base % GIB == 0 && *base >= paging.upper_half())
         .collect();
     let task = task.map_err(inconsistent)?;
     let (task, direct_map_base) =
@@ -577,7 +668,7 @@ async fn finish(
     }
     symbols.insert("init_pid_ns".into(), task.pid_ns);
     Ok(Kernel {
-        space: AddressSpace::new(mem.clone(), dtb),
+        space: AddressSpace::new(mem.clone(), dtb, paging),
         image: Image { root: dtb, ..image },
         direct_map_base,
         btf,

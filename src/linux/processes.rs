@@ -684,7 +684,7 @@ impl Walk<'_> {
         mm: &MmFields,
     ) -> (Result<(), String>, Result<Vec<String>, String>) {
         let mem = self.kmem.mem;
-        let space = AddressSpace::new(mem.clone(), mm.dtb);
+        let space = AddressSpace::new(mem.clone(), mm.dtb, self.kmem.space.paging());
         let (start, end) = mm.args;
         let top = async {
             let entry = mem

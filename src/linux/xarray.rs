@@ -265,7 +265,7 @@ mod tests {
     impl Tree {
         fn new() -> Tree {
             let mem = Memory::new(MemBackend::new(vec![0; 1 << 20]));
-            let space = AddressSpace::new(mem.clone(), 0);
+            let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
             Tree { mem, space }
         }
 

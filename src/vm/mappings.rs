@@ -16,9 +16,7 @@ use std::ops::{Bound, RangeBounds, RangeInclusive};
 
 use rustc_hash::FxHashMap;
 
-use super::paging::{
-    entry_span, sign_extend, step, Access, PageSize, Step, ENTRIES, LOWER_HALF_END, UPPER_HALF,
-};
+use super::paging::{entry_span, step, Access, PageSize, Paging, Step, ENTRIES, LEVELS};
 use super::AddressSpace;
 use crate::{join_all, PageError};
 
@@ -129,11 +127,13 @@ impl AddressSpace {
             last: u64::MAX,
             access: Access::ALL,
         }];
-        for level in 0..4 {
+        let paging = self.paging();
+        let top = paging.top_level();
+        for level in top..LEVELS {
             let span = entry_span(level);
             let mut to_read = Vec::with_capacity(tables.len());
             for table in tables {
-                if level > 0 && lo <= table.first && table.last <= hi {
+                if level > top && lo <= table.first && table.last <= hi {
                     match walked.entry((table.pa, level, table.access)) {
                         Entry::Occupied(first) => {
                             out.aliases.push(Alias {
@@ -159,8 +159,8 @@ impl AddressSpace {
                         Ok(page) => page,
                         Err(reason) => {
                             // The top table maps both canonical halves.
-                            let covered = if level == 0 {
-                                vec![(0, LOWER_HALF_END - 1), (UPPER_HALF, u64::MAX)]
+                            let covered = if level == top {
+                                paging.halves().to_vec()
                             } else {
                                 vec![(table.first, table.last)]
                             };
@@ -174,8 +174,8 @@ impl AddressSpace {
                     };
                     for (i, bytes) in page.chunks_exact(8).enumerate().take(ENTRIES) {
                         let entry = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
-                        let va = if level == 0 {
-                            sign_extend(i as u64 * span)
+                        let va = if level == top {
+                            paging.sign_extend(i as u64 * span)
                         } else {
                             table.first + i as u64 * span
                         };
@@ -223,9 +223,10 @@ impl AddressSpace {
 /// The bytes each of `roots` maps in its lower and its upper half, as a
 /// CPU sees them (aliases counted as often as they are mapped), with each
 /// distinct table page of a level read once for all roots: the cost is
-/// the distinct table pages, however many paths lead to them. `space`
-/// only lends its reads (its own root is not used).
-pub(crate) async fn mapped_bytes(space: &AddressSpace, roots: &[u64]) -> Vec<(u64, u64)> {
+/// the distinct table pages, however many paths lead to them. Each root
+/// is read in its own mode; `space` only lends its reads (its own root and
+/// mode are not used).
+pub(crate) async fn mapped_bytes(space: &AddressSpace, roots: &[(u64, Paging)]) -> Vec<(u64, u64)> {
     /// A table page below the top level: the bytes its entries map
     /// themselves, and the tables they lead to (once per entry).
     struct Node {
@@ -246,27 +247,29 @@ pub(crate) async fn mapped_bytes(space: &AddressSpace, roots: &[u64]) -> Vec<(u6
         })
     };
     let reserved = space.inner.reserved;
-    // The top tables: the tables each half's entries lead to (a PML4
-    // entry never maps a page).
-    let mut halves: Vec<[Vec<u32>; 2]> = Vec::with_capacity(roots.len());
-    for batch in roots.chunks(BATCH) {
-        let read = join_all(batch.iter().map(|&pa| space.table_page(pa))).await;
-        for page in read {
-            let mut below: [Vec<u32>; 2] = Default::default();
-            if let Ok(page) = page {
+    // The top tables: the tables each half's entries lead to (a PML5 or
+    // PML4 entry never maps a page). Nodes are numbered level by level
+    // (a 5-level root's PML4s first), so that each level is one batch.
+    let mut halves: Vec<[Vec<u32>; 2]> = vec![Default::default(); roots.len()];
+    let mut level_start = 0;
+    for level in 0..LEVELS {
+        let level_end = nodes.len();
+        let tops: Vec<usize> = (0..roots.len())
+            .filter(|&r| roots[r].1.top_level() == level)
+            .collect();
+        for batch in tops.chunks(BATCH) {
+            let read = join_all(batch.iter().map(|&r| space.table_page(roots[r].0))).await;
+            for (&r, page) in batch.iter().zip(read) {
+                let Ok(page) = page else { continue };
                 for (i, bytes) in page.chunks_exact(8).enumerate().take(ENTRIES) {
                     let entry = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
-                    if let Step::Table(pa) = step(entry, 0, reserved) {
-                        below[i / (ENTRIES / 2)].push(node_of(&mut nodes, pa, 1));
+                    if let Step::Table(pa) = step(entry, level, reserved) {
+                        let child = node_of(&mut nodes, pa, level + 1);
+                        halves[r][i / (ENTRIES / 2)].push(child);
                     }
                 }
             }
-            halves.push(below);
         }
-    }
-    let mut level_start = 0;
-    for level in 1..4 {
-        let level_end = nodes.len();
         for first in (level_start..level_end).step_by(BATCH) {
             let batch = first..level_end.min(first + BATCH);
             let read = join_all(nodes[batch.clone()].iter().map(|n| space.table_page(n.pa))).await;

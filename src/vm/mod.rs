@@ -3,9 +3,15 @@
 //! Every page-table read of a walk is an ordinary engine read, so all walks
 //! in flight advance one level per flush, and a table page needed by many
 //! walks in one flush is read once. N independent cold reads cost at most
-//! five round trips (four levels and the data), warm ones one.
+//! six round trips (five levels of 5-level paging and the data; five with
+//! 4-level paging), warm ones one.
+//!
+//! An address space reads its tables in one [`Paging`] mode, given when it
+//! is made: the same table page means different things in the two, so a
+//! root whose mode is not known is first put to [`detect_paging`].
 
 mod cache;
+mod detect;
 mod mappings;
 pub(crate) mod paging;
 #[cfg(any(test, fuzzing))]
@@ -23,16 +29,18 @@ use bytemuck::Pod;
 use rustc_hash::FxHashSet;
 
 pub use cache::CacheConfig;
+pub use detect::{detect_paging, FaultingEntry, PagingEvidence, Reading};
 pub use mappings::{Alias, FailedRange, Mapping, Mappings};
 pub use paging::{
-    Access, PageSize, Translation, WalkError, LEVEL_NAMES, MAX_PHYSICAL_ADDRESS_BITS,
+    Access, PageSize, Paging, Translation, WalkError, LEVELS, LEVEL_NAMES,
+    MAX_PHYSICAL_ADDRESS_BITS,
 };
 pub use scan::{find_address_spaces, SpaceCandidate};
 
 use crate::engine::{join_all, PartialError, Scope};
 use crate::{Memory, PageError};
 use cache::{TablePage, TimedCache};
-use paging::{is_canonical, reserved_address_bits, step, table_index, Step, ADDR_MASK};
+use paging::{reserved_address_bits, step, table_index, Step, ADDR_MASK};
 use runs::access_runs;
 use tables::Inflight;
 
@@ -77,12 +85,13 @@ struct CachedPage {
     /// Physical address of the 4 KiB virtual page's first byte.
     pa: u64,
     page_size: PageSize,
-    entries: [Option<u64>; 4],
+    entries: [Option<u64>; LEVELS],
 }
 
 struct Inner {
     mem: Memory,
     dtb: u64,
+    paging: Paging,
     translations: TimedCache<CachedPage>,
     tables: TimedCache<TablePage>,
     inflight: Mutex<Inflight>,
@@ -95,8 +104,8 @@ struct Inner {
 }
 
 /// The virtual address space of a page-table root (DTB, the CR3 value):
-/// reads, writes and translations through x86-64 4-level paging. Cheap to
-/// clone; clones share caches.
+/// reads, writes and translations through x86-64 4-level or 5-level
+/// paging. Cheap to clone; clones share caches.
 #[derive(Clone)]
 pub struct AddressSpace {
     inner: Arc<Inner>,
@@ -106,23 +115,26 @@ impl std::fmt::Debug for AddressSpace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AddressSpace")
             .field("dtb", &format_args!("{:#x}", self.inner.dtb))
+            .field("paging", &self.inner.paging)
             .finish_non_exhaustive()
     }
 }
 
 impl AddressSpace {
     /// The address space whose top table is at `dtb` (a CR3 value; its
-    /// low flag bits are ignored), with default caches.
-    pub fn new(mem: Memory, dtb: u64) -> Self {
-        Self::with_config(mem, dtb, VmConfig::default())
+    /// low flag bits are ignored), read in `paging` mode, with default
+    /// caches.
+    pub fn new(mem: Memory, dtb: u64, paging: Paging) -> Self {
+        Self::with_config(mem, dtb, paging, VmConfig::default())
     }
 
     /// The same with chosen cache settings.
-    pub fn with_config(mem: Memory, dtb: u64, config: VmConfig) -> Self {
+    pub fn with_config(mem: Memory, dtb: u64, paging: Paging, config: VmConfig) -> Self {
         AddressSpace {
             inner: Arc::new(Inner {
                 mem,
                 dtb: dtb & ADDR_MASK,
+                paging,
                 translations: TimedCache::new(config.translations),
                 tables: TimedCache::new(config.page_tables),
                 inflight: Mutex::default(),
@@ -140,6 +152,11 @@ impl AddressSpace {
     /// Physical address of the top table.
     pub fn dtb(&self) -> u64 {
         self.inner.dtb
+    }
+
+    /// The paging mode its tables are read in.
+    pub fn paging(&self) -> Paging {
+        self.inner.paging
     }
 
     /// Forgets every cached translation and page-table page, so the next
@@ -198,18 +215,19 @@ impl AddressSpace {
 
     /// Walks the tables for `va`, one engine read per level.
     async fn walk(&self, va: u64) -> Result<Translation, WalkError> {
-        let mut entries = [None; 4];
+        let mut entries = [None; LEVELS];
         let fail = |reason, level, entries| WalkError {
             va,
             reason,
             level,
             entries,
         };
-        if !is_canonical(va) {
+        let paging = self.inner.paging;
+        if !paging.is_canonical(va) {
             return Err(fail(PageError::NonCanonical, None, entries));
         }
         let mut table = self.inner.dtb;
-        for level in 0..4 {
+        for level in paging.top_level()..LEVELS {
             let entry = self
                 .table_entry(table + table_index(va, level) * 8)
                 .await
@@ -230,7 +248,7 @@ impl AddressSpace {
                 }
             }
         }
-        unreachable!("level 3 entries always end the walk")
+        unreachable!("page table entries always end the walk")
     }
 
     /// Reads `buf.len()` bytes at `va`. Unmapped or non-canonical pages,
@@ -248,7 +266,7 @@ impl AddressSpace {
     /// ```
     /// # use leechio::{AddressSpace, MemBackend, Memory};
     /// # let mem = Memory::new(MemBackend::with_address_pattern(1 << 20));
-    /// # let space = AddressSpace::new(mem.clone(), 0x1000);
+    /// # let space = AddressSpace::new(mem.clone(), 0x1000, leechio::Paging::FourLevel);
     /// let mut buf = vec![0u8; 1 << 16];
     /// let result = mem.scope(|s| mem.block_on(space.read_scoped(s, 0x40_0000, &mut buf)));
     /// # assert!(result.is_err()); // (no page tables in this memory)

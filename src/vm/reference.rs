@@ -10,7 +10,7 @@
 use std::ops::RangeInclusive;
 
 use super::mappings::push_mapping;
-use super::{Access, AddressSpace, FailedRange, Mapping, Mappings, PageSize};
+use super::{Access, AddressSpace, FailedRange, Mapping, Mappings, PageSize, Paging};
 use crate::{MemBackend, PageError};
 
 /// What a plain walk of every path through the tables finds.
@@ -18,6 +18,7 @@ pub struct Reference<'a> {
     backend: &'a MemBackend,
     memory_end: u64,
     physical_bits: u8,
+    paging: Paging,
     lo: u64,
     hi: u64,
     /// Every page reached (virtual address, physical address, size, what
@@ -34,8 +35,8 @@ enum Decoded {
     Table(u64),
 }
 
-/// Decodes `e` at `level` (0 = PML4) where physical addresses have
-/// `physical_bits` bits.
+/// Decodes `e` at `level` (0 = PML5, 1 = PML4, 4 = PT) where physical
+/// addresses have `physical_bits` bits.
 fn decode(e: u64, level: usize, physical_bits: u8) -> Decoded {
     if e & 1 == 0 {
         return Decoded::NotPresent;
@@ -44,13 +45,13 @@ fn decode(e: u64, level: usize, physical_bits: u8) -> Decoded {
     let too_high = physical_bits < 52 && address >> physical_bits != 0;
     let large = e & 0x80 != 0;
     let (reserved, leaf) = match level {
-        0 => (too_high || large, None),
-        1 if large => (
+        0 | 1 => (too_high || large, None),
+        2 if large => (
             too_high || (e >> 13) & 0x1_ffff != 0,
             Some(PageSize::Size1G),
         ),
-        2 if large => (too_high || (e >> 13) & 0xff != 0, Some(PageSize::Size2M)),
-        3 => (too_high, Some(PageSize::Size4K)),
+        3 if large => (too_high || (e >> 13) & 0xff != 0, Some(PageSize::Size2M)),
+        4 => (too_high, Some(PageSize::Size4K)),
         _ => (too_high, None),
     };
     match leaf {
@@ -61,13 +62,14 @@ fn decode(e: u64, level: usize, physical_bits: u8) -> Decoded {
 }
 
 impl<'a> Reference<'a> {
-    /// Walks every path from the table at `dtb` in the first `memory_end`
-    /// bytes of `backend` (where physical addresses have `physical_bits`
-    /// bits), within `range`.
+    /// Walks every path from the table at `dtb`, read in `paging` mode, in
+    /// the first `memory_end` bytes of `backend` (where physical addresses
+    /// have `physical_bits` bits), within `range`.
     pub fn walk(
         backend: &'a MemBackend,
         memory_end: u64,
         physical_bits: u8,
+        paging: Paging,
         dtb: u64,
         range: RangeInclusive<u64>,
     ) -> Self {
@@ -75,12 +77,14 @@ impl<'a> Reference<'a> {
             backend,
             memory_end,
             physical_bits,
+            paging,
             lo: *range.start(),
             hi: *range.end(),
             pages: Vec::new(),
             failed: Vec::new(),
         };
-        reference.table(dtb, 0, 0, Access::ALL);
+        let top = 5 - usize::from(paging.levels());
+        reference.table(dtb, top, 0, Access::ALL);
         reference.pages.sort_unstable_by_key(|p| p.0);
         reference
     }
@@ -115,17 +119,18 @@ impl<'a> Reference<'a> {
         dtb: u64,
         va: u64,
     ) -> Result<(u64, PageSize), (PageError, Option<usize>)> {
-        let top = va >> 47;
-        if top != 0 && top != 0x1_ffff {
+        let bits = u32::from(self.paging.levels()) * 9 + 12;
+        let top = va >> (bits - 1);
+        if top != 0 && top != (1 << (65 - bits)) - 1 {
             return Err((PageError::NonCanonical, None));
         }
         let mut table = dtb;
-        for level in 0..4 {
+        for level in 5 - usize::from(self.paging.levels())..5 {
             let fail = |reason| Err((reason, Some(level)));
             if table + 0x1000 > self.memory_end {
                 return fail(PageError::OutOfRange);
             }
-            let at = table + ((va >> (39 - 9 * level)) & 0x1ff) * 8;
+            let at = table + ((va >> (48 - 9 * level)) & 0x1ff) * 8;
             let e = u64::from_le_bytes(self.backend.bytes(at, 8).try_into().expect("8 bytes"));
             match decode(e, level, self.physical_bits) {
                 Decoded::NotPresent => return fail(PageError::NotMapped),
@@ -134,7 +139,7 @@ impl<'a> Reference<'a> {
                 Decoded::Table(pa) => table = pa,
             }
         }
-        unreachable!("a level-3 entry is a page or not")
+        unreachable!("a level-4 entry is a page or not")
     }
 
     fn fail(&mut self, first: u64, last: u64, reason: PageError) {
@@ -149,11 +154,14 @@ impl<'a> Reference<'a> {
     }
 
     fn table(&mut self, pa: u64, level: usize, first: u64, above: Access) {
-        let shift = 39 - 9 * level as u32;
+        let shift = 48 - 9 * level as u32;
+        let top = level == 5 - usize::from(self.paging.levels());
+        // The upper half starts where the top table's second half does.
+        let upper = u64::MAX << (shift + 8);
         if pa + 0x1000 > self.memory_end {
-            if level == 0 {
-                self.fail(0, (1 << 47) - 1, PageError::OutOfRange);
-                self.fail(0xffff_8000_0000_0000, u64::MAX, PageError::OutOfRange);
+            if top {
+                self.fail(0, !upper, PageError::OutOfRange);
+                self.fail(upper, u64::MAX, PageError::OutOfRange);
             } else {
                 self.fail(
                     first,
@@ -166,10 +174,10 @@ impl<'a> Reference<'a> {
         let bytes = self.backend.bytes(pa, 0x1000);
         for i in 0..512u64 {
             let e = u64::from_le_bytes(bytes[i as usize * 8..][..8].try_into().unwrap());
-            let va = match level {
-                0 if i >= 256 => 0xffff_0000_0000_0000 | i << shift,
-                0 => i << shift,
-                _ => first + (i << shift),
+            let va = match top {
+                true if i >= 256 => upper | (i - 256) << shift,
+                true => i << shift,
+                false => first + (i << shift),
             };
             let last = va + ((1u64 << shift) - 1);
             if last < self.lo || va > self.hi {
@@ -308,6 +316,6 @@ pub async fn mistranslated(
 
 /// The bytes each of `roots` maps in its lower and upper half, as the
 /// crate counts them for `spaces` (see `mappings::mapped_bytes`).
-pub async fn mapped_bytes(space: &AddressSpace, roots: &[u64]) -> Vec<(u64, u64)> {
+pub async fn mapped_bytes(space: &AddressSpace, roots: &[(u64, Paging)]) -> Vec<(u64, u64)> {
     super::mappings::mapped_bytes(space, roots).await
 }

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use super::paging::{is_canonical, PageSize, Translation, WalkError, UPPER_HALF};
+use super::paging::{PageSize, Translation, WalkError};
 use super::AddressSpace;
 use crate::engine::{merged, Failure, PartialError};
 use crate::{join_all, PageError};
@@ -71,10 +71,11 @@ impl AddressSpace {
                 });
                 break;
             };
-            if !is_canonical(at) {
+            if !self.inner.paging.is_canonical(at) {
                 // The whole non-canonical hole fails at once, not page by
                 // page (a mistaken length could span exabytes of it).
-                let to_upper_half = usize::try_from(UPPER_HALF - at).unwrap_or(usize::MAX);
+                let upper_half = self.inner.paging.upper_half();
+                let to_upper_half = usize::try_from(upper_half - at).unwrap_or(usize::MAX);
                 let n = (len - offset).min(to_upper_half);
                 failures.push(Failure {
                     offset,

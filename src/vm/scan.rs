@@ -1,13 +1,15 @@
 //! Finding address spaces in physical memory: pages that look like x86-64
-//! top-level page tables (PML4s), checked one level down, grouped by the
-//! kernel half they share.
+//! top-level page tables (PML4s or PML5s), checked one level down, grouped
+//! by the kernel half they share, each group's paging mode found from its
+//! tables (see [`super::detect_paging`]).
 
 use std::collections::HashMap;
 
+use super::detect::detect_paging;
 use super::mappings::mapped_bytes;
-use super::paging::{ADDR_MASK, ENTRIES, PRESENT};
+use super::paging::{Paging, ADDR_MASK, ENTRIES, PRESENT};
 use super::{AddressSpace, VmConfig};
-use crate::Memory;
+use crate::{join_all, Memory};
 
 /// Bytes read per device call while scanning.
 const CHUNK: usize = 4 << 20;
@@ -16,6 +18,8 @@ const PAGE_SIZE_BIT: u64 = 1 << 7;
 /// Bits 52..62: available to software or reserved; kept zero by the OSes
 /// this looks for in top and middle tables.
 const HIGH_BITS: u64 = 0x7ff0_0000_0000_0000;
+/// Groups of candidates whose paging mode is found at once.
+const GROUPS_AT_ONCE: usize = 8;
 
 /// A page that looks like the top table of an address space.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,10 +33,13 @@ pub struct SpaceCandidate {
     /// How many other candidates have exactly this kernel half (processes
     /// of one OS share it).
     pub sharing_kernel_half: usize,
-    /// Bytes mapped in the user half.
-    pub user_mapped: u64,
-    /// Bytes mapped in the kernel half.
-    pub kernel_mapped: u64,
+    /// The paging mode of its tables (found once for the candidates that
+    /// share a kernel half), or why it could not be told.
+    pub paging: Result<Paging, String>,
+    /// Bytes mapped in the user half; `None` when the mode is not known.
+    pub user_mapped: Option<u64>,
+    /// Bytes mapped in the kernel half; `None` when the mode is not known.
+    pub kernel_mapped: Option<u64>,
 }
 
 /// Whether `page` could be a page table whose entries point below
@@ -65,9 +72,11 @@ fn entry(page: &[u8], i: usize) -> u64 {
 /// Scans all memory in the device's memory map for top-level page tables.
 /// `progress(done, total)` is called after each chunk. Candidates must have
 /// a present kernel-half entry and tables one level down; they come sorted
-/// by how many others share their kernel half, then by DTB.
+/// by how many others share their kernel half, then by DTB. Their paging
+/// mode is `paging` when given, else found from their tables.
 pub fn find_address_spaces(
     mem: &Memory,
+    paging: Option<Paging>,
     mut progress: impl FnMut(u64, u64),
 ) -> Vec<SpaceCandidate> {
     let backend = mem.backend();
@@ -133,9 +142,26 @@ pub fn find_address_spaces(
             .all(|e| good.get(&(e & ADDR_MASK)).copied().unwrap_or(false))
     });
 
-    let mut halves: HashMap<&[u8], usize> = HashMap::new();
-    for (_, page) in &found {
-        *halves.entry(&page[0x800..]).or_default() += 1;
+    // The candidates that share a kernel half are one OS's: one mode for
+    // them all, found from the first of them.
+    let mut halves: HashMap<&[u8], (usize, usize)> = HashMap::new();
+    for (i, (_, page)) in found.iter().enumerate() {
+        halves.entry(&page[0x800..]).or_insert((0, i)).0 += 1;
+    }
+    let mut firsts: Vec<usize> = halves.values().map(|&(_, first)| first).collect();
+    firsts.sort_unstable();
+    let mut modes: HashMap<usize, Result<Paging, String>> = HashMap::new();
+    if let Some(paging) = paging {
+        modes.extend(firsts.iter().map(|&i| (i, Ok(paging))));
+        firsts.clear();
+    }
+    for group in firsts.chunks(GROUPS_AT_ONCE) {
+        let evidence = mem.block_on(join_all(
+            group.iter().map(|&i| detect_paging(mem, found[i].0)),
+        ));
+        for (&i, e) in group.iter().zip(evidence) {
+            modes.insert(i, e.paging());
+        }
     }
     let mut candidates: Vec<SpaceCandidate> = found
         .iter()
@@ -145,21 +171,28 @@ pub fn find_address_spaces(
             kernel_entries: (ENTRIES / 2..ENTRIES)
                 .filter(|&i| entry(page, i) != 0)
                 .count(),
-            sharing_kernel_half: halves[&page[0x800..]] - 1,
-            user_mapped: 0,
-            kernel_mapped: 0,
+            sharing_kernel_half: halves[&page[0x800..]].0 - 1,
+            paging: modes[&halves[&page[0x800..]].1].clone(),
+            user_mapped: None,
+            kernel_mapped: None,
         })
         .collect();
 
     // Mapped sizes: the tables of every candidate walked together, each
     // distinct table page once (kernel halves are shared, and a garbage
     // candidate's tables cost what they hold, not their paths).
-    let reader = AddressSpace::with_config(mem.clone(), 0, VmConfig::UNCACHED);
-    let dtbs: Vec<u64> = candidates.iter().map(|c| c.dtb).collect();
-    let sizes = mem.block_on(mapped_bytes(&reader, &dtbs));
-    for (c, (user, kernel)) in candidates.iter_mut().zip(sizes) {
-        c.user_mapped = user;
-        c.kernel_mapped = kernel;
+    let reader = AddressSpace::with_config(mem.clone(), 0, Paging::FourLevel, VmConfig::UNCACHED);
+    let known: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].paging.is_ok())
+        .collect();
+    let roots: Vec<(u64, Paging)> = known
+        .iter()
+        .filter_map(|&i| Some((candidates[i].dtb, candidates[i].paging.clone().ok()?)))
+        .collect();
+    let sizes = mem.block_on(mapped_bytes(&reader, &roots));
+    for (&i, (user, kernel)) in known.iter().zip(sizes) {
+        candidates[i].user_mapped = Some(user);
+        candidates[i].kernel_mapped = Some(kernel);
     }
     candidates.sort_by(|a, b| {
         b.sharing_kernel_half

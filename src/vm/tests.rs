@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use futures::future::{join_all, FutureExt};
 
-use super::paging::{LOWER_HALF_END, UPPER_HALF};
 use super::*;
 use crate::{EngineConfig, Failure, MemBackend};
 
 pub(super) const MIB: u64 = 1 << 20;
+/// The end of 4-level paging's lower half, and the start of its upper.
+const LOWER_HALF_END: u64 = 1 << 47;
+const UPPER_HALF: u64 = 0xffff_8000_0000_0000;
 pub(super) const PRESENT_RW: u64 = 0x3;
 pub(super) const PS: u64 = 1 << 7;
 
@@ -21,14 +23,22 @@ pub(super) const PS: u64 = 1 << 7;
 pub(super) struct Tables {
     pub(super) backend: Arc<MemBackend>,
     pub(super) dtb: u64,
+    pub(super) paging: Paging,
     pub(super) next_table: u64,
 }
 
 impl Tables {
+    /// 4-level tables.
     pub(super) fn new(backend: Arc<MemBackend>, tables_at: u64) -> Self {
+        Self::in_mode(backend, tables_at, Paging::FourLevel)
+    }
+
+    /// Tables of `paging` mode.
+    pub(super) fn in_mode(backend: Arc<MemBackend>, tables_at: u64, paging: Paging) -> Self {
         Tables {
             backend,
             dtb: tables_at,
+            paging,
             next_table: tables_at + 0x1000,
         }
     }
@@ -40,13 +50,13 @@ impl Tables {
     /// Maps `va` to `pa` with a page of `size`, creating tables as needed.
     pub(super) fn map(&mut self, va: u64, pa: u64, size: PageSize) {
         let leaf_level = match size {
-            PageSize::Size1G => 1,
-            PageSize::Size2M => 2,
-            PageSize::Size4K => 3,
+            PageSize::Size1G => 2,
+            PageSize::Size2M => 3,
+            PageSize::Size4K => 4,
         };
         let mut table = self.dtb;
-        for level in 0..leaf_level {
-            let at = table + table_index(va, level) * 8;
+        for level in self.paging.top_level()..leaf_level {
+            let at = table + paging::table_index(va, level) * 8;
             let mut entry = self.entry(at);
             if entry & 1 == 0 {
                 entry = self.next_table | PRESENT_RW;
@@ -55,13 +65,13 @@ impl Tables {
             }
             table = entry & ADDR_MASK;
         }
-        let flags = if leaf_level == 3 {
+        let flags = if leaf_level == 4 {
             PRESENT_RW
         } else {
             PRESENT_RW | PS
         };
         self.backend.poke(
-            table + table_index(va, leaf_level) * 8,
+            table + paging::table_index(va, leaf_level) * 8,
             &(pa | flags).to_le_bytes(),
         );
     }
@@ -76,6 +86,12 @@ pub(super) fn setup() -> (Memory, Arc<MemBackend>, Tables) {
     (mem, backend, tables)
 }
 
+/// The index of `va` in the 4-level table of `level` (0 = PML4), as the
+/// 4-level tests here count levels.
+pub(super) fn index4(va: u64, level: usize) -> u64 {
+    paging::table_index(va, level + 1)
+}
+
 pub(super) const KERNEL: u64 = 0xffff_ffff_8000_0000;
 pub(super) const USER: u64 = 0x0000_7f00_0000_0000;
 
@@ -85,20 +101,22 @@ fn translates_4k_2m_and_1g_pages_with_the_entries_of_each_level() {
     t.map(USER + 0x5000, 0x12_3000, PageSize::Size4K);
     t.map(KERNEL + 0x20_0000, 0x40_0000, PageSize::Size2M);
     t.map(0xffff_8880_0000_0000, 0, PageSize::Size1G);
-    let space = AddressSpace::new(mem.clone(), t.dtb | 0x18); // CR3 flag bits ignored
+    let space = AddressSpace::new(mem.clone(), t.dtb | 0x18, Paging::FourLevel); // CR3 flag bits ignored
     let t4k = mem.block_on(space.translate(USER + 0x5abc)).unwrap();
     assert_eq!((t4k.pa, t4k.page_size), (0x12_3abc, PageSize::Size4K));
-    assert!(t4k.entries.iter().all(Option::is_some));
-    assert_eq!(t4k.entries[3], Some(0x12_3000 | PRESENT_RW));
+    // A 4-level walk: no PML5E.
+    assert_eq!(t4k.entries[0], None);
+    assert!(t4k.entries[1..].iter().all(Option::is_some));
+    assert_eq!(t4k.entries[4], Some(0x12_3000 | PRESENT_RW));
     let t2m = mem.block_on(space.translate(KERNEL + 0x2f_fff8)).unwrap();
     assert_eq!((t2m.pa, t2m.page_size), (0x4f_fff8, PageSize::Size2M));
-    assert_eq!(t2m.entries[3], None);
-    assert_eq!(t2m.entries[2], Some(0x40_0000 | PRESENT_RW | PS));
+    assert_eq!(t2m.entries[4], None);
+    assert_eq!(t2m.entries[3], Some(0x40_0000 | PRESENT_RW | PS));
     let t1g = mem
         .block_on(space.translate(0xffff_8880_0123_4567))
         .unwrap();
     assert_eq!((t1g.pa, t1g.page_size), (0x123_4567, PageSize::Size1G));
-    assert_eq!(t1g.entries[2..], [None, None]);
+    assert_eq!(t1g.entries[3..], [None, None]);
     // Reads through each page size return the physical bytes there.
     for (va, pa) in [
         (USER + 0x5ab8, 0x12_3ab8u64),
@@ -114,7 +132,7 @@ fn unmapped_and_non_canonical_addresses_are_failed_ranges_not_errors() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x10_0000, PageSize::Size4K);
     t.map(USER + 0x2000, 0x20_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let mut buf = vec![0xa5u8; 0x2800];
     let err = mem
         .block_on(space.read(USER + 0x800, &mut buf))
@@ -136,7 +154,7 @@ fn unmapped_and_non_canonical_addresses_are_failed_ranges_not_errors() {
         .unwrap_err();
     assert_eq!((e.reason, e.level), (PageError::NonCanonical, None));
     let e = mem.block_on(space.translate(USER + 0x1000)).unwrap_err();
-    assert_eq!((e.reason, e.level), (PageError::NotMapped, Some(3)));
+    assert_eq!((e.reason, e.level), (PageError::NotMapped, Some(4)));
     // A read running from the top of the lower half into the hole.
     let mut buf = [0u8; 16];
     let err = mem
@@ -156,7 +174,7 @@ fn unmapped_and_non_canonical_addresses_are_failed_ranges_not_errors() {
 fn an_access_inside_one_page_fails_whole_or_touches_only_its_bytes() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x10_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let whole = |len, reason| {
         Err(PartialError {
             failed: vec![Failure {
@@ -210,7 +228,7 @@ fn mapped_pages(t: &mut Tables, pages: u64) -> Vec<u64> {
 fn a_thousand_cold_reads_cost_five_calls_and_warm_ones_one() {
     let (mem, backend, mut t) = setup();
     let addrs = mapped_pages(&mut t, 600);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let expected: Vec<u64> = addrs
         .iter()
         .map(|&va| mem.block_on(space.translate(va)).unwrap().pa)
@@ -229,7 +247,8 @@ fn a_thousand_cold_reads_cost_five_calls_and_warm_ones_one() {
     assert_eq!(backend.read_calls() - calls, 6, "warm reads are one call");
 
     // Without any cache every walk reads its own entries, still 5 calls.
-    let uncached = AddressSpace::with_config(mem.clone(), t.dtb, VmConfig::UNCACHED);
+    let uncached =
+        AddressSpace::with_config(mem.clone(), t.dtb, Paging::FourLevel, VmConfig::UNCACHED);
     let got = mem.block_on(join_all(
         addrs.iter().map(|&va| uncached.read_val::<u64>(va)),
     ));
@@ -242,7 +261,8 @@ fn without_caches_a_read_across_pages_walks_them_all_at_once() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x30_0000, PageSize::Size4K);
     t.map(USER + 0x1000, 0x10_0000, PageSize::Size4K);
-    let uncached = AddressSpace::with_config(mem.clone(), t.dtb, VmConfig::UNCACHED);
+    let uncached =
+        AddressSpace::with_config(mem.clone(), t.dtb, Paging::FourLevel, VmConfig::UNCACHED);
     let calls = backend.read_calls();
     let mut buf = [0u8; 16];
     assert_eq!(mem.block_on(uncached.read(USER + 0xff8, &mut buf)), Ok(()));
@@ -256,7 +276,7 @@ fn without_caches_a_read_across_pages_walks_them_all_at_once() {
 fn an_abandoned_table_read_is_finished_by_the_next_walk_and_frees_its_space() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x10_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     // A walk queues its top table's read and is dropped before any flush.
     assert!(space.translate(USER).now_or_never().is_none());
     assert_eq!(backend.read_calls(), 0);
@@ -266,7 +286,7 @@ fn an_abandoned_table_read_is_finished_by_the_next_walk_and_frees_its_space() {
     assert_eq!(backend.read_calls(), 4);
 
     // A read in flight holds its address space only weakly.
-    let other = AddressSpace::new(mem.clone(), t.dtb);
+    let other = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     assert!(other.translate(USER).now_or_never().is_none());
     let inner = Arc::downgrade(&other.inner);
     drop(other);
@@ -319,7 +339,7 @@ fn never_trusting(mem: &Memory, dtb: u64) -> AddressSpace {
         page_tables: zero,
         ..VmConfig::default()
     };
-    AddressSpace::with_config(mem.clone(), dtb, config)
+    AddressSpace::with_config(mem.clone(), dtb, Paging::FourLevel, config)
 }
 
 /// Drops a walk whose last table read is done but not collected.
@@ -331,7 +351,7 @@ fn abandon_a_walk_after_its_reads(mem: &Memory, space: &AddressSpace, va: u64) {
 fn a_table_read_nobody_collected_is_not_served_later() {
     let (mem, _backend, mut t) = setup();
     t.map(USER, 0x10_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     abandon_a_walk_after_its_reads(&mem, &space, USER);
     // The target remaps the page; the caller asks for the tables as they
     // are now.
@@ -354,7 +374,7 @@ fn a_walk_dropped_by_try_join_leaves_no_old_table_behind() {
     let (mem, _backend, mut t) = setup();
     t.map(USER, 0x10_0000, PageSize::Size4K);
     t.map(KERNEL, 0x40_0000, PageSize::Size2M);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     // Unmapped at the PDPT, in the poll after the flush that read USER's
     // PDPT too: try_join drops the USER read before it sees that page.
     let unmapped = 0xffff_ff80_0000_0000u64;
@@ -372,7 +392,7 @@ fn a_walk_dropped_by_try_join_leaves_no_old_table_behind() {
 fn a_walk_across_an_invalidation_does_not_cache_what_it_read_before() {
     let (mem, _backend, mut t) = setup();
     t.map(USER, 0x10_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let walk = walk_through_its_reads(&mem, &space, USER);
     // Every table is read; the tables change and the caller invalidates
     // before the walk sees its last page.
@@ -388,7 +408,7 @@ fn physically_contiguous_pages_are_adjacent_entries_of_one_call() {
         t.map(USER + i * 0x1000, 0x30_0000 + i * 0x1000, PageSize::Size4K);
     }
     t.map(USER + 0x4000, 0x10_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     mem.block_on(space.translate(USER)).unwrap(); // warm the tables
     let mut buf = vec![0u8; 0x5000];
     let before = backend.read_call_sizes().len();
@@ -417,7 +437,8 @@ fn scoped_virtual_reads_and_writes_use_the_callers_buffers_in_place() {
     t.map(USER + 0x4000, 0x10_0000, PageSize::Size4K);
     // USER + 0x5000 is not mapped.
     t.map(USER + 0x6000, 0x12_0000, PageSize::Size4K);
-    let space = AddressSpace::with_config(mem.clone(), t.dtb, VmConfig::UNCACHED);
+    let space =
+        AddressSpace::with_config(mem.clone(), t.dtb, Paging::FourLevel, VmConfig::UNCACHED);
     let mut buf = vec![UNTOUCHED; 0x6000];
     let result = mem.scope(|s| mem.block_on(space.read_scoped(s, USER + 0x800, &mut buf)));
     assert_eq!(
@@ -469,7 +490,7 @@ fn scoped_virtual_reads_and_writes_use_the_callers_buffers_in_place() {
 fn caches_show_a_changed_page_table_after_invalidation_or_expiry() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x10_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     assert_eq!(mem.block_on(space.read_val::<u64>(USER + 8)), Ok(0x10_0008));
     // The target remaps the page.
     t.map(USER, 0x20_0000, PageSize::Size4K);
@@ -503,12 +524,12 @@ fn space_mapping_its_own_table() -> (Memory, Arc<MemBackend>, Tables, AddressSpa
     t.map(USER, 0x10_0000, PageSize::Size4K);
     let mut table = t.dtb;
     for level in 0..3 {
-        table = t.entry(table + table_index(USER, level) * 8) & ADDR_MASK;
+        table = t.entry(table + index4(USER, level) * 8) & ADDR_MASK;
     }
-    let pte = table + table_index(USER, 3) * 8;
+    let pte = table + index4(USER, 3) * 8;
     let tables_va = KERNEL + 0x40_0000;
     t.map(tables_va, table, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     (mem, backend, t, space, pte, tables_va + (pte & 0xfff))
 }
 
@@ -605,7 +626,7 @@ fn virtual_writes_change_exactly_the_requested_bytes() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x50_0000, PageSize::Size4K);
     t.map(USER + 0x1000, 0x10_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let before_a = backend.bytes(0x50_0000, 0x1000);
     let before_b = backend.bytes(0x10_0000, 0x1000);
     let data: Vec<u8> = (1..=10).collect();
@@ -921,9 +942,9 @@ fn random_virtual_reads_and_writes_match_a_model_of_the_tables() {
         model.bytes = backend.bytes(0, MEMORY_END as usize);
         let cached = rng.bool();
         let space = if cached {
-            AddressSpace::new(mem.clone(), t.dtb)
+            AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel)
         } else {
-            AddressSpace::with_config(mem.clone(), t.dtb, VmConfig::UNCACHED)
+            AddressSpace::with_config(mem.clone(), t.dtb, Paging::FourLevel, VmConfig::UNCACHED)
         };
         let caches = if cached { "cached" } else { "uncached" };
         for round in 0..6 {
@@ -1030,7 +1051,7 @@ fn a_batch_of_virtual_writes_lands_in_the_order_given() {
     let (a, b) = (USER + 0x1f_f000, USER + 0x20_0000);
     t.map(a, 0x10_0000, PageSize::Size4K);
     t.map(b, 0x20_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     // B's translation is cached; A's table is not.
     mem.block_on(space.read_val::<u64>(b)).unwrap();
     let (first, second) = ([0xaau8; 16], [0xbbu8; 8]);

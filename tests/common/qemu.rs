@@ -112,6 +112,9 @@ pub struct GuestOptions {
     pub kaslr: bool,
     /// The kernel build.
     pub kernel: GuestKernel,
+    /// A CPU with 5-level paging (QEMU's `-cpu max`), which the kernel
+    /// turns on (CR4.LA57); QEMU's default CPU otherwise (4-level).
+    pub la57: bool,
 }
 
 /// A running guest; stopped and cleaned up on drop.
@@ -167,6 +170,13 @@ impl Guest {
             .args(["--kernel", options.kernel.flavour(), "--dir"])
             .arg(&dir)
             .args(options.kaslr.then_some("--kaslr"))
+            .args(
+                options
+                    .la57
+                    .then_some(["--cpu", "max"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--processes", &extra.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -462,13 +472,29 @@ impl Guest {
 
     /// CR3 of the (only) CPU.
     pub fn cr3(&self) -> u64 {
+        self.register("CR3")
+    }
+
+    /// The paging mode the CPU runs in, per CR4.LA57 (bit 12).
+    pub fn paging(&self) -> leechio::Paging {
+        match self.register("CR4") & 1 << 12 {
+            0 => leechio::Paging::FourLevel,
+            _ => leechio::Paging::FiveLevel,
+        }
+    }
+
+    /// A register of `info registers`, e.g. `CR3`.
+    fn register(&self, name: &str) -> u64 {
         let regs = self.info_registers();
-        let at = regs.find("CR3=").expect("no CR3 in info registers") + 4;
-        let hex: String = regs[at..]
+        let key = format!("{name}=");
+        let at = regs
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {name} in info registers"));
+        let hex: String = regs[at + key.len()..]
             .chars()
             .take_while(|c| c.is_ascii_hexdigit())
             .collect();
-        u64::from_str_radix(&hex, 16).expect("CR3 value")
+        u64::from_str_radix(&hex, 16).unwrap_or_else(|_| panic!("{name} value"))
     }
 
     /// `n` qwords of guest physical memory at `pa`, by the monitor's `xp`.
@@ -619,6 +645,29 @@ impl Drop for Guest {
 pub fn shared_guest() -> SharedGuest {
     static GUEST: OnceLock<(Guest, Mutex<()>)> = OnceLock::new();
     let (guest, lock) = GUEST.get_or_init(|| (Guest::start(GuestMemory::Mib256), Mutex::new(())));
+    SharedGuest {
+        _turn: lock.lock().unwrap_or_else(|e| e.into_inner()),
+        guest,
+    }
+}
+
+/// Like [`shared_guest`], a second guest for the tests of 5-level paging:
+/// a CPU with LA57 (`-cpu max`) and KASLR on. Its mode is checked on boot.
+pub fn shared_la57_guest() -> SharedGuest {
+    static GUEST: OnceLock<(Guest, Mutex<()>)> = OnceLock::new();
+    let (guest, lock) = GUEST.get_or_init(|| {
+        let guest = Guest::start_with(GuestOptions {
+            kaslr: true,
+            la57: true,
+            ..GuestOptions::default()
+        });
+        assert_eq!(
+            guest.paging(),
+            leechio::Paging::FiveLevel,
+            "CR4.LA57 is off"
+        );
+        (guest, Mutex::new(()))
+    });
     SharedGuest {
         _turn: lock.lock().unwrap_or_else(|e| e.into_inner()),
         guest,

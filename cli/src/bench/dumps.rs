@@ -36,7 +36,7 @@ pub(super) fn engine_dump(
         "engine: one AddressSpace::read, cold",
         m.size,
         || {
-            let space = AddressSpace::new(mem.clone(), dtb);
+            let space = AddressSpace::new(mem.clone(), dtb, Paging::FourLevel);
             Ok(timed(device, || {
                 let _ = mem.block_on(space.read(m.va, &mut buf));
             }))
@@ -49,7 +49,7 @@ pub(super) fn engine_dump(
         "engine: one AddressSpace::read in a scope, cold",
         m.size,
         || {
-            let space = AddressSpace::new(mem.clone(), dtb);
+            let space = AddressSpace::new(mem.clone(), dtb, Paging::FourLevel);
             Ok(timed(device, || {
                 let _ = mem.scope(|s| mem.block_on(space.read_scoped(s, m.va, &mut buf)));
             }))

@@ -34,7 +34,9 @@ use super::signals;
 use super::undo::Undo;
 use super::Failure;
 use leechio::vm::{find_address_spaces, Mapping};
-use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory, MemoryMap, ScatterEntry};
+use leechio::{
+    AddressSpace, Call, DeviceConfig, LeechCore, Memory, MemoryMap, Paging, ScatterEntry,
+};
 
 use chains::*;
 use dumps::*;
@@ -376,14 +378,22 @@ fn measure_all(
         }
         let dtb = match args.dtb {
             Some(d) => d,
-            None => find_address_spaces(&mem, |_, _| {})
+            None => find_address_spaces(&mem, crate::paging::given(), |_, _| {})
                 .first()
                 .map(|c| c.dtb)
                 .ok_or_else(|| {
                     Failure("no page-table root found for the virtual workloads; give --dtb".into())
                 })?,
         };
-        let kernel = AddressSpace::new(mem.clone(), dtb);
+        // The virtual rows compare with memflow's x64 translation, which
+        // walks 4 levels only.
+        if crate::paging::of(&mem, dtb)? != Paging::FourLevel {
+            return Err(Failure(format!(
+                "the tables at {dtb:#x} are 5-level: the virtual workloads compare with memflow's \
+                 x64 translation, which has 4 levels only; bench a 4-level target"
+            )));
+        }
+        let kernel = AddressSpace::new(mem.clone(), dtb, Paging::FourLevel);
         // Each mapped piece of RAM once: Linux's espfix area maps one page
         // 65536 times over 256 MiB, which would otherwise draw half the
         // random addresses to that one page.

@@ -32,7 +32,7 @@ pub(super) fn virtual_reference(
     dtb: u64,
     vas: &[u64],
 ) -> Reference {
-    let space = AddressSpace::new(mem.clone(), dtb);
+    let space = AddressSpace::new(mem.clone(), dtb, Paging::FourLevel);
     let pas: Vec<Option<u64>> = mem
         .block_on(join_all(vas.iter().map(|&va| space.translate(va))))
         .into_iter()
@@ -58,13 +58,13 @@ pub(super) fn engine_virtual(
     };
     let mut got = Vec::new();
     bench.row(COLD, "engine: joined futures", bytes, || {
-        let space = AddressSpace::new(mem.clone(), dtb);
+        let space = AddressSpace::new(mem.clone(), dtb, Paging::FourLevel);
         Ok(timed(device, || {
             got = mem.block_on(join_all(vas.iter().map(|&va| space.read_val::<u64>(va))));
         }))
     })?;
     bench.check_last(as_bytes(&got).iter().map(|b| &b[..]), reference);
-    let space = AddressSpace::new(mem.clone(), dtb);
+    let space = AddressSpace::new(mem.clone(), dtb, Paging::FourLevel);
     let pas: Vec<u64> = mem
         .block_on(join_all(vas.iter().map(|&va| space.translate(va))))
         .into_iter()

@@ -2,7 +2,7 @@
 //! the ranges of the memory map, or every mapped range with the
 //! permissions its page tables give.
 
-use leechio::{Access, AddressSpace, Memory};
+use leechio::{Access, Memory};
 
 use super::elf::{PF_R, PF_W, PF_X};
 use super::layout::Piece;
@@ -48,24 +48,24 @@ pub(super) fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure>
                 .collect())
         }
         Some(dtb) => {
-            let space = AddressSpace::new(mem.clone(), dtb);
+            let dtb = dtb & !0xfff;
             // A root that cannot be read makes every range unreadable; that
             // is the one thing to say, not "no memory in that range".
             let mut entry = [0u8; 8];
-            if let Err(e) = mem.block_on(mem.read(space.dtb(), &mut entry)) {
+            if let Err(e) = mem.block_on(mem.read(dtb, &mut entry)) {
                 let why = e.failed.first().map(|f| f.reason.to_string());
                 let end = mem.backend().memory_map().end();
                 return Err(Failure(format!(
-                    "the page-table root {:#x} (--dtb) is unreadable: {}{}; nothing to dump",
-                    space.dtb(),
+                    "the page-table root {dtb:#x} (--dtb) is unreadable: {}{}; nothing to dump",
                     why.as_deref().unwrap_or("read failed"),
-                    if space.dtb() >= end {
+                    if dtb >= end {
                         format!(" (memory ends at {end:#x})")
                     } else {
                         String::new()
                     }
                 )));
             }
+            let space = crate::paging::space(mem, dtb)?;
             let range = args.range.clone().unwrap_or(0..=u64::MAX);
             let found = mem.block_on(space.mappings(range));
             report_failed(&found.failed);

@@ -63,7 +63,7 @@ pub(super) fn plan(mem: &Memory, args: &DumpArgs) -> Result<Option<ProcessPlan>,
         })
         .collect();
     Ok(Some(ProcessPlan {
-        space: AddressSpace::new(mem.clone(), dtb),
+        space: AddressSpace::new(mem.clone(), dtb, kernel.paging()),
         pieces,
         note: file_note(&vmas.vmas),
         name: format!("pid {} ({})", process.pid, process.name),

@@ -485,7 +485,7 @@ impl World {
         let backend = Arc::new(MemBackend::new(self.fake.bytes.clone()));
         let mem = Memory::with_config(backend.clone(), Default::default());
         let layout = MapsLayout::from_btf(&btf(maple)).unwrap();
-        let space = AddressSpace::new(mem.clone(), 0);
+        let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
         let kmem = KernelMemory {
             mem: &mem,
             segments: &[],

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::vm::paging::table_index;
+
 use crate::vm::reference::{expand, misplaced_alias, mistranslated, Reference};
-use crate::vm::tests::{setup, Tables, KERNEL, MIB, PRESENT_RW, PS, USER};
+use crate::vm::tests::{index4, setup, Tables, KERNEL, MIB, PRESENT_RW, PS, USER};
 use crate::vm::VmConfig;
 use crate::{EngineConfig, MemBackend, Memory};
 
@@ -43,7 +43,7 @@ fn mappings_lists_every_mapped_range_merged_and_clipped() {
     // The last page of the address space, its last byte included.
     let top = u64::MAX - 0xfff;
     t.map(top, 0x20_0000, PageSize::Size4K);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let calls = backend.read_calls();
     let all = mem.block_on(space.mappings(..));
     assert!(backend.read_calls() - calls <= 4, "one batch per level");
@@ -96,9 +96,9 @@ fn access_is_what_every_level_of_the_walk_allows() {
     // `clear` bits cleared.
     let change = |va: u64, level: usize, set: u64, clear: u64| {
         let table = (0..level).fold(t.dtb, |table, l| {
-            t.entry(table + table_index(va, l) * 8) & 0x000f_ffff_ffff_f000
+            t.entry(table + index4(va, l) * 8) & 0x000f_ffff_ffff_f000
         });
-        let at = table + table_index(va, level) * 8;
+        let at = table + index4(va, level) * 8;
         backend.poke(at, &((t.entry(at) | set) & !clear).to_le_bytes());
     };
     const W: u64 = 1 << 1;
@@ -126,7 +126,7 @@ fn access_is_what_every_level_of_the_walk_allows() {
             PageSize::Size4K,
         )
     };
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     // Pages that continue each other are merged only with the same access.
     assert_eq!(
         mem.block_on(space.mappings(..)).mappings,
@@ -141,7 +141,7 @@ fn access_is_what_every_level_of_the_walk_allows() {
     // and NX in the top entry takes execution: the first three are alike.
     change(USER, 2, 0, W);
     change(USER, 0, NX, 0);
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     assert_eq!(
         mem.block_on(space.mappings(..)).mappings,
         vec![
@@ -159,13 +159,13 @@ fn a_table_reached_with_other_permissions_is_walked_again_not_an_alias() {
     t.map(USER, 0x40_0000, PageSize::Size4K);
     // A second PML4 entry to the same PDPT, read-only: the same pages,
     // but not writable through it.
-    let pml4e = t.entry(t.dtb + table_index(USER, 0) * 8);
+    let pml4e = t.entry(t.dtb + index4(USER, 0) * 8);
     let second = USER + (1 << 39);
     backend.poke(
-        t.dtb + table_index(second, 0) * 8,
+        t.dtb + index4(second, 0) * 8,
         &(pml4e & !(1 << 1)).to_le_bytes(),
     );
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let found = mem.block_on(space.mappings(..));
     assert!(found.aliases.is_empty(), "{:x?}", found.aliases);
     let read_only = Access {
@@ -183,8 +183,8 @@ fn a_table_reached_with_other_permissions_is_walked_again_not_an_alias() {
         ]
     );
     // The same entry twice is an alias, as before.
-    backend.poke(t.dtb + table_index(second, 0) * 8, &pml4e.to_le_bytes());
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    backend.poke(t.dtb + index4(second, 0) * 8, &pml4e.to_le_bytes());
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let found = mem.block_on(space.mappings(..));
     assert_eq!(found.aliases.len(), 1, "{found:x?}");
 }
@@ -193,7 +193,7 @@ fn a_table_reached_with_other_permissions_is_walked_again_not_an_alias() {
 fn mappings_name_the_ranges_of_unreadable_tables_exactly() {
     let (mem, _backend, t) = setup();
     // A top table outside memory: both canonical halves, clipped.
-    let lost = AddressSpace::new(mem.clone(), 100 * MIB);
+    let lost = AddressSpace::new(mem.clone(), 100 * MIB, Paging::FourLevel);
     let all = mem.block_on(lost.mappings(..));
     assert!(all.mappings.is_empty());
     let lost_range = |va, size| FailedRange {
@@ -210,10 +210,10 @@ fn mappings_name_the_ranges_of_unreadable_tables_exactly() {
     assert_eq!(part.failed, vec![lost_range(KERNEL, 0x1000)]);
     // A top-table entry pointing outside memory: its 512 GiB, clipped.
     t.backend.poke(
-        t.dtb + table_index(USER, 0) * 8,
+        t.dtb + index4(USER, 0) * 8,
         &((100 * MIB) | PRESENT_RW).to_le_bytes(),
     );
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let all = mem.block_on(space.mappings(..));
     assert_eq!(all.failed, vec![lost_range(0x7f00_0000_0000, 1 << 39)]);
     let part = mem.block_on(space.mappings(USER + 0x1000..USER + 0x3000));
@@ -236,13 +236,13 @@ fn small_memory() -> (Memory, Arc<MemBackend>) {
 /// The aliases the walk reports for a table reached by all 512 entries
 /// of the table above it, one level below the top: entries 1..512 of
 /// each level.
-fn every_entry_aliased(table: u64, levels: std::ops::Range<usize>) -> Vec<Alias> {
+fn every_entry_aliased(table: u64, paging: Paging, levels: std::ops::Range<usize>) -> Vec<Alias> {
     let mut aliases: Vec<Alias> = levels
         .flat_map(|level| {
             let span = entry_span(level - 1);
             (1..ENTRIES as u64).map(move |i| Alias {
-                va: if level == 1 {
-                    sign_extend(i * span)
+                va: if level == paging.top_level() + 1 {
+                    paging.sign_extend(i * span)
                 } else {
                     i * span
                 },
@@ -263,11 +263,11 @@ fn a_table_whose_entries_all_point_at_itself_is_walked_once_a_level() {
     filled_table(&backend, p, p | PRESENT_RW);
     // 512^4 paths lead to a page; the walk reads one page a level, or
     // once with the table cache.
-    let uncached = AddressSpace::with_config(mem.clone(), p, VmConfig::UNCACHED);
+    let uncached = AddressSpace::with_config(mem.clone(), p, Paging::FourLevel, VmConfig::UNCACHED);
     let calls = backend.read_calls();
     let found = mem.block_on(uncached.mappings(..));
     assert_eq!(backend.read_calls() - calls, 4);
-    let space = AddressSpace::new(mem.clone(), p);
+    let space = AddressSpace::new(mem.clone(), p, Paging::FourLevel);
     let calls = backend.read_calls();
     assert_eq!(mem.block_on(space.mappings(..)), found);
     assert_eq!(backend.read_calls() - calls, 1);
@@ -277,10 +277,13 @@ fn a_table_whose_entries_all_point_at_itself_is_walked_once_a_level() {
         .map(|i| m(i * 0x1000, p, 0x1000, PageSize::Size4K))
         .collect();
     assert_eq!(found.mappings, pages);
-    assert_eq!(found.aliases, every_entry_aliased(p, 1..4));
+    assert_eq!(
+        found.aliases,
+        every_entry_aliased(p, Paging::FourLevel, 2..5)
+    );
     assert!(found.failed.is_empty());
     // Counted as a CPU sees it: both halves wholly mapped.
-    let sizes = mem.block_on(mapped_bytes(&space, &[p]));
+    let sizes = mem.block_on(mapped_bytes(&space, &[(p, Paging::FourLevel)]));
     assert_eq!(sizes, vec![(1 << 47, 1 << 47)]);
 }
 
@@ -290,16 +293,17 @@ fn two_tables_pointing_at_each_other_end_in_aliases_and_pages_of_each_other() {
     let (a, b) = (8 * MIB, 8 * MIB + 0x1000);
     filled_table(&backend, a, b | PRESENT_RW);
     filled_table(&backend, b, a | PRESENT_RW);
-    let space = AddressSpace::new(mem.clone(), a);
+    let space = AddressSpace::new(mem.clone(), a, Paging::FourLevel);
     let found = mem.block_on(space.mappings(..));
     // Levels: a, b, a, b; the last maps a's page 512 times.
     let pages: Vec<Mapping> = (0..512)
         .map(|i| m(i * 0x1000, a, 0x1000, PageSize::Size4K))
         .collect();
     assert_eq!(found.mappings, pages);
-    let mut aliases = every_entry_aliased(b, 1..2);
-    aliases.extend(every_entry_aliased(a, 2..3));
-    aliases.extend(every_entry_aliased(b, 3..4));
+    let four = Paging::FourLevel;
+    let mut aliases = every_entry_aliased(b, four, 2..3);
+    aliases.extend(every_entry_aliased(a, four, 3..4));
+    aliases.extend(every_entry_aliased(b, four, 4..5));
     aliases.sort_unstable_by_key(|a| a.va);
     assert_eq!(found.aliases, aliases);
     // A clipped walk walks the tables at its ends for their part only.
@@ -332,7 +336,7 @@ fn shared_tables_like_linux_espfix_are_listed_once_and_counted_in_full() {
     let stack = 0x30_0000u64;
     let espfix = 0xffff_ff00_0000_0000u64;
     t.map(espfix, stack, PageSize::Size4K);
-    let pdpt = t.entry(t.dtb + table_index(espfix, 0) * 8) & !0xfff;
+    let pdpt = t.entry(t.dtb + index4(espfix, 0) * 8) & !0xfff;
     let pd = t.entry(pdpt) & !0xfff;
     let pt = t.entry(pd) & !0xfff;
     for i in 1..4 {
@@ -343,7 +347,7 @@ fn shared_tables_like_linux_espfix_are_listed_once_and_counted_in_full() {
     for i in (0..512).step_by(16) {
         backend.poke(pt + i * 8, &(stack | PRESENT_RW).to_le_bytes());
     }
-    let space = AddressSpace::new(mem.clone(), t.dtb);
+    let space = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     let found = mem.block_on(space.mappings(..));
     let pages: Vec<Mapping> = (0..512)
         .step_by(16)
@@ -370,7 +374,7 @@ fn shared_tables_like_linux_espfix_are_listed_once_and_counted_in_full() {
         }
     );
     // 65536 pages mapped, as the CPU sees it.
-    let sizes = mem.block_on(mapped_bytes(&space, &[t.dtb]));
+    let sizes = mem.block_on(mapped_bytes(&space, &[(t.dtb, Paging::FourLevel)]));
     assert_eq!(sizes, vec![(0, 65536 * 0x1000)]);
 }
 
@@ -382,7 +386,7 @@ fn entries_a_cpu_faults_on_are_failed_ranges_and_failed_walks() {
     // The table of `level` on the way to `va`.
     let table = |va: u64, level: usize| {
         (0..level).fold(t.dtb, |table, l| {
-            t.entry(table + table_index(va, l) * 8) & !0xfff
+            t.entry(table + index4(va, l) * 8) & !0xfff
         })
     };
     let poke = |at: u64, entry: u64| backend.poke(at, &entry.to_le_bytes());
@@ -397,7 +401,7 @@ fn entries_a_cpu_faults_on_are_failed_ranges_and_failed_walks() {
         physical_address_bits: 46,
         ..VmConfig::default()
     };
-    let space = AddressSpace::with_config(mem.clone(), t.dtb, config);
+    let space = AddressSpace::with_config(mem.clone(), t.dtb, Paging::FourLevel, config);
     let fail = |va: u64, size: u64| FailedRange {
         va,
         size,
@@ -428,13 +432,16 @@ fn entries_a_cpu_faults_on_are_failed_ranges_and_failed_walks() {
         (USER + 0x1010, 3),
     ] {
         let e = mem.block_on(space.translate(va)).unwrap_err();
-        assert_eq!((e.reason, e.level), (PageError::ReservedBits, Some(level)));
+        assert_eq!(
+            (e.reason, e.level),
+            (PageError::ReservedBits, Some(level + 1))
+        );
         let mut buf = [0u8; 16];
         let r = mem.block_on(space.read(va, &mut buf)).unwrap_err();
         assert_eq!(r.failed[0].reason, PageError::ReservedBits);
     }
     // With the architecture's 52 bits, bit 46 is an address bit.
-    let wide = AddressSpace::new(mem.clone(), t.dtb);
+    let wide = AddressSpace::new(mem.clone(), t.dtb, Paging::FourLevel);
     assert_eq!(
         mem.block_on(wide.translate(USER + 0x1010)).map(|t| t.pa),
         Ok((1 << 46) + 0x10)
@@ -475,10 +482,11 @@ fn random_tables_map_what_a_plain_walk_of_every_path_maps() {
             }
         }
         let physical_bits = [52, 46, 39][rng.usize(0..3)];
+        let paging = Paging::ALL[rng.usize(0..2)];
         let (lo, hi) = if rng.bool() {
             (0, u64::MAX)
         } else {
-            let mut ends = [rng.u64(..), rng.u64(..)].map(|a| sign_extend(a >> 16 << 12));
+            let mut ends = [rng.u64(..), rng.u64(..)].map(|a| paging.sign_extend(a & !0xfff));
             ends.sort_unstable();
             (ends[0] + rng.u64(0..0x1000), ends[1])
         };
@@ -486,9 +494,16 @@ fn random_tables_map_what_a_plain_walk_of_every_path_maps() {
             physical_address_bits: physical_bits,
             ..[VmConfig::default(), VmConfig::UNCACHED][rng.usize(0..2)]
         };
-        let space = AddressSpace::with_config(mem.clone(), tables[0], config);
+        let space = AddressSpace::with_config(mem.clone(), tables[0], paging, config);
         let found = mem.block_on(space.mappings(lo..=hi));
-        let reference = Reference::walk(&backend, 16 * MIB, physical_bits, tables[0], lo..=hi);
+        let reference = Reference::walk(
+            &backend,
+            16 * MIB,
+            physical_bits,
+            paging,
+            tables[0],
+            lo..=hi,
+        );
         assert_eq!(
             expand(&found),
             reference.mappings(),
@@ -521,7 +536,7 @@ fn random_tables_map_what_a_plain_walk_of_every_path_maps() {
         assert_eq!(misplaced_alias(&found), None, "case {case}");
         if (lo, hi) == (0, u64::MAX) {
             assert_eq!(
-                mem.block_on(mapped_bytes(&space, &[tables[0]])),
+                mem.block_on(mapped_bytes(&space, &[(tables[0], paging)])),
                 vec![reference.mapped_bytes()],
                 "case {case}"
             );
@@ -544,7 +559,7 @@ fn memory_full_of_table_like_pages_is_read_once_a_level_with_bounded_results() {
             .collect();
         backend.poke(p * 0x1000, &table);
     }
-    let space = AddressSpace::with_config(mem.clone(), 0, VmConfig::UNCACHED);
+    let space = AddressSpace::with_config(mem.clone(), 0, Paging::FourLevel, VmConfig::UNCACHED);
     let found = mem.block_on(space.mappings(..));
     let read: usize = backend.read_call_sizes().iter().sum();
     // Each page at most once a level (the top table once).
@@ -560,6 +575,6 @@ fn memory_full_of_table_like_pages_is_read_once_a_level_with_bounded_results() {
         found.mappings.iter().map(|m| m.size).sum::<u64>() % 0x1000,
         0
     );
-    let sizes = mem.block_on(mapped_bytes(&space, &[0]));
+    let sizes = mem.block_on(mapped_bytes(&space, &[(0, Paging::FourLevel)]));
     assert_eq!(sizes, vec![(1 << 47, 1 << 47)]);
 }
