@@ -40,6 +40,8 @@ fn monitor_bytes(guest: &Guest, va: u64, len: usize) -> Vec<u8> {
 
 /// Every value the kernel gives, against the guest's and the monitor's.
 fn check_against_guest(kernel: &Kernel, guest: &Guest) {
+    // The mode the CPU runs in (CR4.LA57), as the tables were read.
+    assert_eq!(kernel.paging(), guest.paging());
     assert_eq!(kernel.virtual_base(), guest.kernel_text());
     assert_eq!(kernel.symbol("init_top_pgt"), Some(guest.init_top_pgt()));
     assert_eq!(kernel.dtb(), guest.kernel_dtb());
@@ -110,18 +112,26 @@ fn find_in_a_guest_booted_with(options: GuestOptions) -> Kernel {
     let (kernel, calls) = find(&mem, &device, &no_cache());
     let kernel = kernel.unwrap_or_else(|e| panic!("{options:?}: {e}"));
     check_against_guest(&kernel, &guest);
-    assert_eq!(calls, SEARCH_CALLS, "{options:?}");
+    // 5-level paging: one more level of tables above the image.
+    let extra = u64::from(guest.paging().levels() - 4);
+    assert_eq!(calls, SEARCH_CALLS + extra, "{options:?}");
     kernel
 }
 
+/// A CPU with 5-level paging on (`-cpu max`), KASLR on: the tables are
+/// read in 5 levels, which the kernel's own `__pgtable_l5_enabled` and
+/// the CPU's CR4 agree with. (4-level with KASLR: the other build's test
+/// below.)
 #[test]
-fn finds_the_kernel_with_kaslr_on() {
+fn finds_the_kernel_with_5_level_paging_and_kaslr_on() {
     let kernel = find_in_a_guest_booted_with(GuestOptions {
         memory: GuestMemory::Mib256,
         kaslr: true,
         kernel: GuestKernel::Default,
-        ..GuestOptions::default()
+        la57: true,
     });
+    assert_eq!(kernel.paging(), leechio::Paging::FiveLevel);
+    assert!(kernel.symbol("__pgtable_l5_enabled").is_some());
     // The guest's own symbols said where it went (checked above); that is
     // not where it goes without KASLR, in all but about 1 boot in 500.
     eprintln!(

@@ -137,10 +137,12 @@ fn check_a_guest_booted_with(options: GuestOptions) {
     check_maps(&guest, &mem, &device, &kernel);
 }
 
+/// With KASLR, on a CPU with 5-level paging on (`-cpu max`).
 #[test]
-fn maps_with_kaslr_on() {
+fn maps_with_5_level_paging_and_kaslr_on() {
     check_a_guest_booted_with(GuestOptions {
         kaslr: true,
+        la57: true,
         ..GuestOptions::default()
     });
 }

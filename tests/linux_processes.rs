@@ -214,13 +214,12 @@ fn lists_the_processes_from_nothing_in_under_forty_calls() {
     assert_eq!(again, list);
 }
 
+/// With KASLR, on a CPU with 5-level paging on: the command lines are read
+/// through each process's 5-level tables, one level more.
 #[test]
-fn lists_the_processes_with_kaslr_on() {
-    let guest = Guest::start_with(GuestOptions {
-        kaslr: true,
-        ..GuestOptions::default()
-    });
-    assert_eq!(check_guest(&guest), LIST_CALLS);
+fn lists_the_processes_with_5_level_paging_and_kaslr_on() {
+    let guest = common::qemu::shared_la57_guest();
+    assert_eq!(check_guest(&guest), LIST_CALLS + 1);
 }
 
 #[test]
@@ -254,7 +253,18 @@ fn image_device(dir: &Path, name: &str, bytes: &[u8]) -> LeechCore {
 
 #[test]
 fn lists_the_processes_in_a_memory_image_of_the_guest() {
-    let guest = shared_guest();
+    list_the_processes_in_an_image_of(&shared_guest());
+}
+
+/// An image of a guest whose CPU ran with 5-level paging (and KASLR): the
+/// mode is found in the image's tables alone, with no CPU to ask.
+#[test]
+fn lists_the_processes_in_a_memory_image_of_a_5_level_guest() {
+    let guest = common::qemu::shared_la57_guest();
+    list_the_processes_in_an_image_of(&guest);
+}
+
+fn list_the_processes_in_an_image_of(guest: &Guest) {
     let dir = tempfile::tempdir().unwrap();
     let bytes = {
         let _paused = guest.pause();
@@ -262,10 +272,12 @@ fn lists_the_processes_in_a_memory_image_of_the_guest() {
     };
     let (mem, device) = engine(image_device(dir.path(), "guest.raw", &bytes));
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    assert_eq!(kernel.paging(), guest.paging());
     let (list, calls) = list(&mem, &device, &kernel);
-    check_against_oracle(&list, &guest);
-    check_address_spaces(&list, &guest, &mem);
-    assert_eq!(calls, LIST_CALLS);
+    check_against_oracle(&list, guest);
+    check_address_spaces(&list, guest, &mem);
+    // One more level of each process's tables with 5 levels.
+    assert_eq!(calls, LIST_CALLS + u64::from(guest.paging().levels() - 4));
 }
 
 /// Little-endian word `value` at physical `pa` of an image.

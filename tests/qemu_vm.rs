@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use common::qemu::{shared_guest, shared_la57_guest, Guest, SharedGuest, KERNEL_MAP};
 use futures::future::join_all;
-use leechio::vm::{detect_paging, CacheConfig, LEVELS};
+use leechio::vm::{detect_paging, CacheConfig};
 use leechio::{
     Access, AddressSpace, Alias, Call, EngineConfig, LeechCore, Mapping, Memory, MemoryMap,
     PageError, PageSize, Paging, VmConfig,
@@ -95,8 +95,9 @@ impl Layout {
     fn region(&self, va: u64) -> Region {
         match va {
             _ if (KERNEL_MAP..KERNEL_MAP_END).contains(&va) => Region::Text,
-            _ if self.direct_map.contains(&va) => Region::DirectMap,
+            // Before the direct map, whose area KASLR may end early.
             _ if self.vmalloc.contains(&va) => Region::Vmalloc,
+            _ if self.direct_map.contains(&va) => Region::DirectMap,
             _ => Region::Other,
         }
     }
@@ -105,11 +106,6 @@ impl Layout {
     fn kernel_half(&self) -> u64 {
         self.paging.upper_half()
     }
-}
-
-/// Index of `va` in the table of `level` (0 = PML5, 1 = PML4, 4 = PT).
-fn index(va: u64, level: usize) -> u64 {
-    (va >> (48 - 9 * level)) & 0x1ff
 }
 
 /// The kernel's address space as the code under test reads it: in the mode
@@ -155,19 +151,16 @@ fn in_ram(map: &MemoryMap, pa: u64, len: u64) -> bool {
     map.find(pa).is_some_and(|r| pa + len <= r.end())
 }
 
-/// The kernel half's mapped ranges, grouped for sampling: by top-level
-/// entry, with the text mapping apart from what follows it (modules,
+/// The kernel half's mapped ranges, grouped for sampling: by 512 GiB
+/// (a PML4 entry's span, in both modes), with the text mapping apart from what follows it (modules,
 /// fixmap), so that a region of many small mappings (the espfix area maps
 /// one page every 64 KiB) does not crowd out the others.
-fn groups(layout: &Layout, mappings: &[Mapping]) -> Vec<Vec<Mapping>> {
+fn groups(mappings: &[Mapping]) -> Vec<Vec<Mapping>> {
     let mut by: BTreeMap<(u64, bool), Vec<Mapping>> = BTreeMap::new();
     for m in mappings {
-        by.entry((
-            index(m.va, layout.paging.top_level()),
-            m.va >= KERNEL_MAP_END,
-        ))
-        .or_default()
-        .push(*m);
+        by.entry((m.va >> 39, m.va >= KERNEL_MAP_END))
+            .or_default()
+            .push(*m);
     }
     by.into_values().collect()
 }
@@ -248,7 +241,7 @@ fn translate_and_read_a_thousand_kernel_addresses(guest: SharedGuest) {
     let listed = mem.block_on(listing.mappings(layout.kernel_half()..));
     assert!(listed.failed.is_empty(), "{:x?}", listed.failed);
     let mappings = listed.mappings;
-    let groups = groups(&layout, &mappings);
+    let groups = groups(&mappings);
     assert_aliases_map_as_the_monitor_says(&guest, &listed.aliases);
     assert!(groups.len() >= 4, "only {} kernel regions", groups.len());
 
@@ -439,35 +432,6 @@ fn assert_aliases_map_as_the_monitor_says(guest: &Guest, aliases: &[Alias]) {
     }
 }
 
-/// The monitor's own walk: the entry at each level, per `xp` of the tables.
-fn xp_walk(
-    guest: &Guest,
-    paging: Paging,
-    va: u64,
-) -> ([Option<u64>; LEVELS], Option<(u64, PageSize)>) {
-    let mut entries = [None; LEVELS];
-    let mut table = guest.kernel_dtb();
-    for (level, slot) in entries.iter_mut().enumerate().skip(paging.top_level()) {
-        let e = guest.xp(table + index(va, level) * 8, 1)[0];
-        *slot = Some(e);
-        if e & 1 == 0 {
-            return (entries, None);
-        }
-        let size = match level {
-            2 if e & 0x80 != 0 => Some(PageSize::Size1G),
-            3 if e & 0x80 != 0 => Some(PageSize::Size2M),
-            4 => Some(PageSize::Size4K),
-            _ => None,
-        };
-        if let Some(size) = size {
-            let base = e & 0x000f_ffff_ffff_f000 & !(size.bytes() - 1);
-            return (entries, Some((base + (va & (size.bytes() - 1)), size)));
-        }
-        table = e & 0x000f_ffff_ffff_f000;
-    }
-    unreachable!()
-}
-
 #[test]
 fn large_and_small_pages_translate_with_the_entries_the_tables_hold() {
     translate_pages_of_each_size(shared_guest());
@@ -522,7 +486,7 @@ fn translate_pages_of_each_size(guest: SharedGuest) {
             let got = mem.block_on(join_all(vas.iter().map(|&va| space.translate(va))));
             for (&va, t) in vas.iter().zip(got) {
                 let t = t.unwrap_or_else(|e| panic!("{va:#x} ({size:?} page): {e}"));
-                let (entries, found) = xp_walk(&guest, layout.paging, va);
+                let (entries, found) = guest.xp_walk(guest.kernel_dtb(), va);
                 assert_eq!(t.entries, entries, "entries for {va:#x}");
                 assert_eq!(Some((t.pa, t.page_size)), found, "walk of {va:#x}");
                 assert_eq!(t.page_size, size, "{va:#x}");

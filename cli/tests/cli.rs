@@ -1216,7 +1216,20 @@ fn a_wrong_dtb_gives_a_few_lines_not_one_per_unreadable_table() {
     );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("space.elf");
+    // Such a page is a top table in neither mode: said in one line.
     let o = dump(&image.device(), &path, &["--dtb", &format!("{dtb:#x}")]);
+    assert_refused(
+        &o,
+        "the tables at 0x1000 fit neither mode: read as 4-level, PML4E ",
+    );
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(!path.exists());
+    // Read as 4-level all the same: a line per kind of failure.
+    let o = dump(
+        &image.device(),
+        &path,
+        &["--dtb", &format!("{dtb:#x}"), "--paging", "4"],
+    );
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     let lines: Vec<&str> = err.lines().collect();
@@ -1605,8 +1618,22 @@ fn a_virtual_read_says_whether_translation_or_the_data_failed() {
     let SpacesImage {
         _dir, device, dtbs, ..
     } = spaces_image();
-    // The root table lies past the end of the 32 MiB image.
+    // The root table lies past the end of the 32 MiB image: said so at
+    // once, as its paging mode cannot be found either; read as 4-level,
+    // each range names the entry.
     let o = leechio(&["-d", &device, "read", "0x1000", "16", "--dtb", "0x5000000"]);
+    assert_refused(&o, "leechio: the page-table root 0x5000000 is unreadable: ");
+    let o = leechio(&[
+        "-d",
+        &device,
+        "read",
+        "0x1000",
+        "16",
+        "--dtb",
+        "0x5000000",
+        "--paging",
+        "4",
+    ]);
     assert_refused(
         &o,
         "0x1000..0x1010 unreadable: not translated: the page-table entry PML4E at physical 0x5000000 is unreadable",

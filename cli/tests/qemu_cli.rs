@@ -234,28 +234,6 @@ fn assert_monitor_walks_the_kernel_tables(guest: &Guest) {
     );
 }
 
-/// The monitor's walk of `va` from the kernel's table: the entry at each
-/// level (per `xp`) and the page size, if mapped.
-fn xp_walk(guest: &Guest, va: u64) -> ([Option<u64>; 4], Option<u64>) {
-    let mut entries = [None; 4];
-    let mut table = guest.kernel_dtb();
-    for level in 0..4 {
-        let index = (va >> (39 - 9 * level)) & 0x1ff;
-        let e = guest.xp(table + index * 8, 1)[0];
-        entries[level] = Some(e);
-        if e & 1 == 0 {
-            return (entries, None);
-        }
-        match level {
-            1 if e & 0x80 != 0 => return (entries, Some(1 << 30)),
-            2 if e & 0x80 != 0 => return (entries, Some(2 << 20)),
-            3 => return (entries, Some(4096)),
-            _ => table = e & ADDR_MASK,
-        }
-    }
-    unreachable!()
-}
-
 /// (type, offset, vaddr, paddr, filesz) of each program header but the
 /// `PT_NOTE` (a dump of a Linux guest has its VMCOREINFO note).
 fn program_headers(elf: &[u8]) -> Vec<(u32, u64, u64, u64, u64)> {
@@ -499,13 +477,15 @@ fn translate_gives_the_monitors_translation_and_null_for_unmapped_addresses() {
         let mut sizes = Vec::new();
         for (line, &va) in lines.iter().zip(vas) {
             assert_eq!(line["va"], hex(va), "{line}");
-            let (entries, size) = xp_walk(&guest, va);
+            let (entries, found) = guest.xp_walk(guest.kernel_dtb(), va);
+            let size = found.map(|(_, size)| size.bytes());
             match guest.gva2gpa(va) {
                 Some(pa) => {
                     assert_eq!(line["pa"], hex(pa), "{line}");
                     assert!(line["error"].is_null(), "{line}");
                     assert_eq!(line["page_size"].as_u64(), size, "{line}");
-                    let want: Vec<Value> = entries
+                    assert_eq!(line["paging"], 4, "{line}");
+                    let want: Vec<Value> = entries[1..]
                         .iter()
                         .map(|e| e.map_or(Value::Null, |e| hex(e).into()))
                         .collect();
@@ -1069,4 +1049,118 @@ fn the_command_line_shows_the_librarys_warnings_and_with_v_its_notes() {
     // LeechCore got the map cut short, which is put right: a note, with -v.
     let verbose = run(&["-v", "info"]);
     assert!(verbose.contains("is not QEMU's; using QEMU's"), "{verbose}");
+}
+
+/// On a CPU with 5-level paging on (and KASLR), with no `--paging`:
+/// `translate` finds the mode in the tables and gives the monitor's
+/// translation with the five entries its own walk reads, for kernel
+/// addresses through the kernel's table and a user address through the
+/// pattern process's; `read --dtb` the process's own bytes; `dump --dtb`
+/// of the kernel text the monitor's bytes at the monitor's addresses.
+/// (Read as 4 levels, each of these would be wrong: see the vm tests.)
+#[test]
+fn with_5_level_paging_translate_read_and_dump_follow_the_cpus_tables() {
+    let guest = common::qemu::shared_la57_guest();
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    assert_monitor_walks_the_kernel_tables(&guest);
+    let kernel = guest.kernel_dtb();
+    let text = guest.kernel_text();
+    let direct = guest.page_offset_base();
+    let check = |dtb: u64, vas: &[u64]| {
+        let mut args = vec!["-d".to_string(), device.clone(), "translate".into()];
+        args.extend(["--json".into(), "--dtb".into(), hex(dtb)]);
+        args.extend(vas.iter().map(|&va| hex(va)));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = leechio(&args);
+        let lines = run.lines();
+        assert_eq!(lines.len(), vas.len(), "{}", run.stderr);
+        for (line, &va) in lines.iter().zip(vas) {
+            assert_eq!(line["paging"], 5, "{line}");
+            let (entries, found) = guest.xp_walk(dtb, va);
+            match found {
+                Some((pa, size)) => {
+                    assert_eq!(line["pa"], hex(pa), "{line}");
+                    assert_eq!(line["page_size"], size.bytes(), "{line}");
+                    let want: Vec<Value> = entries
+                        .iter()
+                        .map(|e| e.map_or(Value::Null, |e| hex(e).into()))
+                        .collect();
+                    assert_eq!(line["entries"], Value::Array(want), "{line}");
+                }
+                None => assert!(line["pa"].is_null(), "{line}"),
+            }
+        }
+        run.status.success()
+    };
+    let kernel_vas = [text, text + 0x12_3456, direct + kernel, direct + 0x100_0010];
+    for &va in &kernel_vas {
+        assert_eq!(guest.xp_walk(kernel, va).1.map(|f| f.0), guest.gva2gpa(va));
+    }
+    assert!(check(kernel, &kernel_vas));
+    // Not mapped (a PML5 slot of the kernel half Linux leaves empty), and
+    // canonical only with 5 levels.
+    assert_eq!(guest.gva2gpa(0xff00_0000_0000_0000), None);
+    assert!(!check(kernel, &[0xff00_0000_0000_0000]));
+
+    // The pattern process, through its own table (from `ps`).
+    let pattern = guest.pattern();
+    let ps = leechio(&["-d", &device, "ps", "--json", "--no-cache"]).ok("ps");
+    let line = ps
+        .lines()
+        .into_iter()
+        .find(|l| l["pid"] == pattern.pid)
+        .expect("the pattern process");
+    let dtb = parse_hex(&line["dtb"]);
+    assert!(check(dtb, &[pattern.start, pattern.start + 0x1008]));
+    let read = leechio(&[
+        "-d",
+        &device,
+        "read",
+        "--json",
+        "--dtb",
+        &hex(dtb),
+        &hex(pattern.start),
+        "64",
+    ])
+    .ok("read");
+    let want: String = pattern
+        .bytes(pattern.start, 64)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(read.lines()[0]["data"], want);
+
+    // The first 2 MiB of the kernel text, dumped through the kernel's table.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("text.elf");
+    let range = format!("{}-{}", hex(text), hex(text + (2 << 20)));
+    leechio(&[
+        "-d",
+        &device,
+        "dump",
+        "--no-cache",
+        "--dtb",
+        &hex(kernel),
+        "--range",
+        &range,
+        "-o",
+        path.to_str().unwrap(),
+    ])
+    .ok("dump --dtb");
+    let elf = std::fs::read(&path).unwrap();
+    let loads: Vec<_> = program_headers(&elf)
+        .into_iter()
+        .filter(|h| h.0 == 1)
+        .collect();
+    assert_eq!(
+        loads.iter().map(|h| h.4).sum::<u64>(),
+        2 << 20,
+        "{loads:x?}"
+    );
+    for &(_, offset, vaddr, paddr, size) in &loads {
+        assert_eq!(guest.gva2gpa(vaddr), Some(paddr), "{vaddr:#x}");
+        let bytes = &elf[offset as usize..(offset + size) as usize];
+        assert!(bytes == guest.pmemsave(paddr, size), "{vaddr:#x}+{size:#x}");
+    }
 }

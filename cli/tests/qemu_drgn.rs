@@ -130,13 +130,28 @@ fn hex_bytes(v: &Value) -> Vec<u8> {
 
 #[test]
 fn drgn_opens_a_physical_dump_as_a_kernel_core_through_its_vmcoreinfo_note() {
-    let python = drgn_python();
     let guest = Guest::start_with(GuestOptions {
         memory: GuestMemory::Mib256,
         kaslr: true,
         kernel: GuestKernel::Default,
         ..GuestOptions::default()
     });
+    drgn_opens_a_physical_dump_of(&guest);
+}
+
+/// The same on a CPU with 5-level paging on: drgn walks the 5-level tables
+/// itself (the note says `pgtable_l5_enabled`), and the direct map the
+/// segments sit at is the 5-level one.
+#[test]
+fn with_5_level_paging_drgn_opens_a_physical_dump_as_a_kernel_core() {
+    let guest = common::qemu::shared_la57_guest();
+    drgn_opens_a_physical_dump_of(&guest);
+    let note = text(&guest.vmcoreinfo());
+    assert!(note.contains("NUMBER(pgtable_l5_enabled)=1"), "{note}");
+}
+
+fn drgn_opens_a_physical_dump_of(guest: &Guest) {
+    let python = drgn_python();
     let dir = tempfile::tempdir().unwrap();
     let device = guest.device_string();
     let _paused = guest.pause();

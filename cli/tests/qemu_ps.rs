@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::elf_tools::readelf_clean;
-use common::qemu::{shared_guest, Guest};
+use common::qemu::{shared_guest, shared_la57_guest, Guest, SharedGuest};
 use serde_json::Value;
 
 /// How long one run may take (LeechCore opens the qemu device in ~1 s).
@@ -51,7 +51,16 @@ fn parse_hex(v: &Value) -> u64 {
 
 #[test]
 fn ps_lists_what_the_guests_proc_says() {
-    let guest = shared_guest();
+    check_ps_lists_what_the_guests_proc_says(shared_guest());
+}
+
+/// On a CPU with 5-level paging on, and KASLR.
+#[test]
+fn with_5_level_paging_ps_lists_what_the_guests_proc_says() {
+    check_ps_lists_what_the_guests_proc_says(shared_la57_guest());
+}
+
+fn check_ps_lists_what_the_guests_proc_says(guest: SharedGuest) {
     let device = guest.device_string();
     let _paused = guest.pause();
     let lines = json_lines(&leechio(&["-d", &device, "ps", "--json", "--no-cache"]));
@@ -146,7 +155,16 @@ fn ps_prints_a_table_one_process_a_line() {
 
 #[test]
 fn spaces_names_the_process_of_each_table() {
-    let guest = shared_guest();
+    check_spaces_names_the_process_of_each_table(shared_guest());
+}
+
+/// On a CPU with 5-level paging on, and KASLR.
+#[test]
+fn with_5_level_paging_spaces_names_the_process_of_each_table() {
+    check_spaces_names_the_process_of_each_table(shared_la57_guest());
+}
+
+fn check_spaces_names_the_process_of_each_table(guest: SharedGuest) {
     let device = guest.device_string();
     let _paused = guest.pause();
     let ps = json_lines(&leechio(&["-d", &device, "ps", "--json", "--no-cache"]));
@@ -159,6 +177,8 @@ fn spaces_names_the_process_of_each_table() {
         (&kernel["pid"], &kernel["process"]),
         (&Value::Null, &Value::from("kernel"))
     );
+    // Read in the mode the CPU runs in.
+    assert_eq!(kernel["paging"], guest.paging().levels(), "{kernel}");
     let mut named = 0;
     for p in ps.iter().filter(|p| !p["dtb"].is_null()) {
         let space = spaces
@@ -170,6 +190,7 @@ fn spaces_names_the_process_of_each_table() {
             (&p["pid"], &p["name"]),
             "{space}"
         );
+        assert_eq!(space["paging"], guest.paging().levels(), "{space}");
         named += 1;
     }
     let with_pid = spaces.iter().filter(|s| !s["pid"].is_null()).count();
@@ -304,7 +325,16 @@ fn proc_maps_lines(guest: &Guest, pid: u32) -> Vec<String> {
 
 #[test]
 fn maps_prints_what_the_guests_proc_said() {
-    let guest = shared_guest();
+    check_maps_prints_what_the_guests_proc_said(shared_guest());
+}
+
+/// On a CPU with 5-level paging on, and KASLR.
+#[test]
+fn with_5_level_paging_maps_prints_what_the_guests_proc_said() {
+    check_maps_prints_what_the_guests_proc_said(shared_la57_guest());
+}
+
+fn check_maps_prints_what_the_guests_proc_said(guest: SharedGuest) {
     let device = guest.device_string();
     let _paused = guest.pause();
     for &pid in guest.oracle().maps.keys() {
@@ -390,7 +420,16 @@ fn segment_flags(perms: &str) -> u32 {
 
 #[test]
 fn dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files() {
-    let guest = shared_guest();
+    check_dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files(shared_guest());
+}
+
+/// On a CPU with 5-level paging on, and KASLR.
+#[test]
+fn with_5_level_paging_dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files() {
+    check_dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files(shared_la57_guest());
+}
+
+fn check_dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files(guest: SharedGuest) {
     let device = guest.device_string();
     let _paused = guest.pause();
     let pattern = guest.pattern();

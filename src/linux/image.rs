@@ -138,10 +138,9 @@ fn leaf(va: u64, entry: u64, size: u64) -> Segment {
     }
 }
 
-fn entries(page: &[u8]) -> Vec<u64> {
+fn entries(page: &[u8]) -> impl Iterator<Item = u64> + '_ {
     page.chunks_exact(8)
         .map(|e| u64::from_le_bytes(e.try_into().unwrap()))
-        .collect()
 }
 
 async fn read_page(mem: &Memory, pa: u64) -> Option<Vec<u8>> {
@@ -184,7 +183,7 @@ pub async fn image_of(
         let at = level2 + table_index(KERNEL_MAP, level) * 8;
         level2 = table(mem.read_val::<u64>(at).await.ok()?)?;
     }
-    let pmds = entries(&read_page(mem, level2).await?);
+    let pmds: Vec<u64> = entries(&read_page(mem, level2).await?).collect();
     let first = match first {
         Some(first) => first,
         None => pmds.iter().position(|e| e & PRESENT != 0)?,
@@ -201,9 +200,7 @@ pub async fn image_of(
     }
     let tables = join_all(present.iter().map(|&(_, e)| async move {
         match table(e) {
-            Some(pt) if e & PAGE_SIZE_BIT == 0 => {
-                read_page(mem, pt).await.map(|p| Some(entries(&p)))
-            }
+            Some(pt) if e & PAGE_SIZE_BIT == 0 => read_page(mem, pt).await.map(Some),
             _ => Some(None),
         }
     }))
@@ -223,8 +220,10 @@ pub async fn image_of(
         match pt? {
             None if e & PAGE_SIZE_BIT != 0 && e & ADDR_MASK < limit => add(leaf(va, e, LARGE))?,
             None => return None,
-            Some(ptes) => {
-                for (i, &pte) in ptes.iter().enumerate() {
+            // Decoded as they are added: tables that only look like a
+            // kernel's end at their first entry, not after 512 pages.
+            Some(page) => {
+                for (i, pte) in entries(&page).enumerate() {
                     if pte & PRESENT != 0 && pte & ADDR_MASK < limit {
                         add(leaf(va + i as u64 * PAGE, pte, PAGE))?;
                     }

@@ -368,11 +368,20 @@ async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
                 .map(move |&paging| image::image_of(mem, root, hints.kernel_base, limit, paging))
         }))
         .await;
+        // Where both readings lead to an image, the tables must say which:
+        // those roots' evidence in one go.
+        let both: Vec<u64> = group
+            .iter()
+            .zip(candidates.chunks(modes.len()))
+            .filter(|(_, images)| images.iter().flatten().count() > 1)
+            .map(|(&root, _)| root)
+            .collect();
+        let evidence = futures::future::join_all(both.iter().map(|&r| detect_paging(mem, r))).await;
         for (&root, images) in group.iter().zip(candidates.chunks(modes.len())) {
             let mut images: Vec<Image> = images.iter().flatten().cloned().collect();
             if images.len() > 1 {
-                // Both readings lead to an image: the tables must say which.
-                match detect_paging(mem, root).await.paging() {
+                let at = both.iter().position(|&r| r == root).expect("looked at");
+                match evidence[at].paging() {
                     Ok(paging) => images.retain(|i| i.paging == paging),
                     Err(why) => {
                         ambiguous.get_or_insert(FindError::AmbiguousPaging { dtb: root, why });

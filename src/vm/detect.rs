@@ -36,7 +36,7 @@ use super::paging::{
 use crate::{join_all, Memory, PageError};
 
 /// Most distinct table pages a reading looks at per level.
-pub const SAMPLE: usize = 256;
+pub const SAMPLE: usize = 48;
 /// Present entries the 5-level reading's page tables must hold, at least,
 /// to count as evidence.
 const MIN_BOTTOM_ENTRIES: u64 = 16;

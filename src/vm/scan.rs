@@ -20,6 +20,10 @@ const PAGE_SIZE_BIT: u64 = 1 << 7;
 const HIGH_BITS: u64 = 0x7ff0_0000_0000_0000;
 /// Groups of candidates whose paging mode is found at once.
 const GROUPS_AT_ONCE: usize = 8;
+/// Groups whose paging mode is looked for at all, the most shared first:
+/// an OS's processes share one kernel half, and memory where every page
+/// looks like a table must not cost a detection per page.
+const GROUPS_EXAMINED: usize = 8;
 
 /// A page that looks like the top table of an address space.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,12 +152,25 @@ pub fn find_address_spaces(
     for (i, (_, page)) in found.iter().enumerate() {
         halves.entry(&page[0x800..]).or_insert((0, i)).0 += 1;
     }
-    let mut firsts: Vec<usize> = halves.values().map(|&(_, first)| first).collect();
-    firsts.sort_unstable();
+    let mut firsts: Vec<(usize, usize)> = halves.values().copied().collect();
+    firsts.sort_unstable_by_key(|&(members, first)| (std::cmp::Reverse(members), first));
+    let mut firsts: Vec<usize> = firsts.into_iter().map(|(_, first)| first).collect();
     let mut modes: HashMap<usize, Result<Paging, String>> = HashMap::new();
     if let Some(paging) = paging {
         modes.extend(firsts.iter().map(|&i| (i, Ok(paging))));
         firsts.clear();
+    }
+    if firsts.len() > GROUPS_EXAMINED {
+        let groups = firsts.len();
+        let why = format!(
+            "not examined: the paging mode is looked for in the {GROUPS_EXAMINED} most shared of \
+             {groups} distinct kernel halves"
+        );
+        modes.extend(
+            firsts
+                .drain(GROUPS_EXAMINED..)
+                .map(|i| (i, Err(why.clone()))),
+        );
     }
     for group in firsts.chunks(GROUPS_AT_ONCE) {
         let evidence = mem.block_on(join_all(

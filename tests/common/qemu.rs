@@ -44,7 +44,7 @@ use serde_json::{json, Value};
 
 /// How long a guest may take from start to its `/init` (about 5 s alone;
 /// much more when several boot at once on two cores under TCG).
-const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 /// How long the script gets to stop QEMU and clean up on drop.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -501,6 +501,46 @@ impl Guest {
     pub fn xp(&self, pa: u64, n: usize) -> Vec<u64> {
         let text = self.hmp(&format!("xp /{n}gx {pa:#x}"));
         parse_dump(&text, pa, n).unwrap_or_else(|| panic!("xp at {pa:#x}: {text:?}"))
+    }
+
+    /// The monitor's own walk of `va` from the table at `dtb`, in the
+    /// CPU's paging mode: the entry read at each level (per `xp`; by
+    /// level, 0 = PML5E to 4 = PTE, `None` above a 4-level walk's top and
+    /// below where it ended), and the physical address and page size when
+    /// it is mapped.
+    pub fn xp_walk(
+        &self,
+        dtb: u64,
+        va: u64,
+    ) -> (
+        [Option<u64>; leechio::vm::LEVELS],
+        Option<(u64, leechio::PageSize)>,
+    ) {
+        use leechio::PageSize;
+        const ADDRESS: u64 = 0x000f_ffff_ffff_f000;
+        let mut entries = [None; leechio::vm::LEVELS];
+        let mut table = dtb & ADDRESS;
+        let top = self.paging().top_level();
+        for (level, slot) in entries.iter_mut().enumerate().skip(top) {
+            let index = (va >> (48 - 9 * level)) & 0x1ff;
+            let e = self.xp(table + index * 8, 1)[0];
+            *slot = Some(e);
+            if e & 1 == 0 {
+                return (entries, None);
+            }
+            let size = match level {
+                2 if e & 0x80 != 0 => PageSize::Size1G,
+                3 if e & 0x80 != 0 => PageSize::Size2M,
+                4 => PageSize::Size4K,
+                _ => {
+                    table = e & ADDRESS;
+                    continue;
+                }
+            };
+            let base = e & ADDRESS & !(size.bytes() - 1);
+            return (entries, Some((base + (va & (size.bytes() - 1)), size)));
+        }
+        unreachable!("a PTE ends every walk")
     }
 
     /// `n` qwords of guest virtual memory at `va` (through the CPU's CR3),
