@@ -19,13 +19,6 @@ use common::qemu::shared_guest;
 /// counts them).
 const LIST_CALLS: u64 = 11;
 
-fn hex(bytes: &[u8]) -> String {
-    match bytes.is_empty() {
-        true => "-".into(),
-        false => bytes.iter().map(|b| format!("{b:02x}")).collect(),
-    }
-}
-
 #[test]
 fn c_program_lists_the_processes_of_a_guest_image() {
     let guest = shared_guest();
@@ -41,9 +34,10 @@ fn c_program_lists_the_processes_of_a_guest_image() {
         .unwrap();
     let pattern = guest.pattern();
     let mut params = format!(
-        "image {}\nnotlinux {}\ncalls {LIST_CALLS}\npattern {} {:x}\n",
+        "image {}\nnotlinux {}\nlevels {}\ncalls {LIST_CALLS}\npattern {} {:x}\n",
         image.display(),
         not_linux.display(),
+        guest.paging().levels(),
         pattern.pid,
         pattern.start
     );
@@ -54,8 +48,8 @@ fn c_program_lists_the_processes_of_a_guest_image() {
             task.pid,
             task.ppid,
             task.state,
-            hex(task.task_comm().as_bytes()),
-            hex(&task.cmdline_bytes)
+            c_build::hex(task.task_comm().as_bytes()),
+            c_build::hex(&task.cmdline_bytes)
         )
         .unwrap();
     }

@@ -14,6 +14,31 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// `levels` of `leechio_space_new`: find the paging mode from the tables
+// themselves.
+#define LEECHIO_PAGING_DETECT 0
+
+// Levels of 5-level paging, the most there are: the length of
+// `leechio_translation::entries`.
+#define LEECHIO_LEVELS 5
+
+// Level of a PML5 entry: the top of a 5-level walk (a 4-level walk has
+// none). Levels are numbered by what their entries are, the same in both
+// modes, so `entries[LEECHIO_LEVEL_PTE]` is a PTE either way.
+#define LEECHIO_LEVEL_PML5E 0
+
+// Level of a PML4 entry: the top of a 4-level walk.
+#define LEECHIO_LEVEL_PML4E 1
+
+// Level of a page-directory-pointer-table entry (may map a 1 GiB page).
+#define LEECHIO_LEVEL_PDPTE 2
+
+// Level of a page-directory entry (may map a 2 MiB page).
+#define LEECHIO_LEVEL_PDE 3
+
+// Level of a page-table entry (maps a 4 KiB page).
+#define LEECHIO_LEVEL_PTE 4
+
 // `leechio_mapping::access`: every level of the walk allows writes (R/W).
 #define LEECHIO_ACCESS_WRITE 1
 
@@ -31,7 +56,8 @@
 // on are the reasons a byte range of a read or write failed (they mirror
 // the engine's `PageError`), and appear in `leechio_fragment.status`, in
 // `leechio_translation.status` and as the return value of calls about a
-// single address.
+// single address (a translation; `leechio_space_new` finding the paging
+// mode of a root it cannot read).
 enum leechio_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
@@ -74,6 +100,10 @@ enum leechio_status
   // BTF) in the target's memory, or no process with that pid; the
   // message says which.
   LEECHIO_NOT_FOUND = 12,
+  // The page tables do not show whether they are in 4-level or 5-level
+  // paging (both readings fit, or neither does), so the paging mode
+  // must be given (`levels` 4 or 5); the message says what was read.
+  LEECHIO_PAGING_UNKNOWN = 13,
   // Nothing answered at the address (PCIe unsupported request).
   LEECHIO_UNSUPPORTED_REQUEST = 100,
   // The target aborted the request (PCIe completer abort).
@@ -164,7 +194,8 @@ typedef uint32_t leechio_call;
 typedef struct leechio_device leechio_device;
 
 // A Linux kernel found in a device's memory (`leechio_kernel_find`):
-// its page tables, its types (BTF) and where its processes start. It
+// its page tables and their paging mode (`leechio_kernel_levels`), its
+// types (BTF) and where its processes start. It
 // keeps the device open until it is freed (`leechio_kernel_free`). Safe
 // to use from several threads at once.
 typedef struct leechio_kernel leechio_kernel;
@@ -173,9 +204,10 @@ typedef struct leechio_kernel leechio_kernel;
 // thread at a time. Free it with `leechio_queue_free`.
 typedef struct leechio_queue leechio_queue;
 
-// The virtual address space of one page-table root (x86-64, 4 levels),
-// with caches of translations and page-table pages. Free it with
-// `leechio_space_free`. Safe to use from several threads at once.
+// The virtual address space of one page-table root (x86-64, 4-level or
+// 5-level paging: `leechio_space_levels`), with caches of translations
+// and page-table pages. Free it with `leechio_space_free`. Safe to use
+// from several threads at once.
 typedef struct leechio_space leechio_space;
 
 // What a device reports about itself (see `leechio_device_get_info`).
@@ -271,12 +303,16 @@ typedef struct leechio_kernel_hints {
   // `/sys/kernel/btf/vmlinux`), used when the kernel holds no BTF in
   // memory; NULL for none.
   const char *btf_file;
+  // The paging mode of the kernel's tables: 4 or 5 (levels), or 0 to
+  // find it from the tables. Needed only where they do not show it
+  // (`LEECHIO_PAGING_UNKNOWN`): a wrong mode misreads every table.
+  uint32_t levels;
   // Neither read nor write the cache of kernels found (under
   // `$XDG_CACHE_HOME/leechio/` or `~/.cache/leechio/`).
   bool no_cache;
   // Always 0: explicit padding, so that every byte of the struct is
   // defined.
-  uint8_t padding[7];
+  uint8_t padding[3];
 } leechio_kernel_hints;
 
 // One process (a thread-group leader), as `leechio_kernel_processes`
@@ -291,8 +327,9 @@ typedef struct leechio_process {
   // Its threads, itself included.
   uint32_t thread_count;
   // Physical address of its top-level page table (`mm->pgd`), for
-  // `leechio_space_new`; 0 for kernel threads and processes without
-  // memory (zombies).
+  // `leechio_space_new` (in the kernel's paging mode,
+  // `leechio_kernel_levels`); 0 for kernel threads and processes
+  // without memory (zombies).
   uint64_t dtb;
   // Kernel address of its `task_struct`.
   uint64_t task;
@@ -372,26 +409,38 @@ typedef void (*leechio_completion_fn)(void *context,
                                       const struct leechio_completion *completion);
 
 // A translated (or untranslatable) virtual address.
+//
+// Levels are numbered the same in 4-level and 5-level paging, by what
+// their entries are (`LEECHIO_LEVEL_PML5E` 0 to `LEECHIO_LEVEL_PTE` 4);
+// a walk starts at level `LEECHIO_LEVELS - paging_levels`.
 typedef struct leechio_translation {
   // The virtual address.
   uint64_t va;
   // `LEECHIO_OK`, or why there is no translation: `LEECHIO_NOT_MAPPED`,
-  // `LEECHIO_NON_CANONICAL`, or the failure of reading a table.
+  // `LEECHIO_NON_CANONICAL`, `LEECHIO_RESERVED_BITS`, or the failure of
+  // reading a table.
   leechio_status status;
-  // Always 0: explicit padding, so that every byte of the struct is
-  // defined (it may be compared with `memcmp` or hashed).
-  uint32_t padding;
+  // The paging mode of the walk (the space's): 4 or 5 levels. Its top
+  // level is `LEECHIO_LEVEL_PML4E` or `LEECHIO_LEVEL_PML5E`.
+  uint32_t paging_levels;
   // The physical address (0 when `status` is not `LEECHIO_OK`).
   uint64_t pa;
   // Size of the page in bytes: 4096, 2 MiB or 1 GiB (0 on failure).
   uint64_t page_size;
-  // Entries read, top level first (PML4E, PDPTE, PDE, PTE); only the
-  // first `levels` are meaningful, the rest are 0.
-  uint64_t entries[4];
-  // How many entries were read (4 for a 4 KiB page, fewer for large
-  // pages or a walk that stopped).
-  uint32_t levels;
-  // The level where a failed walk stopped (0 = PML4), or -1.
+  // The entry read at each level, by level (`entries[LEECHIO_LEVEL_PDE]`
+  // is the PDE). Levels the walk did not read hold 0: the PML5E of a
+  // 4-level walk, and the levels below a large page or below where a
+  // walk stopped.
+  uint64_t entries[LEECHIO_LEVELS];
+  // How many entries the walk read, from its top level down: they are
+  // `entries[LEECHIO_LEVELS - paging_levels]` on (`paging_levels` for a
+  // 4 KiB page, fewer for a large page or a walk that stopped, 0 for a
+  // non-canonical address).
+  uint32_t entry_count;
+  // The level (`LEECHIO_LEVEL_*`) where a failed walk stopped: that of
+  // the entry found not present or with reserved bits set, or of the
+  // table that could not be read; -1 on success and when the walk did
+  // not start (a non-canonical address).
   int32_t failed_level;
 } leechio_translation;
 
@@ -630,7 +679,10 @@ leechio_status leechio_write(const struct leechio_device *device,
 // cache knows the kernel) and stores its handle in `*out`. Returns
 // `LEECHIO_NOT_FOUND` with a message naming what is missing when the
 // target is not Linux or its kernel holds no BTF (and `hints` gives no
-// usable BTF file).
+// usable BTF file); `LEECHIO_PAGING_UNKNOWN` when a kernel shows in both
+// 4-level and 5-level readings of its tables and nothing tells which is
+// right (give the hints' `levels`); `LEECHIO_INVALID_ARGUMENT` for a
+// `levels` hint other than 0, 4 or 5.
 //
 // NULL: `hints` may be NULL (no hints); `device` and `out` may not
 // (`LEECHIO_NULL_ARGUMENT`).
@@ -648,6 +700,14 @@ leechio_status leechio_kernel_find(const struct leechio_device *device,
 // `kernel` must be NULL or a handle from `leechio_kernel_find`, not used
 // again afterwards (nor freed from a callback of a call on it).
 void leechio_kernel_free(struct leechio_kernel *kernel);
+
+// The paging mode of the kernel's tables, which every process's space
+// shares: 4 or 5 (levels of page tables); 0 for a NULL `kernel` (then the
+// last error says so).
+//
+// # Safety
+// `kernel` must be NULL or a live handle.
+uint32_t leechio_kernel_levels(const struct leechio_kernel *kernel);
 
 // Lists the kernel's processes from its pid table (11 device calls on a
 // system whose pids stay under 4,096, 12 above: see the README), calling
@@ -667,8 +727,9 @@ leechio_status leechio_kernel_processes(const struct leechio_kernel *kernel,
                                         void *context);
 
 // Creates the address space of process `pid` (its `mm->pgd`), like
-// `leechio_space_new` with that DTB, after listing the processes to find
-// it. Returns `LEECHIO_NOT_FOUND` when no process has that pid, or it
+// `leechio_space_new` with that DTB in the kernel's paging mode
+// (`leechio_kernel_levels`), after listing the processes to find it.
+// Returns `LEECHIO_NOT_FOUND` when no process has that pid, or it
 // has no address space of its own (a kernel thread, a zombie).
 //
 // NULL: `options` may be NULL (as for `leechio_space_new`); `kernel` and
@@ -776,9 +837,20 @@ leechio_status leechio_queue_run(struct leechio_queue *queue, size_t *flushes);
 size_t leechio_queue_pending(const struct leechio_queue *queue);
 
 // Creates the address space whose top table is at `dtb` (a CR3 value; its
-// low flag bits are ignored), on `device`'s engine. `options` NULL keeps
-// both caches for one second. The space keeps the device open until it
-// is freed, even if the device handle is closed first.
+// low flag bits are ignored), on `device`'s engine, in the paging mode
+// `levels` names: 4 or 5 (levels of page tables, as CR4.LA57 says on the
+// target), or `LEECHIO_PAGING_DETECT` (0) to find it from the tables
+// themselves (five device calls). Reading tables in the wrong mode gives
+// wrong translations that look right, so detection never guesses: where
+// the tables fit both modes (or neither) it fails with
+// `LEECHIO_PAGING_UNKNOWN`, and the message says why; where the root
+// cannot be read it fails with that read's reason (e.g.
+// `LEECHIO_OUT_OF_RANGE`). Any other `levels` is
+// `LEECHIO_INVALID_ARGUMENT`.
+//
+// `options` NULL keeps both caches for one second. The space keeps the
+// device open until it is freed, even if the device handle is closed
+// first.
 //
 // NULL: `options` may be NULL; `device` and `out` may not
 // (`LEECHIO_NULL_ARGUMENT`).
@@ -788,8 +860,16 @@ size_t leechio_queue_pending(const struct leechio_queue *queue);
 // writable.
 leechio_status leechio_space_new(const struct leechio_device *device,
                                  uint64_t dtb,
+                                 uint32_t levels,
                                  const struct leechio_cache_options *options,
                                  struct leechio_space **out);
+
+// The paging mode of `space`: 4 or 5 (levels of page tables); 0 for a
+// NULL `space` (then the last error says so).
+//
+// # Safety
+// `space` must be NULL or a live handle.
+uint32_t leechio_space_levels(const struct leechio_space *space);
 
 // Frees an address space. NULL is ignored.
 //

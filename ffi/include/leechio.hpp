@@ -1,8 +1,9 @@
 /*
  * leechio for C++17: RAII handles over the C API of leechio.h, header-only.
  *
- * - leechio::device, leechio::address_space, leechio::kernel (a Linux
- *   kernel found with no profile) and leechio::queue own their C handle
+ * - leechio::device, leechio::address_space (in 4-level or 5-level
+ *   paging, given or found from its tables: leechio::paging), leechio::kernel
+ *   (a Linux kernel found with no profile) and leechio::queue own their C handle
  *   and release it when destroyed (device, address_space and kernel are
  *   movable; a queue is pinned in place because its pending reads point
  *   back at it).
@@ -28,6 +29,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -82,6 +84,14 @@ inline void check_io(leechio_status s) {
     }
 }
 
+/// A paging mode's levels from a C call that gives 0 on failure.
+inline unsigned check_levels(uint32_t levels) {
+    if (levels == 0) {
+        throw error(LEECHIO_NULL_ARGUMENT, last_error_message());
+    }
+    return levels;
+}
+
 /// Calls a C function that copies a string out, twice: once for the
 /// length, once for the text.
 template <class F> std::string text(F copy) {
@@ -128,6 +138,41 @@ struct kernel_deleter {
 };
 
 } // namespace detail
+
+/// The paging mode of an address space's tables: 4 or 5 levels (what
+/// CR4.LA57 says on the target), or detect: found from the tables
+/// themselves, and an error (LEECHIO_PAGING_UNKNOWN) where they do not tell.
+enum class paging : uint32_t {
+    detect = LEECHIO_PAGING_DETECT,
+    four_level = 4,
+    five_level = 5,
+};
+
+/// A translation: the C record, with its entries by level.
+struct translation : leechio_translation {
+    translation() : leechio_translation{} {}
+    /// A copy of the C record.
+    explicit translation(const leechio_translation &t) : leechio_translation(t) {}
+
+    /// Whether the address translated.
+    bool ok() const noexcept { return status == LEECHIO_OK; }
+
+    /// The level the walk started at: LEECHIO_LEVEL_PML5E (5-level paging)
+    /// or LEECHIO_LEVEL_PML4E (4-level).
+    unsigned top_level() const noexcept {
+        return paging_levels <= LEECHIO_LEVELS ? LEECHIO_LEVELS - paging_levels : LEECHIO_LEVELS;
+    }
+
+    /// The entry the walk read at level (LEECHIO_LEVEL_*), or nothing
+    /// where it read none: above its top, below a large page or below
+    /// where it stopped.
+    std::optional<uint64_t> entry(unsigned level) const noexcept {
+        if (level < top_level() || level - top_level() >= entry_count || level >= LEECHIO_LEVELS) {
+            return std::nullopt;
+        }
+        return entries[level];
+    }
+};
 
 /// Every fragment of a batch of reads or writes.
 struct batch_result {
@@ -309,6 +354,10 @@ public:
     /// The C handle, still owned by this object.
     leechio_kernel *get() const noexcept { return handle_.get(); }
 
+    /// The paging mode of its tables, which every process's space shares:
+    /// 4 or 5 levels.
+    unsigned levels() const { return detail::check_levels(leechio_kernel_levels(get())); }
+
     /// Its processes, by pid, read level by level (a handful of device
     /// calls).
     process_list processes() const {
@@ -330,17 +379,22 @@ private:
 /// open even if the device object goes first.
 class address_space {
 public:
-    /// The space whose top table is at dtb; options null: default caches.
-    address_space(const device &dev, uint64_t dtb,
+    /// The space whose top table is at dtb, in the paging mode given or
+    /// (paging::detect) the one its tables show; options null: default
+    /// caches. Throws leechio::error: LEECHIO_PAGING_UNKNOWN where the
+    /// tables do not show their mode, the read's reason where the root
+    /// cannot be read.
+    address_space(const device &dev, uint64_t dtb, paging mode = paging::detect,
                   const leechio_cache_options *options = nullptr) {
         leechio_space *raw = nullptr;
-        detail::check(leechio_space_new(dev.get(), dtb, options, &raw));
+        detail::check(
+            leechio_space_new(dev.get(), dtb, static_cast<uint32_t>(mode), options, &raw));
         handle_.reset(raw);
     }
 
-    /// The address space of process pid of a Linux target; throws
-    /// leechio::error (LEECHIO_NOT_FOUND) for a pid no process has, a
-    /// kernel thread or a zombie.
+    /// The address space of process pid of a Linux target, in the
+    /// kernel's paging mode; throws leechio::error (LEECHIO_NOT_FOUND) for
+    /// a pid no process has, a kernel thread or a zombie.
     address_space(const kernel &k, uint32_t pid,
                   const leechio_cache_options *options = nullptr) {
         leechio_space *raw = nullptr;
@@ -351,18 +405,21 @@ public:
     /// The C handle, still owned by this object.
     leechio_space *get() const noexcept { return handle_.get(); }
 
+    /// The paging mode of its tables: 4 or 5 levels.
+    unsigned levels() const { return detail::check_levels(leechio_space_levels(get())); }
+
     /// Translates va; a failed walk is a result (see .status), not an error.
-    leechio_translation translate(uint64_t va) const {
+    translation translate(uint64_t va) const {
         leechio_translation t{};
         detail::check_io(leechio_space_translate(get(), va, &t));
-        return t;
+        return translation(t);
     }
 
     /// Translates many addresses at once (one device call per level).
-    std::vector<leechio_translation> translate(const std::vector<uint64_t> &vas) const {
-        std::vector<leechio_translation> out(vas.size());
-        detail::check_io(leechio_space_translate_many(get(), vas.data(), vas.size(), out.data()));
-        return out;
+    std::vector<translation> translate(const std::vector<uint64_t> &vas) const {
+        std::vector<leechio_translation> raw(vas.size());
+        detail::check_io(leechio_space_translate_many(get(), vas.data(), vas.size(), raw.data()));
+        return std::vector<translation>(raw.begin(), raw.end());
     }
 
     /// Reads every op (virtual addresses) in one batch.

@@ -18,7 +18,8 @@ use engine::PageError;
 /// on are the reasons a byte range of a read or write failed (they mirror
 /// the engine's `PageError`), and appear in `leechio_fragment.status`, in
 /// `leechio_translation.status` and as the return value of calls about a
-/// single address.
+/// single address (a translation; `leechio_space_new` finding the paging
+/// mode of a root it cannot read).
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum leechio_status {
@@ -59,6 +60,10 @@ pub enum leechio_status {
     /// BTF) in the target's memory, or no process with that pid; the
     /// message says which.
     LEECHIO_NOT_FOUND = 12,
+    /// The page tables do not show whether they are in 4-level or 5-level
+    /// paging (both readings fit, or neither does), so the paging mode
+    /// must be given (`levels` 4 or 5); the message says what was read.
+    LEECHIO_PAGING_UNKNOWN = 13,
     /// Nothing answered at the address (PCIe unsupported request).
     LEECHIO_UNSUPPORTED_REQUEST = 100,
     /// The target aborted the request (PCIe completer abort).
@@ -109,7 +114,7 @@ pub enum leechio_status {
 use leechio_status::*;
 
 /// Every status, for the message table and the tests.
-pub(crate) const ALL_STATUSES: [leechio_status; 33] = [
+pub(crate) const ALL_STATUSES: [leechio_status; 34] = [
     LEECHIO_OK,
     LEECHIO_NULL_ARGUMENT,
     LEECHIO_INVALID_ARGUMENT,
@@ -123,6 +128,7 @@ pub(crate) const ALL_STATUSES: [leechio_status; 33] = [
     LEECHIO_PANIC,
     LEECHIO_ALIAS,
     LEECHIO_NOT_FOUND,
+    LEECHIO_PAGING_UNKNOWN,
     LEECHIO_UNSUPPORTED_REQUEST,
     LEECHIO_COMPLETER_ABORT,
     LEECHIO_NO_COMPLETION,
@@ -192,6 +198,9 @@ impl leechio_status {
             LEECHIO_PANIC => c"internal error (leechio panicked)",
             LEECHIO_ALIAS => c"maps what an earlier range maps (a shared page table)",
             LEECHIO_NOT_FOUND => c"not found (no Linux kernel, or no such process)",
+            LEECHIO_PAGING_UNKNOWN => {
+                c"the page tables do not show whether they are 4-level or 5-level: give the paging mode"
+            }
             LEECHIO_UNSUPPORTED_REQUEST => c"unsupported request: nothing answers at this address",
             LEECHIO_COMPLETER_ABORT => c"completer abort",
             LEECHIO_NO_COMPLETION => c"no completion",

@@ -46,6 +46,8 @@ pub use processes::{leechio_kernel, leechio_kernel_hints, leechio_process, leech
 pub use queue::{leechio_completion, leechio_completion_fn, leechio_queue};
 pub use space::{
     leechio_cache_options, leechio_mapping, leechio_mapping_fn, leechio_space, leechio_translation,
+    LEECHIO_LEVELS, LEECHIO_LEVEL_PDE, LEECHIO_LEVEL_PDPTE, LEECHIO_LEVEL_PML4E,
+    LEECHIO_LEVEL_PML5E, LEECHIO_LEVEL_PTE, LEECHIO_PAGING_DETECT,
 };
 
 #[cfg(test)]
@@ -119,17 +121,18 @@ mod tests {
         assert_no_padding!(leechio_translation {
             va,
             status,
-            padding,
+            paging_levels,
             pa,
             page_size,
             entries,
-            levels,
+            entry_count,
             failed_level,
         });
         assert_no_padding!(leechio_kernel_hints {
             dtb,
             kernel_base,
             btf_file,
+            levels,
             no_cache,
             padding,
         });

@@ -4,17 +4,18 @@
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::PathBuf;
 
-use engine::linux::{CacheLocation, Hints, Kernel, Process, ProcessList};
+use engine::linux::{CacheLocation, FindError, Hints, Kernel, Process, ProcessList};
 use engine::{AddressSpace, Memory};
 
 use crate::device::leechio_device;
-use crate::error::{guard, non_null, Fail};
+use crate::error::{guard, guard_value, non_null, Fail};
 use crate::handle::Handle;
 use crate::leechio_status::{self, *};
-use crate::space::{leechio_cache_options, leechio_space, vm_config};
+use crate::space::{leechio_cache_options, leechio_space, named_paging, vm_config};
 
 /// A Linux kernel found in a device's memory (`leechio_kernel_find`):
-/// its page tables, its types (BTF) and where its processes start. It
+/// its page tables and their paging mode (`leechio_kernel_levels`), its
+/// types (BTF) and where its processes start. It
 /// keeps the device open until it is freed (`leechio_kernel_free`). Safe
 /// to use from several threads at once.
 pub struct leechio_kernel {
@@ -40,12 +41,16 @@ pub struct leechio_kernel_hints {
     /// `/sys/kernel/btf/vmlinux`), used when the kernel holds no BTF in
     /// memory; NULL for none.
     pub btf_file: *const c_char,
+    /// The paging mode of the kernel's tables: 4 or 5 (levels), or 0 to
+    /// find it from the tables. Needed only where they do not show it
+    /// (`LEECHIO_PAGING_UNKNOWN`): a wrong mode misreads every table.
+    pub levels: u32,
     /// Neither read nor write the cache of kernels found (under
     /// `$XDG_CACHE_HOME/leechio/` or `~/.cache/leechio/`).
     pub no_cache: bool,
     /// Always 0: explicit padding, so that every byte of the struct is
     /// defined.
-    pub padding: [u8; 7],
+    pub padding: [u8; 3],
 }
 
 /// One process (a thread-group leader), as `leechio_kernel_processes`
@@ -62,8 +67,9 @@ pub struct leechio_process {
     /// Its threads, itself included.
     pub thread_count: u32,
     /// Physical address of its top-level page table (`mm->pgd`), for
-    /// `leechio_space_new`; 0 for kernel threads and processes without
-    /// memory (zombies).
+    /// `leechio_space_new` (in the kernel's paging mode,
+    /// `leechio_kernel_levels`); 0 for kernel threads and processes
+    /// without memory (zombies).
     pub dtb: u64,
     /// Kernel address of its `task_struct`.
     pub task: u64,
@@ -102,7 +108,10 @@ pub type leechio_process_fn =
 /// cache knows the kernel) and stores its handle in `*out`. Returns
 /// `LEECHIO_NOT_FOUND` with a message naming what is missing when the
 /// target is not Linux or its kernel holds no BTF (and `hints` gives no
-/// usable BTF file).
+/// usable BTF file); `LEECHIO_PAGING_UNKNOWN` when a kernel shows in both
+/// 4-level and 5-level readings of its tables and nothing tells which is
+/// right (give the hints' `levels`); `LEECHIO_INVALID_ARGUMENT` for a
+/// `levels` hint other than 0, 4 or 5.
 ///
 /// NULL: `hints` may be NULL (no hints); `device` and `out` may not
 /// (`LEECHIO_NULL_ARGUMENT`).
@@ -138,9 +147,15 @@ pub unsafe extern "C" fn leechio_kernel_find(
             if h.no_cache {
                 found.cache = CacheLocation::Off;
             }
+            found.paging = named_paging(h.levels)?;
         }
-        let kernel = Kernel::find(&d.mem, &found)
-            .map_err(|e| Fail::new(LEECHIO_NOT_FOUND, e.to_string()))?;
+        let kernel = Kernel::find(&d.mem, &found).map_err(|e| {
+            let status = match e {
+                FindError::AmbiguousPaging { .. } => LEECHIO_PAGING_UNKNOWN,
+                _ => LEECHIO_NOT_FOUND,
+            };
+            Fail::new(status, e.to_string())
+        })?;
         // SAFETY: checked non-NULL above.
         unsafe {
             leechio_kernel {
@@ -165,6 +180,21 @@ pub unsafe extern "C" fn leechio_kernel_free(kernel: *mut leechio_kernel) {
         unsafe { leechio_kernel::free(kernel) };
         Ok(())
     });
+}
+
+/// The paging mode of the kernel's tables, which every process's space
+/// shares: 4 or 5 (levels of page tables); 0 for a NULL `kernel` (then the
+/// last error says so).
+///
+/// # Safety
+/// `kernel` must be NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_kernel_levels(kernel: *const leechio_kernel) -> u32 {
+    guard_value("leechio_kernel_levels", 0, || {
+        // SAFETY: the caller's contract.
+        let k = unsafe { leechio_kernel::lend(kernel)? };
+        Ok(u32::from(k.kernel.paging().levels()))
+    })
 }
 
 /// Why a list is incomplete, or `Ok`.
@@ -253,8 +283,9 @@ fn report(p: &Process, f: impl FnOnce(&leechio_process)) {
 }
 
 /// Creates the address space of process `pid` (its `mm->pgd`), like
-/// `leechio_space_new` with that DTB, after listing the processes to find
-/// it. Returns `LEECHIO_NOT_FOUND` when no process has that pid, or it
+/// `leechio_space_new` with that DTB in the kernel's paging mode
+/// (`leechio_kernel_levels`), after listing the processes to find it.
+/// Returns `LEECHIO_NOT_FOUND` when no process has that pid, or it
 /// has no address space of its own (a kernel thread, a zombie).
 ///
 /// NULL: `options` may be NULL (as for `leechio_space_new`); `kernel` and
@@ -302,8 +333,8 @@ pub unsafe extern "C" fn leechio_space_new_for_pid(
                 ),
             )
         })?;
-        let space =
-            AddressSpace::with_config(k.mem.clone(), dtb, engine::Paging::FourLevel, config);
+        // A process's tables are in the mode of the kernel's: the CPU's.
+        let space = AddressSpace::with_config(k.mem.clone(), dtb, k.kernel.paging(), config);
         // SAFETY: checked non-NULL above.
         unsafe { leechio_space { space }.give(out) };
         Ok(())

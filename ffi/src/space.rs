@@ -10,20 +10,21 @@ use std::ffi::c_void;
 use std::time::Duration;
 
 use engine::join_all;
-use engine::vm::CacheConfig;
-use engine::{AddressSpace, VmConfig, WalkError};
+use engine::vm::{detect_paging, CacheConfig};
+use engine::{AddressSpace, Memory, Paging, VmConfig, WalkError};
 
 use crate::device::leechio_device;
-use crate::error::{guard, non_null, Fail};
+use crate::error::{guard, guard_value, non_null, Fail};
 use crate::leechio_status::{self, *};
 use crate::ops::{
     failures, leechio_fragment_fn, leechio_read_op, leechio_write_op, op_array, read_buffers,
     report, write_data,
 };
 
-/// The virtual address space of one page-table root (x86-64, 4 levels),
-/// with caches of translations and page-table pages. Free it with
-/// `leechio_space_free`. Safe to use from several threads at once.
+/// The virtual address space of one page-table root (x86-64, 4-level or
+/// 5-level paging: `leechio_space_levels`), with caches of translations
+/// and page-table pages. Free it with `leechio_space_free`. Safe to use
+/// from several threads at once.
 pub struct leechio_space {
     pub(crate) space: AddressSpace,
 }
@@ -40,29 +41,61 @@ pub struct leechio_cache_options {
     pub page_table_ms: u64,
 }
 
+/// `levels` of `leechio_space_new`: find the paging mode from the tables
+/// themselves.
+pub const LEECHIO_PAGING_DETECT: u32 = 0;
+
+/// Levels of 5-level paging, the most there are: the length of
+/// `leechio_translation::entries`.
+pub const LEECHIO_LEVELS: usize = 5;
+/// Level of a PML5 entry: the top of a 5-level walk (a 4-level walk has
+/// none). Levels are numbered by what their entries are, the same in both
+/// modes, so `entries[LEECHIO_LEVEL_PTE]` is a PTE either way.
+pub const LEECHIO_LEVEL_PML5E: u32 = 0;
+/// Level of a PML4 entry: the top of a 4-level walk.
+pub const LEECHIO_LEVEL_PML4E: u32 = 1;
+/// Level of a page-directory-pointer-table entry (may map a 1 GiB page).
+pub const LEECHIO_LEVEL_PDPTE: u32 = 2;
+/// Level of a page-directory entry (may map a 2 MiB page).
+pub const LEECHIO_LEVEL_PDE: u32 = 3;
+/// Level of a page-table entry (maps a 4 KiB page).
+pub const LEECHIO_LEVEL_PTE: u32 = 4;
+
 /// A translated (or untranslatable) virtual address.
+///
+/// Levels are numbered the same in 4-level and 5-level paging, by what
+/// their entries are (`LEECHIO_LEVEL_PML5E` 0 to `LEECHIO_LEVEL_PTE` 4);
+/// a walk starts at level `LEECHIO_LEVELS - paging_levels`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct leechio_translation {
     /// The virtual address.
     pub va: u64,
     /// `LEECHIO_OK`, or why there is no translation: `LEECHIO_NOT_MAPPED`,
-    /// `LEECHIO_NON_CANONICAL`, or the failure of reading a table.
+    /// `LEECHIO_NON_CANONICAL`, `LEECHIO_RESERVED_BITS`, or the failure of
+    /// reading a table.
     pub status: leechio_status,
-    /// Always 0: explicit padding, so that every byte of the struct is
-    /// defined (it may be compared with `memcmp` or hashed).
-    pub padding: u32,
+    /// The paging mode of the walk (the space's): 4 or 5 levels. Its top
+    /// level is `LEECHIO_LEVEL_PML4E` or `LEECHIO_LEVEL_PML5E`.
+    pub paging_levels: u32,
     /// The physical address (0 when `status` is not `LEECHIO_OK`).
     pub pa: u64,
     /// Size of the page in bytes: 4096, 2 MiB or 1 GiB (0 on failure).
     pub page_size: u64,
-    /// Entries read, top level first (PML4E, PDPTE, PDE, PTE); only the
-    /// first `levels` are meaningful, the rest are 0.
-    pub entries: [u64; 4],
-    /// How many entries were read (4 for a 4 KiB page, fewer for large
-    /// pages or a walk that stopped).
-    pub levels: u32,
-    /// The level where a failed walk stopped (0 = PML4), or -1.
+    /// The entry read at each level, by level (`entries[LEECHIO_LEVEL_PDE]`
+    /// is the PDE). Levels the walk did not read hold 0: the PML5E of a
+    /// 4-level walk, and the levels below a large page or below where a
+    /// walk stopped.
+    pub entries: [u64; LEECHIO_LEVELS],
+    /// How many entries the walk read, from its top level down: they are
+    /// `entries[LEECHIO_LEVELS - paging_levels]` on (`paging_levels` for a
+    /// 4 KiB page, fewer for a large page or a walk that stopped, 0 for a
+    /// non-canonical address).
+    pub entry_count: u32,
+    /// The level (`LEECHIO_LEVEL_*`) where a failed walk stopped: that of
+    /// the entry found not present or with reserved bits set, or of the
+    /// table that could not be read; -1 on success and when the walk did
+    /// not start (a non-canonical address).
     pub failed_level: i32,
 }
 
@@ -155,10 +188,55 @@ pub(crate) unsafe fn vm_config(options: *const leechio_cache_options) -> VmConfi
     }
 }
 
+/// The paging mode `levels` names: 4 or 5, or `None` for
+/// `LEECHIO_PAGING_DETECT`.
+pub(crate) fn named_paging(levels: u32) -> Result<Option<Paging>, Fail> {
+    if levels == LEECHIO_PAGING_DETECT {
+        return Ok(None);
+    }
+    match u8::try_from(levels).ok().and_then(Paging::from_levels) {
+        Some(paging) => Ok(Some(paging)),
+        None => Err(Fail::new(
+            LEECHIO_INVALID_ARGUMENT,
+            format!(
+                "`levels` is {levels}: give 4 or 5 (levels of page tables), or 0 to find the \
+                 mode from the tables"
+            ),
+        )),
+    }
+}
+
+/// The paging mode `levels` names, or for `LEECHIO_PAGING_DETECT` the one
+/// the tables at `dtb` show.
+fn paging_of(mem: &Memory, dtb: u64, levels: u32) -> Result<Paging, Fail> {
+    if let Some(paging) = named_paging(levels)? {
+        return Ok(paging);
+    }
+    let evidence = mem.block_on(detect_paging(mem, dtb));
+    evidence.paging().map_err(|why| match evidence.unreadable {
+        Some(reason) => Fail::new(leechio_status::from_page_error(reason), why),
+        None => Fail::new(
+            LEECHIO_PAGING_UNKNOWN,
+            format!("{why}; pass `levels` 4 or 5"),
+        ),
+    })
+}
+
 /// Creates the address space whose top table is at `dtb` (a CR3 value; its
-/// low flag bits are ignored), on `device`'s engine. `options` NULL keeps
-/// both caches for one second. The space keeps the device open until it
-/// is freed, even if the device handle is closed first.
+/// low flag bits are ignored), on `device`'s engine, in the paging mode
+/// `levels` names: 4 or 5 (levels of page tables, as CR4.LA57 says on the
+/// target), or `LEECHIO_PAGING_DETECT` (0) to find it from the tables
+/// themselves (five device calls). Reading tables in the wrong mode gives
+/// wrong translations that look right, so detection never guesses: where
+/// the tables fit both modes (or neither) it fails with
+/// `LEECHIO_PAGING_UNKNOWN`, and the message says why; where the root
+/// cannot be read it fails with that read's reason (e.g.
+/// `LEECHIO_OUT_OF_RANGE`). Any other `levels` is
+/// `LEECHIO_INVALID_ARGUMENT`.
+///
+/// `options` NULL keeps both caches for one second. The space keeps the
+/// device open until it is freed, even if the device handle is closed
+/// first.
 ///
 /// NULL: `options` may be NULL; `device` and `out` may not
 /// (`LEECHIO_NULL_ARGUMENT`).
@@ -170,6 +248,7 @@ pub(crate) unsafe fn vm_config(options: *const leechio_cache_options) -> VmConfi
 pub unsafe extern "C" fn leechio_space_new(
     device: *const leechio_device,
     dtb: u64,
+    levels: u32,
     options: *const leechio_cache_options,
     out: *mut *mut leechio_space,
 ) -> leechio_status {
@@ -181,11 +260,25 @@ pub unsafe extern "C" fn leechio_space_new(
         let d = unsafe { leechio_device::lend(device)? };
         // SAFETY: the caller's contract.
         let config = unsafe { vm_config(options) };
-        let space =
-            AddressSpace::with_config(d.mem.clone(), dtb, engine::Paging::FourLevel, config);
+        let paging = paging_of(&d.mem, dtb, levels)?;
+        let space = AddressSpace::with_config(d.mem.clone(), dtb, paging, config);
         // SAFETY: checked non-NULL above.
         unsafe { leechio_space { space }.give(out) };
         Ok(())
+    })
+}
+
+/// The paging mode of `space`: 4 or 5 (levels of page tables); 0 for a
+/// NULL `space` (then the last error says so).
+///
+/// # Safety
+/// `space` must be NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn leechio_space_levels(space: *const leechio_space) -> u32 {
+    guard_value("leechio_space_levels", 0, || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { leechio_space::lend(space)? };
+        Ok(u32::from(s.space.paging().levels()))
     })
 }
 
@@ -219,7 +312,12 @@ pub unsafe extern "C" fn leechio_space_invalidate(space: *const leechio_space) -
     })
 }
 
-fn translation(va: u64, result: Result<engine::Translation, WalkError>) -> leechio_translation {
+/// The C record of the walk of `va` in `paging` mode.
+fn translation(
+    va: u64,
+    paging: Paging,
+    result: Result<engine::Translation, WalkError>,
+) -> leechio_translation {
     let (entries_read, status, pa, page_size, failed_level) = match result {
         Ok(t) => (t.entries, LEECHIO_OK, t.pa, t.page_size.bytes(), -1),
         Err(e) => (
@@ -227,25 +325,22 @@ fn translation(va: u64, result: Result<engine::Translation, WalkError>) -> leech
             leechio_status::from_page_error(e.reason),
             0,
             0,
+            // A level is below LEECHIO_LEVELS: it fits.
             e.level.map_or(-1, |l| l as i32),
         ),
     };
-    let mut entries = [0u64; 4];
-    let mut levels = 0;
-    for (slot, e) in entries.iter_mut().zip(entries_read.iter()) {
-        if let Some(e) = e {
-            *slot = *e;
-            levels += 1;
-        }
-    }
+    // The engine numbers levels as the C API does (an array of another
+    // length would not compile here).
+    let entries: [u64; LEECHIO_LEVELS] = entries_read.map(|e| e.unwrap_or(0));
+    let entry_count = entries_read.iter().flatten().count() as u32;
     leechio_translation {
         va,
         status,
-        padding: 0,
+        paging_levels: u32::from(paging.levels()),
         pa,
         page_size,
         entries,
-        levels,
+        entry_count,
         failed_level,
     }
 }
@@ -280,7 +375,7 @@ pub unsafe extern "C" fn leechio_space_translate_many(
             .block_on(join_all(vas.iter().map(|&va| space.translate(va))));
         let mut failed = 0;
         for (i, (&va, r)) in vas.iter().zip(results).enumerate() {
-            let t = translation(va, r);
+            let t = translation(va, space.paging(), r);
             failed += usize::from(t.status != LEECHIO_OK);
             // SAFETY: i < count; `out` holds `count` elements.
             unsafe { out.add(i).write(t) };
@@ -315,7 +410,8 @@ pub unsafe extern "C" fn leechio_space_translate(
         // SAFETY: the caller's contract.
         let s = unsafe { leechio_space::lend(space)? };
         non_null(out, "out")?;
-        let t = translation(va, s.space.memory().block_on(s.space.translate(va)));
+        let result = s.space.memory().block_on(s.space.translate(va));
+        let t = translation(va, s.space.paging(), result);
         // SAFETY: checked non-NULL.
         unsafe { out.write(t) };
         match t.status {
@@ -494,4 +590,64 @@ pub unsafe extern "C" fn leechio_space_mappings(
             )),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::{PageError, PageSize};
+
+    #[test]
+    fn entries_keep_their_level_in_both_modes() {
+        // A 2 MiB page in a 4-level walk: PML4E, PDPTE, PDE read.
+        let four = engine::Translation {
+            va: 0xffff_ffff_8100_0000,
+            pa: 0x100_0000,
+            page_size: PageSize::Size2M,
+            entries: [None, Some(0x11), Some(0x22), Some(0x1000_00e3), None],
+        };
+        let t = translation(four.va, Paging::FourLevel, Ok(four));
+        assert_eq!(t.entries, [0, 0x11, 0x22, 0x1000_00e3, 0]);
+        assert_eq!((t.paging_levels, t.entry_count, t.failed_level), (4, 3, -1));
+        assert_eq!(
+            (t.status, t.pa, t.page_size),
+            (LEECHIO_OK, 0x100_0000, 2 << 20)
+        );
+        // A 5-level walk stopped at a PDE not present: five levels, the
+        // PTE slot empty.
+        let stopped = WalkError {
+            va: 0xff11_0000_0000_0000,
+            reason: PageError::NotMapped,
+            level: Some(LEECHIO_LEVEL_PDE as usize),
+            entries: [Some(0x5), Some(0x4), Some(0x3), Some(0), None],
+        };
+        let t = translation(stopped.va, Paging::FiveLevel, Err(stopped));
+        assert_eq!(t.entries, [0x5, 0x4, 0x3, 0, 0]);
+        assert_eq!((t.paging_levels, t.entry_count, t.failed_level), (5, 4, 3));
+        assert_eq!((t.status, t.pa, t.page_size), (LEECHIO_NOT_MAPPED, 0, 0));
+        // A walk that never started: the mode is still the space's.
+        let unstarted = WalkError {
+            va: 0x8000_0000_0000_0000,
+            reason: PageError::NonCanonical,
+            level: None,
+            entries: [None; LEECHIO_LEVELS],
+        };
+        let t = translation(unstarted.va, Paging::FiveLevel, Err(unstarted));
+        assert_eq!((t.paging_levels, t.entry_count, t.failed_level), (5, 0, -1));
+        assert_eq!(t.status, LEECHIO_NON_CANONICAL);
+    }
+
+    #[test]
+    fn levels_name_a_mode_or_ask_for_detection() {
+        assert_eq!(named_paging(0).unwrap(), None);
+        assert_eq!(named_paging(4).unwrap(), Some(Paging::FourLevel));
+        assert_eq!(named_paging(5).unwrap(), Some(Paging::FiveLevel));
+        for bad in [1, 3, 6, 257, 260, u32::MAX] {
+            let e = named_paging(bad).unwrap_err();
+            assert_eq!(e.status, LEECHIO_INVALID_ARGUMENT);
+            assert!(e
+                .message
+                .contains(&format!("`levels` is {bad}: give 4 or 5")));
+        }
+    }
 }

@@ -6,7 +6,8 @@
 //! `-Wall -Wextra -Werror`, and run against real image files read through
 //! LeechCore: a 16 MiB image whose every word is a hash of its address, and
 //! an image holding a process made by memflow's `DummyOs`, whose own
-//! translations are the oracle for the virtual part.
+//! translations are the oracle for the virtual part (in 4-level paging,
+//! and in 5-level through a PML5 page added above its PML4).
 
 use std::fs::File;
 use std::io::Write;
@@ -24,6 +25,9 @@ const IMAGE_SIZE: usize = 16 << 20;
 const VSIZE: u64 = 0x40_000;
 /// Its byte at offset `o` is `pattern_byte(VSEED + o)`.
 const VSEED: u64 = 0x5eed_0000_0000;
+/// The flags of the PML5 entries added above DummyOs's PML4: present,
+/// writable, user (so they narrow no access).
+const PML5E_FLAGS: u64 = 0x7;
 
 /// The 8 bytes of the pattern image at the 8-aligned address `addr`; the C
 /// programs compute the same function.
@@ -169,6 +173,18 @@ fn dummy_os_image(path: &Path) -> String {
     os.phys_view()
         .read_raw_into(Address::null(), &mut image)
         .unwrap();
+    // A 5-level root over the same tables, in a page past DummyOs's memory:
+    // its PML5 entries 0 and 1 both name the process's PML4, so a 5-level
+    // walk of `va` and of `va + 2^48` ends where memflow's 4-level walk of
+    // `va` does.
+    let pml5 = IMAGE_SIZE as u64;
+    let mut page = [0u8; 0x1000];
+    for i in 0..2 {
+        let entry = (dtb.to_umem() & 0x000f_ffff_ffff_f000) | PML5E_FLAGS;
+        page[i * 8..i * 8 + 8].copy_from_slice(&entry.to_le_bytes());
+    }
+    image.extend_from_slice(&page);
+    lines += &format!("dtb5 {pml5:#x}\n");
     File::create(path).unwrap().write_all(&image).unwrap();
     lines
 }

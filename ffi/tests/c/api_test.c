@@ -9,6 +9,8 @@
  *                    are pattern_word(a), little-endian
  *   virt PATH        an image with page tables made by memflow's DummyOs
  *   dtb X            the process's page-table root in the virt image
+ *   dtb5 X           a 5-level root whose PML5 entries 0 and 1 both name
+ *                    the PML4 at dtb
  *   vbase X          first virtual address of its mapping
  *   vsize X          size of the mapping; its byte at offset o is
  *                    pattern_byte(vseed + o)
@@ -431,7 +433,9 @@ static void test_virtual(void) {
     leechio_device *d = open_device("file://%s", P.virt);
     const leechio_cache_options forever = {UINT64_MAX, UINT64_MAX};
     leechio_space *s = NULL;
-    CHECK_STATUS(leechio_space_new(d, P.dtb, &forever, &s), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_new(d, P.dtb, 4, &forever, &s), LEECHIO_OK);
+    CHECK(leechio_space_levels(s) == 4, "a space made with 4 levels has %u",
+          leechio_space_levels(s));
 
     /* Translations agree with memflow's; a cold batch walks once. */
     leechio_translation t[MAX_VTOP + 1];
@@ -444,22 +448,32 @@ static void test_virtual(void) {
           "%zu cold walks took %" PRIu64 " calls (one per level expected)", P.nvtop,
           scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before);
     for (size_t i = 0; i < P.nvtop; i++) {
+        CHECK(t[i].paging_levels == 4 && t[i].entries[LEECHIO_LEVEL_PML5E] == 0,
+              "%#" PRIx64 ": a 4-level walk in mode %u with PML5E %#" PRIx64, vas[i],
+              t[i].paging_levels, t[i].entries[LEECHIO_LEVEL_PML5E]);
         if (P.vtop_mapped[i]) {
             CHECK(t[i].status == LEECHIO_OK && t[i].pa == P.vtop_pa[i] &&
-                      t[i].page_size == 4096 && t[i].levels == 4 && t[i].failed_level == -1,
+                      t[i].page_size == 4096 && t[i].entry_count == 4 &&
+                      t[i].failed_level == -1,
                   "%#" PRIx64 ": status %u pa %#" PRIx64 ", memflow says %#" PRIx64, vas[i],
                   (unsigned)t[i].status, t[i].pa, P.vtop_pa[i]);
-            CHECK((t[i].entries[3] & 0x000ffffffffff000ull) == (P.vtop_pa[i] & ~0xfffull),
+            CHECK((t[i].entries[LEECHIO_LEVEL_PTE] & 0x000ffffffffff000ull) ==
+                      (P.vtop_pa[i] & ~0xfffull),
                   "PTE of %#" PRIx64, vas[i]);
+            for (int l = LEECHIO_LEVEL_PML4E; l <= LEECHIO_LEVEL_PTE; l++)
+                CHECK(t[i].entries[l] & 1, "%#" PRIx64 ": entry %d not present", vas[i], l);
         } else {
-            CHECK(t[i].status == LEECHIO_NOT_MAPPED && t[i].failed_level >= 0 &&
-                      t[i].levels == (uint32_t)t[i].failed_level + 1,
+            /* It stopped at the entry it read last, not present. */
+            CHECK(t[i].status == LEECHIO_NOT_MAPPED &&
+                      t[i].failed_level >= LEECHIO_LEVEL_PML4E &&
+                      t[i].entry_count == (uint32_t)t[i].failed_level &&
+                      !(t[i].entries[t[i].failed_level] & 1),
                   "%#" PRIx64 ": status %u, memflow says unmapped", vas[i],
                   (unsigned)t[i].status);
         }
     }
     CHECK(t[P.nvtop].status == LEECHIO_NON_CANONICAL && t[P.nvtop].failed_level == -1 &&
-              t[P.nvtop].levels == 0,
+              t[P.nvtop].entry_count == 0 && t[P.nvtop].paging_levels == 4,
           "non-canonical: status %u", (unsigned)t[P.nvtop].status);
     leechio_translation one;
     CHECK_STATUS(leechio_space_translate(s, P.vbase + 0x10, &one), LEECHIO_OK);
@@ -479,7 +493,7 @@ static void test_virtual(void) {
         leechio_translation first;
         CHECK_STATUS(leechio_space_translate(s, maps[i].va, &first), LEECHIO_OK);
         uint32_t access = LEECHIO_ACCESS_WRITE | LEECHIO_ACCESS_EXECUTE | LEECHIO_ACCESS_USER;
-        for (uint32_t l = 0; l < first.levels; l++) {
+        for (uint32_t l = LEECHIO_LEVEL_PML4E; l < LEECHIO_LEVEL_PML4E + first.entry_count; l++) {
             if (!(first.entries[l] & 2)) access &= ~(uint32_t)LEECHIO_ACCESS_WRITE;
             if (!(first.entries[l] & 4)) access &= ~(uint32_t)LEECHIO_ACCESS_USER;
             if (first.entries[l] >> 63) access &= ~(uint32_t)LEECHIO_ACCESS_EXECUTE;
@@ -525,7 +539,7 @@ static void test_virtual(void) {
     ops[N - 1] = (leechio_read_op){0x0000900000000000ull, malloc(16), 16};
     /* A fresh space for a cold start (the one above has cached walks). */
     leechio_space_free(s);
-    CHECK_STATUS(leechio_space_new(d, P.dtb, &forever, &s), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_new(d, P.dtb, 4, &forever, &s), LEECHIO_OK);
     /* Round 0 is cold, round 1 warm (caches kept forever), round 2 cold
      * again after leechio_space_invalidate. */
     uint64_t expected_calls[3] = {5, 1, 5};
@@ -554,7 +568,7 @@ static void test_virtual(void) {
 
     /* Queued virtual reads: a cold walk completes after five flushes. */
     leechio_space *cold = NULL;
-    CHECK_STATUS(leechio_space_new(d, P.dtb, NULL, &cold), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_new(d, P.dtb, 4, NULL, &cold), LEECHIO_OK);
     leechio_queue *q = NULL;
     CHECK_STATUS(leechio_queue_new(d, &q), LEECHIO_OK);
     vread v[4];
@@ -574,7 +588,7 @@ static void test_virtual(void) {
     /* A space from another device handle is refused for this queue. */
     leechio_device *other = open_device("file://%s", P.virt);
     leechio_space *foreign = NULL;
-    CHECK_STATUS(leechio_space_new(other, P.dtb, NULL, &foreign), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_new(other, P.dtb, 4, NULL, &foreign), LEECHIO_OK);
     CHECK_STATUS(leechio_queue_read_virtual(q, foreign, P.vbase, ops[0].buffer, 8, on_virtual,
                                             &v[0]),
                  LEECHIO_INVALID_ARGUMENT);
@@ -591,10 +605,191 @@ static void test_virtual(void) {
     for (size_t i = 0; i < N; i++) free(ops[i].buffer);
 }
 
+/* ---- 5-level paging ---- */
+
+static void count_queued(void *context, leechio_queue *q, const leechio_completion *c) {
+    (void)q;
+    CHECK(c->status == LEECHIO_OK, "queued 5-level read: status %u", (unsigned)c->status);
+    (*(int *)context)++;
+}
+
+/* The process through the 5-level root dtb5, whose PML5 entries 0 and 1
+ * name its PML4: every address, and the same address 2^48 higher, ends
+ * where memflow's 4-level walk does, with that PML5E on top of the 4-level
+ * walk's own entries, each at its own level. */
+static void test_five_levels(void) {
+    size_t size;
+    uint8_t *image = read_file(P.virt, &size);
+    CHECK(P.dtb5 + 0x1000 <= size, "dtb5 %#" PRIx64 " is outside the image", P.dtb5);
+    uint64_t pml5e[3], pml4e256;
+    memcpy(pml5e, image + P.dtb5, sizeof pml5e);
+    memcpy(&pml4e256, image + (P.dtb & ~0xfffull) + 256 * 8, 8);
+    free(image);
+    CHECK(pml5e[0] & pml5e[1] & 1 && !(pml5e[2] & 1) && !(pml4e256 & 1),
+          "the image's tables are not as the fixture made them");
+
+    leechio_device *d = open_device("file://%s", P.virt);
+    leechio_space *four = NULL, *five = NULL;
+    CHECK_STATUS(leechio_space_new(d, P.dtb, 4, NULL, &four), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_new(d, P.dtb5, 5, NULL, &five), LEECHIO_OK);
+    CHECK(leechio_space_levels(five) == 5, "levels %u", leechio_space_levels(five));
+
+    size_t n = P.nvtop;
+    static uint64_t vas[2 * MAX_VTOP + 3];
+    static leechio_translation t4[MAX_VTOP], t5[2 * MAX_VTOP + 3];
+    for (size_t i = 0; i < n; i++) {
+        vas[i] = P.vtop_va[i];
+        vas[n + i] = P.vtop_va[i] + (1ull << 48);
+    }
+    /* Canonical only in 5-level paging: PML4 entry 256 (not present),
+     * PML5 entry 2 (not present); then past 57 bits. */
+    vas[2 * n] = 0x0000800000000000ull;
+    vas[2 * n + 1] = 2ull << 48;
+    vas[2 * n + 2] = 0x0100000000000000ull;
+    CHECK_STATUS(leechio_space_translate_many(four, vas, n, t4), LEECHIO_INCOMPLETE);
+    uint64_t before = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
+    CHECK_STATUS(leechio_space_translate_many(five, vas, 2 * n + 3, t5), LEECHIO_INCOMPLETE);
+    uint64_t calls = scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before;
+    CHECK(calls == 5, "%zu cold 5-level walks took %" PRIu64 " calls, not one a level", 2 * n + 3,
+          calls);
+    for (size_t i = 0; i < 2 * n; i++) {
+        const leechio_translation *a = &t4[i % n], *b = &t5[i];
+        CHECK(b->paging_levels == 5 && b->va == vas[i] && b->status == a->status &&
+                  b->pa == a->pa && b->page_size == a->page_size &&
+                  b->failed_level == a->failed_level && b->entry_count == a->entry_count + 1,
+              "%#" PRIx64 ": status %u pa %#" PRIx64 " at level %d, 4-level %u %#" PRIx64
+              " at %d",
+              vas[i], (unsigned)b->status, b->pa, b->failed_level, (unsigned)a->status, a->pa,
+              a->failed_level);
+        CHECK(b->entries[LEECHIO_LEVEL_PML5E] == pml5e[i / n], "%#" PRIx64 ": PML5E %#" PRIx64,
+              vas[i], b->entries[LEECHIO_LEVEL_PML5E]);
+        CHECK(!memcmp(&b->entries[LEECHIO_LEVEL_PML4E], &a->entries[LEECHIO_LEVEL_PML4E],
+                      4 * sizeof(uint64_t)),
+              "%#" PRIx64 ": entries below the PML5E differ from the 4-level walk's", vas[i]);
+        if (P.vtop_mapped[i % n])
+            CHECK(b->status == LEECHIO_OK && b->pa == P.vtop_pa[i % n], "%#" PRIx64, vas[i]);
+    }
+    const leechio_translation *pml4_hole = &t5[2 * n], *pml5_hole = &t5[2 * n + 1],
+                              *past = &t5[2 * n + 2];
+    CHECK(pml4_hole->status == LEECHIO_NOT_MAPPED &&
+              pml4_hole->failed_level == LEECHIO_LEVEL_PML4E && pml4_hole->entry_count == 2 &&
+              pml4_hole->entries[LEECHIO_LEVEL_PML5E] == pml5e[0] &&
+              pml4_hole->entries[LEECHIO_LEVEL_PML4E] == pml4e256,
+          "PML4 entry 256: status %u at level %d", (unsigned)pml4_hole->status,
+          pml4_hole->failed_level);
+    CHECK(pml5_hole->status == LEECHIO_NOT_MAPPED &&
+              pml5_hole->failed_level == LEECHIO_LEVEL_PML5E && pml5_hole->entry_count == 1 &&
+              pml5_hole->entries[LEECHIO_LEVEL_PML5E] == pml5e[2],
+          "PML5 entry 2: status %u at level %d", (unsigned)pml5_hole->status,
+          pml5_hole->failed_level);
+    CHECK(past->status == LEECHIO_NON_CANONICAL && past->failed_level == -1 &&
+              past->entry_count == 0 && past->paging_levels == 5,
+          "past 57 bits: status %u", (unsigned)past->status);
+    /* The 4-level space calls the first of those non-canonical. */
+    leechio_translation t;
+    CHECK_STATUS(leechio_space_translate(four, vas[2 * n], &t), LEECHIO_NON_CANONICAL);
+
+    /* Its mappings: the process's, once through each PML5 entry; the
+     * second PML5 entry, walked whole, is the first's alias. */
+    static leechio_mapping m4[256], m5[256], high[256], whole[256];
+    uint64_t lo = P.vbase - 0x10000, hi = P.vbase + P.vsize + 0xffff;
+    CHECK_STATUS(leechio_space_mappings(four, lo, hi, count_mapping, m4), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_mappings(five, lo, hi, count_mapping, m5), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_mappings(five, lo + (1ull << 48), hi + (1ull << 48), count_mapping,
+                                        high),
+                 LEECHIO_OK);
+    size_t k = 0;
+    for (; m4[k].size != 0; k++) {
+        CHECK(!memcmp(&m4[k], &m5[k], sizeof m4[k]), "5-level mapping %zu differs", k);
+        leechio_mapping shifted = m4[k];
+        shifted.va += 1ull << 48;
+        CHECK(!memcmp(&shifted, &high[k], sizeof shifted), "mapping %zu above 2^48 differs", k);
+    }
+    CHECK(k > 0 && m5[k].size == 0 && high[k].size == 0, "%zu mappings", k);
+    CHECK_STATUS(leechio_space_mappings(five, 0, (2ull << 48) - 1, count_mapping, whole),
+                 LEECHIO_OK);
+    size_t aliases = 0;
+    for (size_t i = 0; whole[i].size != 0; i++) {
+        if (whole[i].status != LEECHIO_ALIAS) continue;
+        aliases++;
+        CHECK(whole[i].va == 1ull << 48 && whole[i].size == 1ull << 48 && whole[i].same_as == 0,
+              "alias %#" PRIx64 " of %#" PRIx64 " bytes as %#" PRIx64, whole[i].va,
+              whole[i].size, whole[i].same_as);
+    }
+    CHECK(aliases == 1, "%zu aliases", aliases);
+
+    /* A cold queued read walks five levels: six flushes with its data. */
+    leechio_space_invalidate(five);
+    leechio_queue *q = NULL;
+    CHECK_STATUS(leechio_queue_new(d, &q), LEECHIO_OK);
+    uint8_t buf[64];
+    int done = 0;
+    leechio_read_op op = {P.vbase + (1ull << 48) + 0x123, buf, sizeof buf};
+    CHECK_STATUS(leechio_queue_read_virtual(q, five, op.address, buf, sizeof buf, count_queued,
+                                            &done),
+                 LEECHIO_OK);
+    size_t flushes = 0;
+    CHECK_STATUS(leechio_queue_run(q, &flushes), LEECHIO_OK);
+    CHECK(done == 1 && flushes == 6, "a cold 5-level queued read: %zu flushes", flushes);
+    op.address -= 1ull << 48;
+    check_virtual_bytes(&op, sizeof buf);
+    leechio_queue_free(q);
+    leechio_space_free(four);
+    leechio_space_free(five);
+    leechio_device_close(d);
+}
+
+/* Levels 0 finds the mode from the tables, or says it cannot; other
+ * numbers than 0, 4 and 5 are refused. */
+static void test_paging_detection(void) {
+    leechio_device *d = open_device("file://%s", P.virt);
+    leechio_space *s = NULL;
+    /* The 5-level root's page tables show their mode. */
+    CHECK_STATUS(leechio_space_new(d, P.dtb5, LEECHIO_PAGING_DETECT, NULL, &s), LEECHIO_OK);
+    CHECK(leechio_space_levels(s) == 5, "dtb5 detected as %u levels", leechio_space_levels(s));
+    leechio_translation t;
+    CHECK_STATUS(leechio_space_translate(s, P.vbase + (1ull << 48), &t), LEECHIO_OK);
+    leechio_space_free(s);
+    /* DummyOs's own 4-level root does not show its mode: it maps 4 KiB
+     * user pages only, so a 5-level reading takes its page tables for
+     * directories and its data pages (the pattern) for page tables, and
+     * meets no entry a CPU would fault on either. Nothing is guessed. */
+    s = (leechio_space *)&s;
+    CHECK_STATUS(leechio_space_new(d, P.dtb, LEECHIO_PAGING_DETECT, NULL, &s),
+                 LEECHIO_PAGING_UNKNOWN);
+    char expect[160];
+    snprintf(expect, sizeof expect,
+             "leechio_space_new: the tables at %#" PRIx64
+             " read as well in 4-level as in 5-level paging (",
+             P.dtb & ~(uint64_t)0xfff);
+    CHECK(s == NULL && strstr(last_error(), expect) == last_error() &&
+              strstr(last_error(), "; pass `levels` 4 or 5") != NULL,
+          "%s", last_error());
+
+    for (uint32_t bad = 1; bad < 8; bad++) {
+        if (bad == 4 || bad == 5) continue;
+        s = (leechio_space *)&s;
+        CHECK_STATUS(leechio_space_new(d, P.dtb, bad, NULL, &s), LEECHIO_INVALID_ARGUMENT);
+        CHECK(s == NULL && strstr(last_error(), "`levels` is ") != NULL, "levels %u: %s", bad,
+              last_error());
+    }
+    /* A root past the end of memory is unreadable: that read's reason. */
+    leechio_device_info info;
+    CHECK_STATUS(leechio_device_get_info(d, &info), LEECHIO_OK);
+    s = (leechio_space *)&s;
+    CHECK_STATUS(leechio_space_new(d, info.max_address, 0, NULL, &s), LEECHIO_OUT_OF_RANGE);
+    snprintf(expect, sizeof expect, "the page-table root %#" PRIx64 " is unreadable",
+             info.max_address);
+    CHECK(s == NULL && strstr(last_error(), expect) != NULL, "%s", last_error());
+    CHECK(leechio_space_levels(NULL) == 0 && strstr(last_error(), "`space` is NULL") != NULL,
+          "%s", last_error());
+    leechio_device_close(d);
+}
+
 static void test_virtual_write(void) {
     leechio_device *d = open_device("file://file=%s,write=1", P.virt);
     leechio_space *s = NULL;
-    CHECK_STATUS(leechio_space_new(d, P.dtb, NULL, &s), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_new(d, P.dtb, 4, NULL, &s), LEECHIO_OK);
     /* 16 bytes across a page boundary: two physical pages. */
     uint64_t va = P.vbase + 0x1ff8;
     static const uint8_t data[16] = "leechio virtual";
@@ -643,6 +838,8 @@ int main(int argc, char **argv) {
     test_queue(size);
     test_queue_reentry();
     test_virtual();
+    test_five_levels();
+    test_paging_detection();
     test_virtual_write();
     free(image);
     printf("leechio C API test: %u checks passed\n", checks);

@@ -39,6 +39,18 @@ uint8_t *read_file(const char *path, size_t *size) {
 
 /* ---- parameters ---- */
 
+size_t unhex(const char *hex, uint8_t *out, size_t cap) {
+    if (!strcmp(hex, "-")) return 0;
+    size_t n = strlen(hex) / 2;
+    CHECK(n <= cap, "hex of %zu bytes", n);
+    for (size_t i = 0; i < n; i++) {
+        unsigned byte;
+        CHECK(sscanf(hex + 2 * i, "%2x", &byte) == 1, "bad hex %s", hex);
+        out[i] = (uint8_t)byte;
+    }
+    return n;
+}
+
 struct params P;
 
 void read_params(const char *path) {
@@ -50,6 +62,7 @@ void read_params(const char *path) {
         else if (!strcmp(key, "phys")) snprintf(P.phys, sizeof P.phys, "%s", value);
         else if (!strcmp(key, "virt")) snprintf(P.virt, sizeof P.virt, "%s", value);
         else if (!strcmp(key, "dtb")) P.dtb = strtoull(value, NULL, 0);
+        else if (!strcmp(key, "dtb5")) P.dtb5 = strtoull(value, NULL, 0);
         else if (!strcmp(key, "vbase")) P.vbase = strtoull(value, NULL, 0);
         else if (!strcmp(key, "vsize")) P.vsize = strtoull(value, NULL, 0);
         else if (!strcmp(key, "vseed")) P.vseed = strtoull(value, NULL, 0);
@@ -79,6 +92,16 @@ leechio_device *open_device(const char *fmt, const char *path) {
     CHECK_STATUS(leechio_device_open(spec, NULL, NULL, &d), LEECHIO_OK);
     CHECK(d != NULL, "open returned no handle");
     return d;
+}
+
+leechio_kernel *find_kernel(const leechio_device *d) {
+    leechio_kernel_hints hints;
+    memset(&hints, 0, sizeof hints);
+    hints.no_cache = true;
+    leechio_kernel *k = NULL;
+    CHECK_STATUS(leechio_kernel_find(d, &hints, &k), LEECHIO_OK);
+    CHECK(k != NULL, "no kernel handle");
+    return k;
 }
 
 void collect(void *context, const leechio_fragment *fragment) {

@@ -50,19 +50,26 @@ uint8_t *read_file(const char *path, size_t *size);
 
 extern struct params {
     char version[4096], phys[4096], virt[4096];
-    uint64_t dtb, vbase, vsize, vseed;
+    uint64_t dtb, dtb5, vbase, vsize, vseed;
     size_t nvtop;
     uint64_t vtop_va[MAX_VTOP], vtop_pa[MAX_VTOP];
     int vtop_mapped[MAX_VTOP];
 } P;
 
 void read_params(const char *path);
+/* Decodes `hex` (two digits a byte; "-" for no bytes) into `out`, which
+ * holds `cap` bytes; returns the byte count. */
+size_t unhex(const char *hex, uint8_t *out, size_t cap);
 
 /* ---- devices and fragments ---- */
 
 uint64_t scatter_calls(const leechio_device *d, uint32_t kind);
 /* Opens the device string `fmt` with `path` in it; stops on failure. */
 leechio_device *open_device(const char *fmt, const char *path);
+
+/* The Linux kernel in `d`'s memory, found with no hints and no cache
+ * (a test must not read what an earlier run left); stops on failure. */
+leechio_kernel *find_kernel(const leechio_device *d);
 
 /* Fragments gathered by a callback. */
 #define MAX_FRAGS 1024

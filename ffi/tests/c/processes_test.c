@@ -4,6 +4,7 @@
  *
  * Parameter file, one item a line:
  *   image PATH          the guest's RAM
+ *   levels N            the guest's paging mode (CR4.LA57): 4 or 5
  *   calls N             read calls a list must take
  *   pattern PID START   the pattern process and its first patterned address
  *   user PID PPID STATE NAME_HEX ARGS_HEX
@@ -30,6 +31,7 @@ typedef struct {
 static struct {
     char image[4096], notlinux[4096];
     uint64_t calls, pattern_start;
+    unsigned levels;
     uint32_t pattern_pid;
     size_t nuser;
     user_process user[MAX_USER];
@@ -46,18 +48,6 @@ typedef struct {
 
 static seen_list seen;
 
-static size_t unhex(const char *hex, uint8_t *out, size_t cap) {
-    if (!strcmp(hex, "-")) return 0;
-    size_t n = strlen(hex) / 2;
-    CHECK(n <= cap, "hex of %zu bytes", n);
-    for (size_t i = 0; i < n; i++) {
-        unsigned byte;
-        CHECK(sscanf(hex + 2 * i, "%2x", &byte) == 1, "bad hex %s", hex);
-        out[i] = (uint8_t)byte;
-    }
-    return n;
-}
-
 static void read_parameters(const char *path) {
     FILE *f = fopen(path, "r");
     CHECK(f != NULL, "cannot open %s", path);
@@ -65,6 +55,7 @@ static void read_parameters(const char *path) {
     while (fscanf(f, "%31s", key) == 1) {
         if (!strcmp(key, "image")) CHECK(fscanf(f, "%4095s", Q.image) == 1, "image");
         else if (!strcmp(key, "notlinux")) CHECK(fscanf(f, "%4095s", Q.notlinux) == 1, "notlinux");
+        else if (!strcmp(key, "levels")) CHECK(fscanf(f, "%u", &Q.levels) == 1, "levels");
         else if (!strcmp(key, "calls")) CHECK(fscanf(f, "%lu", (unsigned long *)&Q.calls) == 1, "calls");
         else if (!strcmp(key, "pattern")) {
             unsigned long start;
@@ -73,7 +64,7 @@ static void read_parameters(const char *path) {
         } else if (!strcmp(key, "user")) {
             CHECK(Q.nuser < MAX_USER, "too many user processes");
             user_process *u = &Q.user[Q.nuser++];
-            CHECK(fscanf(f, "%u %u %c %16399s %16399s", &u->pid, &u->ppid, &u->state, a, b) == 5,
+            CHECK(fscanf(f, "%u %u %c %16391s %16391s", &u->pid, &u->ppid, &u->state, a, b) == 5,
                   "user line");
             size_t n = unhex(a, (uint8_t *)u->name, sizeof u->name - 1);
             u->name[n] = 0;
@@ -105,12 +96,9 @@ static const leechio_process *find(uint32_t pid) {
 }
 
 static void test_processes(leechio_device *d) {
-    leechio_kernel_hints hints;
-    memset(&hints, 0, sizeof hints);
-    hints.no_cache = true;
-    leechio_kernel *k = NULL;
-    CHECK_STATUS(leechio_kernel_find(d, &hints, &k), LEECHIO_OK);
-    CHECK(k != NULL, "no kernel handle");
+    leechio_kernel *k = find_kernel(d);
+    CHECK(leechio_kernel_levels(k) == Q.levels, "the kernel's tables read in %u levels, not %u",
+          leechio_kernel_levels(k), Q.levels);
 
     uint64_t before = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
     CHECK_STATUS(leechio_kernel_processes(k, collect_process, &seen), LEECHIO_OK);
@@ -155,6 +143,8 @@ static void test_processes(leechio_device *d) {
     /* Its address space by pid, read as the pattern. */
     leechio_space *space = NULL;
     CHECK_STATUS(leechio_space_new_for_pid(k, Q.pattern_pid, NULL, &space), LEECHIO_OK);
+    CHECK(leechio_space_levels(space) == Q.levels, "the process's space has %u levels",
+          leechio_space_levels(space));
     uint64_t words[16];
     leechio_read_op op = {Q.pattern_start, (uint8_t *)words, sizeof words};
     CHECK_STATUS(leechio_space_read(space, &op, 1, NULL, NULL), LEECHIO_OK);
@@ -171,6 +161,8 @@ static void test_processes(leechio_device *d) {
     CHECK(strstr(last_error(), "no process has pid 4000000"), "%s", last_error());
     CHECK_STATUS(leechio_kernel_processes(k, NULL, NULL), LEECHIO_NULL_ARGUMENT);
     CHECK_STATUS(leechio_kernel_processes(NULL, collect_process, &seen), LEECHIO_NULL_ARGUMENT);
+    CHECK(leechio_kernel_levels(NULL) == 0 && strstr(last_error(), "`kernel` is NULL"), "%s",
+          last_error());
     leechio_kernel_free(k);
     leechio_kernel_free(NULL);
 }
@@ -189,6 +181,10 @@ static void test_not_linux(void) {
                   "not found (no Linux kernel, or no such process)"),
           "%s", leechio_status_message(LEECHIO_NOT_FOUND));
     CHECK_STATUS(leechio_kernel_find(d, NULL, NULL), LEECHIO_NULL_ARGUMENT);
+    /* A paging mode hint must be one. */
+    hints.levels = 3;
+    CHECK_STATUS(leechio_kernel_find(d, &hints, &k), LEECHIO_INVALID_ARGUMENT);
+    CHECK(k == NULL && strstr(last_error(), "`levels` is 3"), "%s", last_error());
     leechio_device_close(d);
 }
 

@@ -52,11 +52,14 @@ _Static_assert(sizeof(leechio_completion) ==
                        sizeof(const leechio_fragment *) + sizeof(size_t),
                "leechio_completion has padding");
 _Static_assert(sizeof(leechio_translation) ==
-                   sizeof(uint64_t) + sizeof(leechio_status) +
-                       FIELD(leechio_translation, padding) + 2 * sizeof(uint64_t) +
-                       FIELD(leechio_translation, entries) + sizeof(uint32_t) +
-                       sizeof(int32_t),
+                   sizeof(uint64_t) + sizeof(leechio_status) + sizeof(uint32_t) +
+                       2 * sizeof(uint64_t) + LEECHIO_LEVELS * sizeof(uint64_t) +
+                       sizeof(uint32_t) + sizeof(int32_t),
                "leechio_translation has padding");
+_Static_assert(sizeof(leechio_kernel_hints) ==
+                   2 * sizeof(uint64_t) + sizeof(const char *) + sizeof(uint32_t) +
+                       sizeof(bool) + FIELD(leechio_kernel_hints, padding),
+               "leechio_kernel_hints has padding");
 _Static_assert(sizeof(leechio_mapping) == 5 * sizeof(uint64_t) + sizeof(leechio_status) +
                                               FIELD(leechio_mapping, access),
                "leechio_mapping has padding");
@@ -102,23 +105,38 @@ static void test_defined_bytes(void) {
     CHECK_STATUS(leechio_device_memory_map(d, ranges, 2, NULL), LEECHIO_OK);
     CHECK_DEFINED(ranges[0]);
 
-    leechio_space *s = NULL;
-    CHECK_STATUS(leechio_space_new(d, P.dtb, NULL, &s), LEECHIO_OK);
-    /* Mapped, unmapped and non-canonical: every way a translation ends. */
+    leechio_space *s = NULL, *s5 = NULL;
+    CHECK_STATUS(leechio_space_new(d, P.dtb, 4, NULL, &s), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_new(d, P.dtb5, 5, NULL, &s5), LEECHIO_OK);
+    /* Mapped, unmapped and non-canonical: every way a translation ends,
+     * in both modes. Entries a walk did not read are 0, not left as they
+     * were. */
     uint64_t vas[3] = {P.vbase, P.vbase + P.vsize + 0x10000, 0x0000800000000000ull};
-    leechio_translation t[3];
+    leechio_translation t[3], t5[3];
     memset(t, 0xaa, sizeof t);
+    memset(t5, 0xaa, sizeof t5);
     CHECK_STATUS(leechio_space_translate_many(s, vas, 3, t), LEECHIO_INCOMPLETE);
+    CHECK_STATUS(leechio_space_translate_many(s5, vas, 3, t5), LEECHIO_INCOMPLETE);
     for (int i = 0; i < 3; i++) {
         CHECK_DEFINED(t[i]);
-        CHECK(t[i].padding == 0, "translation %d padding %#x", i, t[i].padding);
+        CHECK_DEFINED(t5[i]);
+        CHECK(t[i].paging_levels == 4 && t5[i].paging_levels == 5, "translation %d modes %u, %u",
+              i, t[i].paging_levels, t5[i].paging_levels);
+        const leechio_translation *both[2] = {&t[i], &t5[i]};
+        for (int m = 0; m < 2; m++) {
+            uint32_t top = LEECHIO_LEVELS - both[m]->paging_levels;
+            for (uint32_t l = 0; l < LEECHIO_LEVELS; l++)
+                if (l < top || l >= top + both[m]->entry_count)
+                    CHECK(both[m]->entries[l] == 0, "translation %d (%u levels): entry %u is %#" PRIx64,
+                          i, both[m]->paging_levels, l, both[m]->entries[l]);
+        }
     }
     leechio_translation one;
     memset(&one, 0xaa, sizeof one);
     CHECK_STATUS(leechio_space_translate(s, vas[1], &one), LEECHIO_NOT_MAPPED);
     CHECK_DEFINED(one);
-    CHECK(one.padding == 0 && !memcmp(&one, &t[1], sizeof one),
-          "one translation differs from the same in a batch");
+    CHECK(!memcmp(&one, &t[1], sizeof one), "one translation differs from the same in a batch");
+    leechio_space_free(s5);
 
     size_t mappings = 0;
     CHECK_STATUS(leechio_space_mappings(s, P.vbase, P.vbase + P.vsize - 1, check_mapping_defined,
@@ -209,7 +227,7 @@ static void test_virtual_writes_overlap_in_order(void) {
     CHECK(fd >= 0, "cannot open %s", P.virt);
     leechio_device *d = open_device("file://file=%s,write=1", P.virt);
     leechio_space *s = NULL;
-    CHECK_STATUS(leechio_space_new(d, P.dtb, NULL, &s), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_new(d, P.dtb, 4, NULL, &s), LEECHIO_OK);
     /* Across a page boundary: two physical pages. */
     uint64_t va = P.vbase + 0x2ff8;
     static const uint8_t first[16] = "aaaaaaaaaaaaaaaa", second[6] = "bbbbbb";
@@ -255,7 +273,7 @@ static void test_optional_pointers(void) {
     CHECK_STATUS(leechio_queue_new(d, NULL), LEECHIO_NULL_ARGUMENT);
     CHECK(strstr(last_error(), "`out` is NULL") != NULL, "message: %s", last_error());
     leechio_space *s = NULL;
-    CHECK_STATUS(leechio_space_new(NULL, P.dtb, NULL, &s), LEECHIO_NULL_ARGUMENT);
+    CHECK_STATUS(leechio_space_new(NULL, P.dtb, 4, NULL, &s), LEECHIO_NULL_ARGUMENT);
     CHECK(s == NULL && strstr(last_error(), "`device` is NULL") != NULL, "message: %s",
           last_error());
     leechio_device_close(d);
@@ -348,7 +366,7 @@ static void test_callbacks_reenter(void) {
 
     leechio_device *v = open_device("file://%s", P.virt);
     leechio_space *s = NULL;
-    CHECK_STATUS(leechio_space_new(v, P.dtb, NULL, &s), LEECHIO_OK);
+    CHECK_STATUS(leechio_space_new(v, P.dtb, 4, NULL, &s), LEECHIO_OK);
     reentry m = {v, s, NULL, 0};
     CHECK_STATUS(leechio_space_mappings(s, P.vbase, P.vbase + P.vsize - 1, on_mapping_reenter, &m),
                  LEECHIO_OK);
@@ -437,8 +455,10 @@ static void count_kinds(void *context, const leechio_mapping *m) {
 }
 
 /* A table whose entries all point at itself but the last, which is a
- * faulting entry at levels 0-2 (PS in a PML4E; reserved bits in a large
- * page) and a 4 KiB page at level 3: 512^4 paths, four table reads. */
+ * faulting entry at every level above the page tables (PS in a PML5E or
+ * PML4E; reserved bits in a large page) and a 4 KiB page in a page table:
+ * 512^4 paths in 4-level paging, 512^5 in 5-level, one table read a
+ * level. Its mode cannot be found: both readings fault. */
 static void test_hostile_tables(void) {
     const uint64_t table = 0x400000, size = 16 << 20, last = 0x12345083;
     char path[] = "/tmp/leechio-hostile-XXXXXX";
@@ -450,31 +470,55 @@ static void test_hostile_tables(void) {
     CHECK(pwrite(fd, entries, sizeof entries, (off_t)table) == (ssize_t)sizeof entries, "pwrite");
     close(fd);
     leechio_device *d = open_device("file://%s", path);
-    leechio_space *s = NULL;
-    CHECK_STATUS(leechio_space_new(d, table, NULL, &s), LEECHIO_OK);
-    mapping_counts c = {0};
-    CHECK_STATUS(leechio_space_mappings(s, 0, UINT64_MAX, count_kinds, &c), LEECHIO_INCOMPLETE);
-    CHECK(c.ok == 512 && c.alias == 3 * 510 && c.reserved == 3 && c.other == 0,
-          "%zu mappings, %zu aliases, %zu reserved, %zu other", c.ok, c.alias, c.reserved,
-          c.other);
-    CHECK(c.first_ok.va == 0 && c.first_ok.pa == table && c.first_ok.size == 0x1000,
-          "first mapping %#" PRIx64 " -> %#" PRIx64, c.first_ok.va, c.first_ok.pa);
-    /* The first alias: entry 1 of the level-2 table, 2 MiB, as 0. */
-    CHECK(c.first_alias.va == 0x200000 && c.first_alias.size == 0x200000 &&
-              c.first_alias.same_as == 0 && c.first_alias.pa == 0,
-          "first alias %#" PRIx64 " (%#" PRIx64 ") as %#" PRIx64, c.first_alias.va,
-          c.first_alias.size, c.first_alias.same_as);
-    /* The first faulting range: entry 511 of the level-2 table (2 MiB). */
-    CHECK(c.first_reserved.va == 511ull << 21 && c.first_reserved.size == 0x200000,
-          "first reserved %#" PRIx64, c.first_reserved.va);
-    leechio_translation t;
-    CHECK_STATUS(leechio_space_translate(s, 0xffffff8000000000ull, &t), LEECHIO_RESERVED_BITS);
-    CHECK(t.status == LEECHIO_RESERVED_BITS && t.failed_level == 0 && t.entries[0] == last,
-          "translation: %u at level %d", (unsigned)t.status, t.failed_level);
+    for (uint32_t levels = 4; levels <= 5; levels++) {
+        leechio_space *s = NULL;
+        CHECK_STATUS(leechio_space_new(d, table, levels, NULL, &s), LEECHIO_OK);
+        CHECK(leechio_space_levels(s) == levels, "%u levels", leechio_space_levels(s));
+        /* Every level above the page tables: 510 aliases and a fault. */
+        size_t above = levels - 1;
+        mapping_counts c = {0};
+        CHECK_STATUS(leechio_space_mappings(s, 0, UINT64_MAX, count_kinds, &c),
+                     LEECHIO_INCOMPLETE);
+        CHECK(c.ok == 512 && c.alias == above * 510 && c.reserved == above && c.other == 0,
+              "%u levels: %zu mappings, %zu aliases, %zu reserved, %zu other", levels, c.ok,
+              c.alias, c.reserved, c.other);
+        CHECK(c.first_ok.va == 0 && c.first_ok.pa == table && c.first_ok.size == 0x1000,
+              "first mapping %#" PRIx64 " -> %#" PRIx64, c.first_ok.va, c.first_ok.pa);
+        /* The first alias: entry 1 of the page directory, 2 MiB, as 0. */
+        CHECK(c.first_alias.va == 0x200000 && c.first_alias.size == 0x200000 &&
+                  c.first_alias.same_as == 0 && c.first_alias.pa == 0,
+              "first alias %#" PRIx64 " (%#" PRIx64 ") as %#" PRIx64, c.first_alias.va,
+              c.first_alias.size, c.first_alias.same_as);
+        /* The first faulting range: entry 511 of the page directory. */
+        CHECK(c.first_reserved.va == 511ull << 21 && c.first_reserved.size == 0x200000,
+              "first reserved %#" PRIx64, c.first_reserved.va);
+        /* The top entry of the last address faults at the top level. */
+        leechio_translation t;
+        CHECK_STATUS(leechio_space_translate(s, 0xffffff8000000000ull, &t),
+                     LEECHIO_RESERVED_BITS);
+        int top = (int)(LEECHIO_LEVELS - levels);
+        CHECK(t.status == LEECHIO_RESERVED_BITS && t.failed_level == top &&
+                  t.entries[top] == last && t.entry_count == 1,
+              "translation: %u at level %d", (unsigned)t.status, t.failed_level);
+        leechio_space_free(s);
+    }
     CHECK(!strcmp(leechio_status_message(LEECHIO_RESERVED_BITS),
                   "page-table entry with reserved bits set (a CPU would fault)"),
           "%s", leechio_status_message(LEECHIO_RESERVED_BITS));
-    leechio_space_free(s);
+
+    /* Asked to find the mode: neither fits, and the message says where
+     * each reading faults. */
+    leechio_space *s = (leechio_space *)&s;
+    CHECK_STATUS(leechio_space_new(d, table, LEECHIO_PAGING_DETECT, NULL, &s),
+                 LEECHIO_PAGING_UNKNOWN);
+    CHECK(s == NULL && strstr(last_error(), "the tables at 0x400000 fit neither mode: read as "
+                                            "4-level, PML4E 0x12345083 at 0x400ff8") != NULL &&
+              strstr(last_error(), "as 5-level, PML5E 0x12345083 at 0x400ff8") != NULL,
+          "%s", last_error());
+    /* A root of zeros maps nothing in either mode: nothing tells. */
+    CHECK_STATUS(leechio_space_new(d, table + 0x1000, 0, NULL, &s), LEECHIO_PAGING_UNKNOWN);
+    CHECK(strstr(last_error(), "read as well in 4-level as in 5-level paging") != NULL, "%s",
+          last_error());
     leechio_device_close(d);
     unlink(path);
 }

@@ -84,6 +84,16 @@ fn dep_info_paths(text: &str) -> Vec<String> {
     paths
 }
 
+/// Bytes as the test programs' parameter files give them (`unhex` in
+/// `tests/c/common.c` reads them back): two hex digits a byte, `-` for none.
+pub fn hex(bytes: &[u8]) -> String {
+    match bytes.is_empty() {
+        true => "-".into(),
+        false => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+/// Runs `cmd`; fails the test unless it exits with success.
 pub fn run(cmd: &mut Command) -> Output {
     let out = cmd
         .output()

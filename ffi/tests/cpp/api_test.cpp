@@ -31,7 +31,7 @@ std::vector<uint8_t> read_file(const std::string &path) {
 
 struct params {
     std::string version, phys, virt;
-    uint64_t dtb = 0, vbase = 0, vsize = 0, vseed = 0;
+    uint64_t dtb = 0, dtb5 = 0, vbase = 0, vsize = 0, vseed = 0;
     std::map<uint64_t, uint64_t> mapped; // memflow's translations
     std::vector<uint64_t> unmapped;
 };
@@ -47,6 +47,7 @@ params read_params(const char *path) {
         else if (key == "phys") p.phys = value;
         else if (key == "virt") p.virt = value;
         else if (key == "dtb") p.dtb = num(value);
+        else if (key == "dtb5") p.dtb5 = num(value);
         else if (key == "vbase") p.vbase = num(value);
         else if (key == "vsize") p.vsize = num(value);
         else if (key == "vseed") p.vseed = num(value);
@@ -180,19 +181,54 @@ void test_queue(const params &p, const std::vector<uint8_t> &image) {
 
 void test_virtual(const params &p) {
     leechio::device d("file://" + p.virt);
-    leechio::address_space s(d, p.dtb);
+    leechio::address_space s(d, p.dtb, leechio::paging::four_level);
+    CHECK(s.levels() == 4, "levels %u", s.levels());
     std::vector<uint64_t> vas;
     for (auto &kv : p.mapped) vas.push_back(kv.first);
     vas.insert(vas.end(), p.unmapped.begin(), p.unmapped.end());
     auto t = s.translate(vas);
     for (size_t i = 0; i < vas.size(); i++) {
         auto it = p.mapped.find(vas[i]);
-        if (it != p.mapped.end())
-            CHECK(t[i].status == LEECHIO_OK && t[i].pa == it->second, "%#" PRIx64, vas[i]);
-        else
+        CHECK(t[i].top_level() == LEECHIO_LEVEL_PML4E && !t[i].entry(LEECHIO_LEVEL_PML5E),
+              "%#" PRIx64 ": a 4-level walk", vas[i]);
+        if (it != p.mapped.end()) {
+            CHECK(t[i].ok() && t[i].pa == it->second, "%#" PRIx64, vas[i]);
+            auto pte = t[i].entry(LEECHIO_LEVEL_PTE);
+            CHECK(pte && (*pte & 0x000ffffffffff000ull) == (it->second & ~0xfffull),
+                  "the PTE of %#" PRIx64, vas[i]);
+        } else {
             CHECK(t[i].status == LEECHIO_NOT_MAPPED, "%#" PRIx64 " should be unmapped", vas[i]);
+            // The entry it stopped at was read; none below it.
+            auto stop = t[i].entry(static_cast<unsigned>(t[i].failed_level));
+            CHECK(stop && !(*stop & 1) && !t[i].entry(t[i].failed_level + 1),
+                  "%#" PRIx64 " stopped at level %d", vas[i], t[i].failed_level);
+        }
     }
     CHECK(s.translate(0x0000800000000000ull).status == LEECHIO_NON_CANONICAL, "non-canonical");
+
+    // The 5-level root over the same tables, its mode found from them: a
+    // walk there has the PML5E on top of the 4-level walk's entries.
+    leechio::address_space s5(d, p.dtb5);
+    CHECK(s5.levels() == 5, "dtb5 found as %u levels", s5.levels());
+    for (size_t i = 0; i < vas.size(); i++) {
+        leechio::translation high = s5.translate(vas[i] + (1ull << 48));
+        CHECK(high.status == t[i].status && high.pa == t[i].pa && high.paging_levels == 5 &&
+                  high.top_level() == LEECHIO_LEVEL_PML5E && high.entry(LEECHIO_LEVEL_PML5E),
+              "%#" PRIx64 " through PML5 entry 1", vas[i]);
+        for (unsigned level = LEECHIO_LEVEL_PML4E; level < LEECHIO_LEVELS; level++)
+            CHECK(high.entry(level) == t[i].entry(level), "%#" PRIx64 ": entry %u", vas[i], level);
+    }
+    // The 4-level root does not show its mode: asked to find it, the
+    // space is refused, with the reason.
+    try {
+        leechio::address_space unknown(d, p.dtb);
+        CHECK(false, "a mode found for DummyOs's tables");
+    } catch (const leechio::error &e) {
+        CHECK(e.code() == LEECHIO_PAGING_UNKNOWN &&
+                  std::string(e.what()).find("read as well in 4-level as in 5-level") !=
+                      std::string::npos,
+              "%s", e.what());
+    }
 
     uint64_t expect = 0;
     for (int k = 7; k >= 0; k--) expect = expect << 8 | pattern_byte(p.vseed + 0x40 + k);

@@ -25,6 +25,7 @@ struct parameters {
     std::string image, notlinux;
     uint64_t calls = 0, pattern_start = 0;
     uint32_t pattern_pid = 0;
+    unsigned levels = 0;
     std::map<uint32_t, user_process> users;
 };
 
@@ -46,6 +47,7 @@ parameters read_parameters(const char *path) {
         if (key == "image") in >> q.image;
         else if (key == "notlinux") in >> q.notlinux;
         else if (key == "calls") in >> q.calls;
+        else if (key == "levels") in >> q.levels;
         else if (key == "pattern") in >> q.pattern_pid >> std::hex >> q.pattern_start >> std::dec;
         else if (key == "user") {
             uint32_t pid = 0;
@@ -65,6 +67,7 @@ void test_processes(const parameters &q) {
     leechio_kernel_hints hints{};
     hints.no_cache = true;
     leechio::kernel k(dev, &hints);
+    CHECK(k.levels() == q.levels, "the kernel's tables read in %u levels", k.levels());
     uint64_t before = dev.call_count(LEECHIO_CALL_READ_SCATTER);
     leechio::process_list list = k.processes();
     uint64_t calls = dev.call_count(LEECHIO_CALL_READ_SCATTER) - before;
@@ -99,6 +102,7 @@ void test_processes(const parameters &q) {
 
     // The pattern process's memory, by pid.
     leechio::address_space space(k, q.pattern_pid);
+    CHECK(space.levels() == q.levels, "the process's space has %u levels", space.levels());
     for (uint64_t i = 0; i < 16; i++) {
         uint64_t va = q.pattern_start + 8 * i;
         CHECK(space.read_value<uint64_t>(va) == test::pattern_word(va), "word %lu",
