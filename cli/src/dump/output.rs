@@ -108,13 +108,36 @@ pub(super) fn failed_list_path(output: &std::path::Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The ranges the `.failed` list names: those whose reads `failed`, and
+/// the parts of a process's VMAs `left_out`, each with its reason, in
+/// address order, neighbours with one reason merged.
+pub(super) fn listed_ranges(
+    failed: &[(u64, u64, String)],
+    left_out: &[process::LeftOut],
+) -> Vec<(u64, u64, String)> {
+    let mut all: Vec<(u64, u64, String)> = failed
+        .iter()
+        .cloned()
+        .chain(left_out.iter().map(|l| (l.addr, l.len, l.why.to_string())))
+        .collect();
+    all.sort_by_key(|f| f.0);
+    let mut merged: Vec<(u64, u64, String)> = Vec::with_capacity(all.len());
+    for f in all {
+        match merged.last_mut() {
+            Some(last) if last.0.checked_add(last.1) == Some(f.0) && last.2 == f.2 => last.1 += f.1,
+            _ => merged.push(f),
+        }
+    }
+    merged
+}
+
 /// Writes the list of failed ranges into `file` (opened and emptied when
 /// the dump started).
 pub(super) fn write_failed_list(file: &File, failed: &[(u64, u64, String)]) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(file);
     writeln!(
         out,
-        "# ranges that could not be read (no ELF segment shows them; zeros in a raw dump): start end reason"
+        "# ranges not in the dump, failed or left out (no ELF segment shows them; zeros in a raw dump): start end reason"
     )?;
     for (start, len, why) in failed {
         let end = u128::from(*start) + u128::from(*len);
