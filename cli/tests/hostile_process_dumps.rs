@@ -372,7 +372,10 @@ fn a_frame_mapped_a_million_times_is_in_the_file_once() {
         .collect();
     for (bytes, &(va, n)) in gdb_reads(&out, &reads).iter().zip(&reads) {
         let at = (va % PAGE) as usize;
-        assert!(bytes.as_deref() == Some(&c.frame[at..at + n]), "gdb at {va:#x}");
+        assert!(
+            bytes.as_deref() == Some(&c.frame[at..at + n]),
+            "gdb at {va:#x}"
+        );
     }
 }
 

@@ -72,12 +72,25 @@ fn walk(ram: &[u8], dtb: u64, va: u64) -> Option<u64> {
 fn loads(elf: &[u8]) -> Vec<(u64, u64, u64, u64)> {
     let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
     let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
-    let (phoff, count) = (u64_at(0x20) as usize, elf[0x38] as usize | (elf[0x39] as usize) << 8);
-    assert_ne!(count, 0xffff, "a process of the guest needs no extended numbering");
+    let (phoff, count) = (
+        u64_at(0x20) as usize,
+        elf[0x38] as usize | (elf[0x39] as usize) << 8,
+    );
+    assert_ne!(
+        count, 0xffff,
+        "a process of the guest needs no extended numbering"
+    );
     (0..count)
         .map(|i| phoff + i * 56)
         .filter(|&h| u32_at(h) == PT_LOAD)
-        .map(|h| (u64_at(h + 8), u64_at(h + 16), u64_at(h + 24), u64_at(h + 32)))
+        .map(|h| {
+            (
+                u64_at(h + 8),
+                u64_at(h + 16),
+                u64_at(h + 24),
+                u64_at(h + 32),
+            )
+        })
         .collect()
 }
 
@@ -107,7 +120,12 @@ fn each_mapped_page_is_in_the_dump_once_with_the_bytes_qemu_has() {
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|p| p["dtb"].is_string())
-        .map(|p| (p["pid"].as_u64().unwrap() as u32, hex(p["dtb"].as_str().unwrap())))
+        .map(|p| {
+            (
+                p["pid"].as_u64().unwrap() as u32,
+                hex(p["dtb"].as_str().unwrap()),
+            )
+        })
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let ram = guest.pmemsave(0, guest.memory().bytes());
@@ -200,7 +218,11 @@ fn each_mapped_page_is_in_the_dump_once_with_the_bytes_qemu_has() {
         }
         // Nothing else is shown, and the file holds each frame once: its
         // memory is as long as the frames are many.
-        assert_eq!(shown.len(), checked, "pid {pid}: pages shown outside its VMAs");
+        assert_eq!(
+            shown.len(),
+            checked,
+            "pid {pid}: pages shown outside its VMAs"
+        );
         let data_start = loads(&elf).iter().map(|l| l.0).min().unwrap();
         assert_eq!(
             elf.len() as u64 - data_start,

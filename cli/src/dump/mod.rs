@@ -106,7 +106,7 @@ pub fn run(
     // A process is read through its own address space; anything else by
     // physical address.
     let (pieces, mut process) = match process::plan(mem, args)? {
-        Some(p) if p.pieces.is_empty() => return Err(nothing_in(&p, args.range.is_some())),
+        Some(p) if p.pieces.is_empty() => return Err(p.nothing_in(args.range.is_some())),
         Some(mut p) => (std::mem::take(&mut p.pieces), Some(p)),
         None => (plan::plan(mem, args)?, None),
     };
@@ -390,33 +390,9 @@ pub fn run(
                 format!(" (listed in {})", sidecar_path.display())
             }
         );
-        let left = left_out_bytes.map(|l| l.phrases()).unwrap_or_default();
-        let mut said = Vec::new();
-        if !left.is_empty() {
-            said.push(format!(
-                "left out {}{}",
-                left.join(", "),
-                if removed {
-                    String::new()
-                } else {
-                    format!(" (listed in {})", sidecar_path.display())
-                }
-            ));
-        }
-        if layout.shared_segments > 0 {
-            said.push(format!(
-                "{} {} {} of memory mapped more than once, whose bytes are in the file once",
-                layout.shared_segments,
-                if layout.shared_segments == 1 {
-                    "segment shows"
-                } else {
-                    "segments show"
-                },
-                human_size(layout.shared_bytes)
-            ));
-        }
-        if !said.is_empty() {
-            outln!("{}", said.join("; "));
+        let listed_in = (!removed).then_some(sidecar_path.as_path());
+        if let Some(line) = left_out_and_shared(left_out_bytes.as_ref(), &layout, listed_in) {
+            outln!("{line}");
         }
         if interrupted && problems.is_empty() {
             outln!("interrupted: the file holds what was read until then");
@@ -439,39 +415,6 @@ pub fn run(
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The error for a process whose VMAs (within `--range`) hold nothing to
-/// dump.
-fn nothing_in(p: &process::ProcessPlan, in_range: bool) -> Failure {
-    let within = if in_range { " in that range" } else { "" };
-    if p.vmas.0 == 0 {
-        return Failure(format!(
-            "nothing to dump: {} maps no memory{within}",
-            p.name
-        ));
-    }
-    let left = process::LeftOutBytes::of(&p.left_out).phrases();
-    Failure(format!(
-        "nothing to dump: the {} VMA{} of {}{within} ({}) hold no page in RAM: {}",
-        p.vmas.0,
-        if p.vmas.0 == 1 { "" } else { "s" },
-        p.name,
-        human_size(p.vmas.1),
-        left.join(", ")
-    ))
-}
-
-/// Writes `len` zeros at the start of `file`, a MiB at a time.
-fn write_zeros(file: &File, len: u64) -> std::io::Result<()> {
-    let zeros = vec![0u8; (len.min(1 << 20)) as usize];
-    let mut at = 0;
-    while at < len {
-        let n = (len - at).min(zeros.len() as u64);
-        file.write_all_at(&zeros[..n as usize], at)?;
-        at += n;
-    }
-    Ok(())
 }
 
 /// How many times the RAM behind it a dump may hold before it is said.

@@ -146,6 +146,18 @@ pub(super) fn write_failed_list(file: &File, failed: &[(u64, u64, String)]) -> s
     out.flush()
 }
 
+/// Writes `len` zeros at the start of `file`, a MiB at a time.
+pub(super) fn write_zeros(file: &File, len: u64) -> std::io::Result<()> {
+    let zeros = vec![0u8; (len.min(1 << 20)) as usize];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(zeros.len() as u64);
+        file.write_all_at(&zeros[..n as usize], at)?;
+        at += n;
+    }
+    Ok(())
+}
+
 /// A file a dump writes, opened without truncating it, so a dump refused
 /// after opening it leaves what was there untouched.
 pub(super) struct OutputFile {

@@ -82,6 +82,28 @@ impl fmt::Display for Why {
     }
 }
 
+impl ProcessPlan {
+    /// The error for a process whose VMAs (within `--range`, when
+    /// `in_range`) hold nothing to dump.
+    pub fn nothing_in(&self, in_range: bool) -> Failure {
+        let within = if in_range { " in that range" } else { "" };
+        if self.vmas.0 == 0 {
+            return Failure(format!(
+                "nothing to dump: {} maps no memory{within}",
+                self.name
+            ));
+        }
+        Failure(format!(
+            "nothing to dump: the {} VMA{} of {}{within} ({}) hold no page in RAM: {}",
+            self.vmas.0,
+            if self.vmas.0 == 1 { "" } else { "s" },
+            self.name,
+            human_size(self.vmas.1),
+            LeftOutBytes::of(&self.left_out).phrases().join(", ")
+        ))
+    }
+}
+
 /// The process `args` names, if it names one (`--pid`, `--process`).
 pub(super) fn plan(mem: &Memory, args: &DumpArgs) -> Result<Option<ProcessPlan>, Failure> {
     let wanted = match (args.pid, &args.process) {

@@ -174,7 +174,59 @@ pub(super) fn fill(mem: &Memory, extents: &[Extent], file: &File, bar: &Progress
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use leechio::{EngineConfig, MemBackend};
+
+    #[cfg_attr(miri, ignore)]
+    #[test]
+    fn scattered_extents_are_read_together_and_failed_pages_stay_holes() {
+        // Pages scattered in RAM, one after another in the file, the third
+        // of them unreadable; then one past a chunk, read in a call of its
+        // own.
+        let backend = Arc::new(MemBackend::with_address_pattern(0x100_0000));
+        backend.add_hole(0x30_2000..0x30_3000, PageError::UnsupportedRequest);
+        let mem = Memory::with_config(backend.clone(), EngineConfig::default());
+        let base = 0x4000;
+        let extent = |i: u64, pa: u64, len: u64| Extent {
+            offset: base + i * 0x1000,
+            len,
+            pa,
+        };
+        let extents = [
+            extent(0, 0x90_0000, 0x1000),
+            extent(1, 0x10_0000, 0x1000),
+            extent(2, 0x30_1000, 0x2000),
+            extent(4, 0x40_0000, CHUNK - 0x4000),
+            extent(CHUNK / 0x1000, 0xa0_0000, 0x1000),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let file = File::create_new(dir.path().join("dump")).unwrap();
+        let outcome = fill(&mem, &extents, &file, &ProgressBar::hidden());
+        assert_eq!(backend.read_calls(), 2, "a chunk a call");
+        let end = base + CHUNK + 0x1000;
+        assert_eq!(outcome.written, [(base, CHUNK + 0x1000)]);
+        assert_eq!(
+            outcome.failed,
+            [(base + 0x3000, 0x1000, PageError::UnsupportedRequest)]
+        );
+        let written = std::fs::read(dir.path().join("dump")).unwrap();
+        assert_eq!(written.len() as u64, end);
+        for e in &extents {
+            for at in (0..e.len).step_by(8) {
+                let o = (e.offset + at) as usize;
+                let word = u64::from_le_bytes(written[o..o + 8].try_into().unwrap());
+                let pa = e.pa + at;
+                let want = if (0x30_2000..0x30_3000).contains(&pa) {
+                    0
+                } else {
+                    pa
+                };
+                assert_eq!(word, want, "file offset {o:#x}");
+            }
+        }
+    }
 
     #[test]
     fn read_ranges_are_what_was_gone_through_less_what_failed() {
