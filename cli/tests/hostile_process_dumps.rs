@@ -112,6 +112,18 @@ fn craft() -> Crafted {
     let guest = shared_guest();
     let pattern = guest.pattern();
     let ram = guest.memory().bytes();
+    let registers = guest.info_registers();
+    let cr4 = registers
+        .split("CR4=")
+        .nth(1)
+        .expect("CR4 in info registers");
+    let cr4: String = cr4.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+    let cr4 = u64::from_str_radix(&cr4, 16).unwrap();
+    assert_eq!(
+        cr4 & (1 << 12),
+        0,
+        "the crafted tables are 4-level (no LA57)"
+    );
     {
         let _paused = guest.pause();
         guest.qmp(

@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use common::elf_tools::{gdb_reads, readelf_clean};
@@ -27,12 +27,7 @@ const PT_LOAD: u32 = 1;
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
 fn leechio(args: &[&str]) -> Output {
-    common::output_within(
-        Command::new(env!("CARGO_BIN_EXE_leechio"))
-            .args(args)
-            .env_remove("LEECHIO_DEVICE"),
-        RUN_LIMIT,
-    )
+    common::run_within(env!("CARGO_BIN_EXE_leechio"), args, RUN_LIMIT)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -43,23 +38,34 @@ fn hex(s: &str) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("{s:?}"))
 }
 
-/// Where a CPU would find `va` through the 4-level tables at `dtb` in
-/// `ram` (physical memory from 0): its physical address, or `None` where
-/// an entry on the way is not present.
-fn walk(ram: &[u8], dtb: u64, va: u64) -> Option<u64> {
+/// Whether the guest's CPU uses 5-level paging (CR4.LA57, bit 12), per
+/// the monitor's `info registers`.
+fn la57(registers: &str) -> bool {
+    let at = registers.find("CR4=").expect("CR4 in info registers") + 4;
+    let digits: String = registers[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit())
+        .collect();
+    u64::from_str_radix(&digits, 16).unwrap() & (1 << 12) != 0
+}
+
+/// Where a CPU would find `va` through the tables at `dtb` (`levels` of
+/// them: 4, or 5 with LA57) in `ram` (physical memory from 0): its
+/// physical address, or `None` where an entry on the way is not present.
+fn walk(ram: &[u8], dtb: u64, levels: u32, va: u64) -> Option<u64> {
     let entry = |table: u64, index: u64| {
         let at = (table + 8 * index) as usize;
         u64::from_le_bytes(ram[at..at + 8].try_into().unwrap())
     };
     let mut table = dtb & ADDRESS;
-    for level in 0..4 {
-        let shift = 39 - 9 * level;
+    for level in 0..levels {
+        let shift = 12 + 9 * (levels - 1 - level);
         let e = entry(table, (va >> shift) & 511);
         if e & 1 == 0 {
             return None;
         }
         // A 1 GiB or 2 MiB page (PS), or a 4 KiB one.
-        if level == 3 || (level > 0 && e & 0x80 != 0) {
+        if shift == 12 || (shift <= 30 && e & 0x80 != 0) {
             let size = 1u64 << shift;
             return Some((e & ADDRESS & !(size - 1)) | (va & (size - 1)));
         }
@@ -129,6 +135,7 @@ fn each_mapped_page_is_in_the_dump_once_with_the_bytes_qemu_has() {
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let ram = guest.pmemsave(0, guest.memory().bytes());
+    let levels = if la57(&guest.info_registers()) { 5 } else { 4 };
     let pattern = guest.pattern();
     let mut shared_seen = 0;
     // Every process whose maps the guest printed: pid 1 and the test
@@ -178,7 +185,7 @@ fn each_mapped_page_is_in_the_dump_once_with_the_bytes_qemu_has() {
             for va in (m.start..m.end).step_by(PAGE as usize) {
                 in_vmas += 1;
                 let file_offset = shown.get(&va).copied();
-                match walk(&ram, dtb, va) {
+                match walk(&ram, dtb, levels, va) {
                     Some(pa) if ram_map.find(pa).is_some() => {
                         let offset = file_offset.unwrap_or_else(|| {
                             panic!("pid {pid}: {va:#x} maps {pa:#x} but is not in the dump")

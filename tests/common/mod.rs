@@ -33,6 +33,17 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Runs `program ARGS` with `LEECHIO_DEVICE` unset, as
+/// [`output_within`] does.
+pub fn run_within(program: &str, args: &[&str], limit: Duration) -> Output {
+    output_within(
+        Command::new(program)
+            .args(args)
+            .env_remove("LEECHIO_DEVICE"),
+        limit,
+    )
+}
+
 /// Runs `command` with its output captured; fails the test if it has
 /// not ended within `limit` (it is then killed).
 pub fn output_within(command: &mut Command, limit: Duration) -> Output {
