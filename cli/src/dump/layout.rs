@@ -269,7 +269,7 @@ fn merge_continuing(segments: &mut Vec<Segment>, new: &[bool]) -> usize {
 /// `segments` cut to the file bytes in `read` (sorted, disjoint `(offset,
 /// len)`): no segment shows a byte that was not read.
 pub(super) fn cut_to_read(segments: &[Segment], read: &[(u64, u64)]) -> Vec<Segment> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(segments.len());
     for s in segments {
         for (from, len) in overlaps(s.offset, s.len, read) {
             out.push(Segment {

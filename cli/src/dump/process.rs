@@ -30,8 +30,9 @@ pub(super) struct ProcessPlan {
     /// The parts of its VMAs (within `--range`) not in `pieces`, in
     /// address order.
     pub left_out: Vec<LeftOut>,
-    /// Its VMAs within `--range`: how many, and their bytes.
-    pub vmas: (usize, u64),
+    /// How many of its VMAs lie within `--range`, and their bytes there.
+    pub vma_count: usize,
+    pub vma_bytes: u64,
     /// The NT_FILE note.
     pub note: Vec<u8>,
     /// Who it is, for messages.
@@ -87,7 +88,7 @@ impl ProcessPlan {
     /// `in_range`) hold nothing to dump.
     pub fn nothing_in(&self, in_range: bool) -> Failure {
         let within = if in_range { " in that range" } else { "" };
-        if self.vmas.0 == 0 {
+        if self.vma_count == 0 {
             return Failure(format!(
                 "nothing to dump: {} maps no memory{within}",
                 self.name
@@ -95,10 +96,10 @@ impl ProcessPlan {
         }
         Failure(format!(
             "nothing to dump: the {} VMA{} of {}{within} ({}) hold no page in RAM: {}",
-            self.vmas.0,
-            if self.vmas.0 == 1 { "" } else { "s" },
+            self.vma_count,
+            if self.vma_count == 1 { "" } else { "s" },
             self.name,
-            human_size(self.vmas.1),
+            human_size(self.vma_bytes),
             LeftOutBytes::of(&self.left_out).phrases().join(", ")
         ))
     }
@@ -152,7 +153,8 @@ pub(super) fn plan(mem: &Memory, args: &DumpArgs) -> Result<Option<ProcessPlan>,
     Ok(Some(ProcessPlan {
         pieces,
         left_out,
-        vmas: (spans.len(), vma_bytes),
+        vma_count: spans.len(),
+        vma_bytes,
         note,
         name,
     }))
@@ -166,7 +168,7 @@ fn pieces_of(
     found: Mappings,
     ram: &MemoryMap,
 ) -> (Vec<Piece>, Vec<LeftOut>) {
-    let mut pieces = Vec::new();
+    let mut pieces = Vec::with_capacity(found.mappings.len());
     let mut left_out: Vec<LeftOut> = Vec::new();
     let mut leave = |addr: u64, len: u64, why: Why| match left_out.last_mut() {
         Some(l) if l.addr + l.len == addr && l.why == why && why == Why::NotMapped => l.len += len,
@@ -264,15 +266,20 @@ fn in_ram(ram: &MemoryMap, va: u64, pa: u64, len: u64, mut each: impl FnMut(u64,
     }
 }
 
-/// The bytes each reason leaves out of `left_out`, for the summary.
+/// The bytes a process dump leaves out, by reason, for the summary.
 pub(super) struct LeftOutBytes {
+    /// [`Why::NotMapped`].
     pub not_mapped: u64,
+    /// [`Why::Tables`].
     pub unreadable_tables: u64,
+    /// [`Why::SharedTables`].
     pub shared_tables: u64,
+    /// [`Why::NotRam`].
     pub not_ram: u64,
 }
 
 impl LeftOutBytes {
+    /// The sums of `left_out`.
     pub fn of(left_out: &[LeftOut]) -> LeftOutBytes {
         let mut sums = LeftOutBytes {
             not_mapped: 0,
