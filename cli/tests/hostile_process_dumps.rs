@@ -168,7 +168,7 @@ fn craft() -> Crafted {
     let direct = kernel.direct_map_base();
 
     // The frame mapped 2^20 times: the half's first page.
-    let space = AddressSpace::new(mem.clone(), dtb);
+    let space = AddressSpace::new(mem.clone(), dtb, kernel.paging());
     let frame_pa = mem.block_on(space.translate(rw.start)).unwrap().pa;
     let frame = bytes(frame_pa, PAGE);
     assert!(frame == pattern.bytes(rw.start, PAGE as usize));
