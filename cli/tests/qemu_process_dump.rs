@@ -15,7 +15,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use common::elf_tools::{gdb_reads, readelf_clean};
-use common::qemu::shared_guest;
+use common::qemu::{shared_guest, Guest, GuestOptions};
 use leechio::MemoryMap;
 use serde_json::Value;
 
@@ -117,6 +117,28 @@ fn failed_list(core: &Path) -> Vec<(u64, u64, String)> {
 #[test]
 fn each_mapped_page_is_in_the_dump_once_with_the_bytes_qemu_has() {
     let guest = shared_guest();
+    assert!(
+        !la57(&guest.info_registers()),
+        "the default guest is 4-level"
+    );
+    check_process_dumps(&guest);
+}
+
+#[cfg_attr(miri, ignore)]
+#[test]
+fn the_same_with_5_level_paging_and_kaslr() {
+    let guest = Guest::start_with(GuestOptions {
+        la57: true,
+        kaslr: true,
+        ..GuestOptions::default()
+    });
+    assert!(la57(&guest.info_registers()), "-cpu max turns on LA57");
+    check_process_dumps(&guest);
+}
+
+/// Dumps each process whose maps `guest` printed and checks every page of
+/// its VMAs against the guest's RAM, walked through its tables.
+fn check_process_dumps(guest: &Guest) {
     let device = guest.device_string();
     let _paused = guest.pause();
     let ram_map: MemoryMap = guest.ram_map();
