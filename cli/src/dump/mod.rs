@@ -103,8 +103,8 @@ pub fn run(
 ) -> Result<ExitCode, Failure> {
     refuse_own_source(device, sources, &args.output)?;
     refuse_non_file(&args.output)?;
-    // A process is read through its own address space; anything else by
-    // physical address.
+    // What to read, by physical address: a process's memory as its own
+    // page tables map it inside its VMAs; else RAM, or what --dtb's map.
     let (pieces, mut process) = match process::plan(mem, args)? {
         Some(p) if p.pieces.is_empty() => return Err(p.nothing_in(args.range.is_some())),
         Some(mut p) => (std::mem::take(&mut p.pieces), Some(p)),
