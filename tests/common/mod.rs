@@ -4,6 +4,7 @@
 //! ([`qmp_monitor`]).
 #![allow(dead_code)]
 
+pub mod bounded;
 pub mod elf_tools;
 pub mod linux;
 pub mod plugin;
@@ -30,6 +31,17 @@ pub fn repo_root() -> PathBuf {
         .find(|dir| dir.join("Cargo.lock").exists())
         .expect("the workspace root")
         .to_path_buf()
+}
+
+/// Runs `program ARGS` with `LEECHIO_DEVICE` unset, as
+/// [`output_within`] does.
+pub fn run_within(program: &str, args: &[&str], limit: Duration) -> Output {
+    output_within(
+        Command::new(program)
+            .args(args)
+            .env_remove("LEECHIO_DEVICE"),
+        limit,
+    )
 }
 
 /// Runs `command` with its output captured; fails the test if it has

@@ -77,6 +77,9 @@ pub(super) const SECTION_HEADER_LEN: usize = std::mem::size_of::<SectionHeader>(
 /// `/proc/kcore` writes it.
 pub(super) const NO_PHYSICAL_ADDRESS: u64 = u64::MAX;
 
+/// Program headers written in one call.
+const HEADERS_PER_WRITE: usize = 4096;
+
 /// Where the program headers of a dump went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum HeadersAt {
@@ -112,23 +115,23 @@ pub(super) fn write_elf_headers(
         memsz: 0,
         align: 4,
     });
-    let headers: Vec<ProgramHeader> = note_header
+    let headers = note_header
         .into_iter()
         .chain(segments.iter().map(|s| ProgramHeader {
             kind: PT_LOAD,
             flags: s.flags,
             offset: s.offset,
-            vaddr: match (direct_map, s.pa) {
+            vaddr: match (direct_map, s.paddr()) {
                 (Some(base), Some(pa)) => base.wrapping_add(pa),
                 _ => s.addr,
             },
-            paddr: s.pa.unwrap_or(NO_PHYSICAL_ADDRESS),
+            paddr: s.paddr().unwrap_or(NO_PHYSICAL_ADDRESS),
             filesz: s.len,
             memsz: s.len,
             align: PAGE,
-        }))
-        .collect();
-    let at = if headers.len() <= header_slots {
+        }));
+    let count = segments.len() + usize::from(note_len > 0);
+    let at = if count <= header_slots {
         HeadersAt::Start
     } else {
         HeadersAt::End
@@ -139,10 +142,15 @@ pub(super) fn write_elf_headers(
     };
     // Too many for e_phnum: it says PN_XNUM, and the count is in sh_info of
     // section header 0 (a null section), after the program headers.
-    let extended = (headers.len() >= PN_XNUM as usize).then(|| SectionHeader {
-        info: headers.len() as u32,
-        ..Zeroable::zeroed()
-    });
+    let extended = match count {
+        n if n < PN_XNUM as usize => None,
+        n => Some(SectionHeader {
+            info: u32::try_from(n).map_err(|_| {
+                std::io::Error::other(format!("{n} program headers: more than ELF can count"))
+            })?,
+            ..Zeroable::zeroed()
+        }),
+    };
     let mut ident = [0u8; 16];
     ident[..7].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1]); // 64-bit, little endian, version 1
     let header = ElfHeader {
@@ -153,7 +161,7 @@ pub(super) fn write_elf_headers(
         entry: 0,
         phoff,
         shoff: match extended {
-            Some(_) => phoff + (headers.len() * PROGRAM_HEADER_LEN) as u64,
+            Some(_) => phoff + (count * PROGRAM_HEADER_LEN) as u64,
             None => 0,
         },
         flags: 0,
@@ -161,18 +169,28 @@ pub(super) fn write_elf_headers(
         phentsize: PROGRAM_HEADER_LEN as u16,
         phnum: match extended {
             Some(_) => PN_XNUM,
-            None => headers.len() as u16,
+            None => count as u16,
         },
         shentsize: SECTION_HEADER_LEN as u16,
         shnum: u16::from(extended.is_some()),
         // SHN_UNDEF: no section names.
         shstrndx: 0,
     };
-    let mut tables = bytemuck::cast_slice::<_, u8>(&headers).to_vec();
-    if let Some(section) = &extended {
-        tables.extend_from_slice(bytemuck::bytes_of(section));
+    // Written a few thousand at a time: a dump can have millions.
+    let mut at_byte = phoff;
+    let mut chunk: Vec<u8> = Vec::with_capacity(HEADERS_PER_WRITE * PROGRAM_HEADER_LEN);
+    let mut headers = headers.peekable();
+    while headers.peek().is_some() {
+        chunk.clear();
+        for h in headers.by_ref().take(HEADERS_PER_WRITE) {
+            chunk.extend_from_slice(bytemuck::bytes_of(&h));
+        }
+        file.write_all_at(&chunk, at_byte)?;
+        at_byte += chunk.len() as u64;
     }
-    file.write_all_at(&tables, phoff)?;
+    if let Some(section) = &extended {
+        file.write_all_at(bytemuck::bytes_of(section), at_byte)?;
+    }
     file.write_all_at(bytemuck::bytes_of(&header), 0)?;
     file.flush()?;
     Ok(at)
@@ -210,7 +228,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dump.elf");
         let mut file = File::create(&path).unwrap();
-        let layout = layout::elf(pieces, 0).unwrap();
+        let layout = layout::elf(pieces.to_vec(), 0).unwrap();
         file.set_len(layout.size).unwrap();
         let slots = if spill { 0 } else { layout.header_slots };
         let at =
@@ -223,9 +241,10 @@ mod tests {
         (0..n)
             .map(|i| Piece {
                 addr: i * stride,
-                pa: Some(i * stride),
+                pa: i * stride,
                 len: 0x1000,
                 flags: PF_R,
+                vma: None,
             })
             .collect()
     }

@@ -6,8 +6,10 @@
 //! In an ELF dump, memory mapped at several virtual addresses is read and
 //! written once: a later segment over physical memory already placed
 //! points at the same file bytes (segments may share file offsets). So a
-//! dump of an address space is no larger than the distinct memory it
-//! maps, however many times the tables map it.
+//! dump of an address space or a process holds each physical byte at most
+//! once, however many times the tables map it: its data is no larger than
+//! the distinct memory it maps, and only its headers grow with the count
+//! of mappings.
 
 use std::collections::BTreeMap;
 
@@ -15,16 +17,21 @@ use super::elf::{ELF_HEADER_LEN, PROGRAM_HEADER_LEN, SECTION_HEADER_LEN};
 use super::PAGE;
 
 /// A range to dump: `len` bytes at `addr` (the address a reader looks
-/// them up at), found at physical address `pa` where that is linear.
+/// them up at), physically contiguous from `pa` on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Piece {
     pub addr: u64,
-    /// Physical address of `addr`, the range being physically contiguous;
-    /// `None` when it is not known to be (a process's memory).
-    pub pa: Option<u64>,
+    /// Physical address of `addr`.
+    pub pa: u64,
     pub len: u64,
     /// The segment's `p_flags`.
     pub flags: u32,
+    /// The VMA (its index) of a process this piece is a part of, or `None`
+    /// for linear memory (RAM, an address space's runs). A VMA's pieces
+    /// read for the first time lie one after another in the file, so the
+    /// VMA is one segment however its pages are scattered in RAM; its
+    /// segments then show no physical address.
+    pub vma: Option<u32>,
 }
 
 /// A segment of the file: `len` bytes a reader finds at `addr`, stored at
@@ -32,28 +39,32 @@ pub(super) struct Piece {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Segment {
     pub addr: u64,
-    pub pa: Option<u64>,
+    /// Physical address of `addr`; of the whole segment only when it is
+    /// linear (`vma` is `None`).
+    pub pa: u64,
     pub len: u64,
     pub flags: u32,
     pub offset: u64,
+    /// See [`Piece::vma`].
+    pub vma: Option<u32>,
 }
 
-/// Where an extent's bytes come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Source {
-    /// Physical memory from this address on.
-    Physical(u64),
-    /// The dumped address space (a process's) from this address on.
-    Virtual(u64),
+impl Segment {
+    /// The physical address a reader may take the segment at (`p_paddr`):
+    /// linear memory's; `None` for a process's, which is not linear.
+    pub fn paddr(&self) -> Option<u64> {
+        self.vma.is_none().then_some(self.pa)
+    }
 }
 
-/// `len` bytes of the file at `offset`, read from `source`: each byte of
-/// the file is read once, whatever number of segments show it.
+/// `len` bytes of the file at `offset`, read from physical memory at
+/// `pa`: each byte of the file is read once, whatever number of segments
+/// show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Extent {
     pub offset: u64,
     pub len: u64,
-    pub source: Source,
+    pub pa: u64,
 }
 
 /// The file of a dump, before anything is read.
@@ -69,6 +80,10 @@ pub(super) struct Layout {
     pub note_offset: u64,
     /// The file's length when everything was read.
     pub size: u64,
+    /// Segments that show bytes an earlier segment placed (memory mapped
+    /// more than once), and how many bytes of address space they show.
+    pub shared_segments: usize,
+    pub shared_bytes: u64,
 }
 
 impl Layout {
@@ -79,7 +94,7 @@ impl Layout {
 }
 
 /// Program headers reserved beyond the planned ones, for segments cut
-/// by failed ranges: at least this many, or as many as planned.
+/// by failed ranges: at least this many, or an eighth of those planned.
 const SPARE_SLOTS: usize = 4096;
 
 /// The ELF layout of `pieces` (in address order) with notes of `note_len`
@@ -87,20 +102,18 @@ const SPARE_SLOTS: usize = 4096;
 /// each piece's bytes at an offset congruent to its address modulo a page
 /// (as `p_align` 0x1000 requires). Physical memory placed once is shared
 /// by every later piece over it. `None` when the file would pass 2^64.
-pub(super) fn elf(pieces: &[Piece], note_len: u64) -> Option<Layout> {
-    // (pa start) -> (pa end, file offset): the physical memory placed.
+pub(super) fn elf(pieces: Vec<Piece>, note_len: u64) -> Option<Layout> {
+    // (pa start) -> (pa end, offset from the data's start): the physical
+    // memory placed.
     let mut placed: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    // Segments first, offsets of new data filled in below: a piece over
-    // placed memory becomes segments at the placed offsets, and the rest
-    // new segments to read.
-    let mut parts: Vec<(Segment, bool)> = Vec::new();
+    // Segments first, in address order, with whether each is new: a piece
+    // over placed memory becomes segments at the placed offsets, and the
+    // rest new segments to read.
+    let mut parts: Vec<Segment> = Vec::with_capacity(pieces.len());
+    let mut new: Vec<bool> = Vec::with_capacity(pieces.len());
     for p in pieces {
-        let Some(pa) = p.pa else {
-            parts.push((segment(p, 0, p.len, 0), true));
-            continue;
-        };
-        let end = pa.checked_add(p.len)?;
-        let mut at = pa;
+        let end = p.pa.checked_add(p.len)?;
+        let mut at = p.pa;
         while at < end {
             // Placed memory holding `at`, or where the next placed begins.
             let holder_end = placed
@@ -108,65 +121,83 @@ pub(super) fn elf(pieces: &[Piece], note_len: u64) -> Option<Layout> {
                 .next_back()
                 .map(|(_, &(e, _))| e)
                 .filter(|&e| e > at);
-            let (upto, new) = match holder_end {
+            let (upto, is_new) = match holder_end {
                 Some(e) => (e.min(end), false),
                 None => {
                     let next = placed.range(at..).next().map_or(end, |(&s, _)| s);
                     (next.min(end), true)
                 }
             };
-            parts.push((segment(p, at - pa, upto - at, 0), new));
-            if new {
+            parts.push(Segment {
+                addr: p.addr + (at - p.pa),
+                pa: at,
+                len: upto - at,
+                flags: p.flags,
+                offset: 0,
+                vma: p.vma,
+            });
+            new.push(is_new);
+            if is_new {
                 // Placed now; its offset is given below.
                 placed.insert(at, (upto, 0));
             }
             at = upto;
         }
     }
-    let planned = parts.len();
-    let header_slots = planned + planned.max(SPARE_SLOTS);
-    let note_offset = (ELF_HEADER_LEN as u64)
-        .checked_add((header_slots as u64).checked_mul(PROGRAM_HEADER_LEN as u64)?)?
-        .checked_add(SECTION_HEADER_LEN as u64)?;
-    let mut at = note_offset.checked_add(note_len)?;
-    let mut extents = Vec::new();
-    for (s, new) in &mut parts {
-        if !*new {
-            continue;
-        }
+    // New memory placed in address order from the data's start (a page
+    // boundary, so congruence holds wherever the data begins).
+    let mut at = 0u64;
+    let mut extents: Vec<Extent> = Vec::new();
+    for (s, _) in parts.iter_mut().zip(&new).filter(|(_, &n)| n) {
         // The first place from `at` with offset ≡ address (mod a page).
         let o = (at - at % PAGE).checked_add(s.addr % PAGE)?;
         s.offset = if o < at { o.checked_add(PAGE)? } else { o };
         at = s.offset.checked_add(s.len)?;
-        extents.push(Extent {
-            offset: s.offset,
-            len: s.len,
-            source: match s.pa {
-                Some(pa) => Source::Physical(pa),
-                None => Source::Virtual(s.addr),
-            },
-        });
-        if let Some(pa) = s.pa {
-            placed.insert(pa, (pa + s.len, s.offset));
+        match extents.last_mut() {
+            Some(e) if e.offset + e.len == s.offset && e.pa.checked_add(e.len) == Some(s.pa) => {
+                e.len += s.len
+            }
+            _ => extents.push(Extent {
+                offset: s.offset,
+                len: s.len,
+                pa: s.pa,
+            }),
         }
+        placed.insert(s.pa, (s.pa + s.len, s.offset));
     }
     // Shared segments learn the offsets of what they share.
-    let mut segments = Vec::with_capacity(parts.len());
-    for (mut s, new) in parts {
-        if !new {
-            let pa = s.pa?;
-            let (&start, &(_, offset)) = placed.range(..=pa).next_back()?;
-            s.offset = offset + (pa - start);
-        }
-        segments.push(s);
+    let mut shared_bytes = 0u64;
+    for (s, _) in parts.iter_mut().zip(&new).filter(|(_, &n)| !n) {
+        let (&start, &(_, offset)) = placed.range(..=s.pa).next_back()?;
+        s.offset = offset + (s.pa - start);
+        shared_bytes = shared_bytes.saturating_add(s.len);
     }
-    merge_continuing(&mut segments);
+    drop(placed);
+    let shared_segments = merge_continuing(&mut parts, &new);
+    drop(new);
+    let segments = parts;
+    let header_slots = segments.len() + (segments.len() / 8).max(SPARE_SLOTS);
+    let note_offset = (ELF_HEADER_LEN as u64)
+        .checked_add((header_slots as u64).checked_mul(PROGRAM_HEADER_LEN as u64)?)?
+        .checked_add(SECTION_HEADER_LEN as u64)?;
+    let base = note_offset
+        .checked_add(note_len)?
+        .checked_next_multiple_of(PAGE)?;
+    let mut segments = segments;
+    for s in &mut segments {
+        s.offset = s.offset.checked_add(base)?;
+    }
+    for e in &mut extents {
+        e.offset = e.offset.checked_add(base)?;
+    }
     Some(Layout {
         segments,
         extents,
         header_slots,
         note_offset,
-        size: at,
+        size: base.checked_add(at)?,
+        shared_segments,
+        shared_bytes,
     })
 }
 
@@ -175,17 +206,21 @@ pub(super) fn elf(pieces: &[Piece], note_len: u64) -> Option<Layout> {
 pub(super) fn raw(pieces: &[Piece], base: u64, end: u64) -> Layout {
     let segments: Vec<Segment> = pieces
         .iter()
-        .map(|p| segment(p, 0, p.len, p.addr - base))
+        .map(|p| Segment {
+            addr: p.addr,
+            pa: p.pa,
+            len: p.len,
+            flags: p.flags,
+            offset: p.addr - base,
+            vma: p.vma,
+        })
         .collect();
     let extents = segments
         .iter()
         .map(|s| Extent {
             offset: s.offset,
             len: s.len,
-            source: match s.pa {
-                Some(pa) => Source::Physical(pa),
-                None => Source::Virtual(s.addr),
-            },
+            pa: s.pa,
         })
         .collect();
     Layout {
@@ -194,54 +229,55 @@ pub(super) fn raw(pieces: &[Piece], base: u64, end: u64) -> Layout {
         header_slots: 0,
         note_offset: 0,
         size: end,
+        shared_segments: 0,
+        shared_bytes: 0,
     }
 }
 
-/// The part of `p` from `from`, `len` bytes long, at file offset `offset`.
-fn segment(p: &Piece, from: u64, len: u64, offset: u64) -> Segment {
-    Segment {
-        addr: p.addr + from,
-        pa: p.pa.map(|pa| pa + from),
-        len,
-        flags: p.flags,
-        offset,
-    }
-}
-
-/// Merges each segment into the one before when it continues it in
-/// address, physical address and file, with the same permissions. Pieces
-/// with no physical address (a process's VMAs) stay apart: each is one
-/// VMA.
-fn merge_continuing(segments: &mut Vec<Segment>) {
-    let mut merged: Vec<Segment> = Vec::with_capacity(segments.len());
-    for s in segments.drain(..) {
-        if let Some(last) = merged.last_mut() {
+/// Merges, in place, each segment into the one before when it continues
+/// it in address and file with the same permissions, and in physical
+/// address too (linear memory) or within one VMA (a process's pieces);
+/// `new` says which segments hold bytes of their own. Returns how many
+/// of the merged segments show bytes placed for an earlier one.
+fn merge_continuing(segments: &mut Vec<Segment>, new: &[bool]) -> usize {
+    let mut kept = 0usize;
+    let mut shared = 0;
+    for (i, &is_new) in new.iter().enumerate().take(segments.len()) {
+        let s = segments[i];
+        if let Some(last) = kept.checked_sub(1).map(|k| &mut segments[k]) {
             let continues = last.addr.checked_add(last.len) == Some(s.addr)
                 && last.offset + last.len == s.offset
                 && last.flags == s.flags
-                && matches!((last.pa, s.pa), (Some(a), Some(b)) if a + last.len == b);
+                && match (last.vma, s.vma) {
+                    (None, None) => last.pa + last.len == s.pa,
+                    (Some(a), Some(b)) => a == b,
+                    _ => false,
+                };
             if continues {
                 last.len += s.len;
                 continue;
             }
         }
-        merged.push(s);
+        segments[kept] = s;
+        kept += 1;
+        shared += usize::from(!is_new);
     }
-    *segments = merged;
+    segments.truncate(kept);
+    shared
 }
 
 /// `segments` cut to the file bytes in `read` (sorted, disjoint `(offset,
 /// len)`): no segment shows a byte that was not read.
 pub(super) fn cut_to_read(segments: &[Segment], read: &[(u64, u64)]) -> Vec<Segment> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(segments.len());
     for s in segments {
         for (from, len) in overlaps(s.offset, s.len, read) {
             out.push(Segment {
                 addr: s.addr + from,
-                pa: s.pa.map(|pa| pa + from),
+                pa: s.pa + from,
                 len,
-                flags: s.flags,
                 offset: s.offset + from,
+                ..*s
             });
         }
     }
@@ -271,9 +307,28 @@ mod tests {
     fn piece(addr: u64, pa: u64, len: u64, flags: u32) -> Piece {
         Piece {
             addr,
-            pa: Some(pa),
+            pa,
             len,
             flags,
+            vma: None,
+        }
+    }
+
+    fn of_vma(vma: u32, addr: u64, pa: u64, len: u64) -> Piece {
+        Piece {
+            vma: Some(vma),
+            ..piece(addr, pa, len, 6)
+        }
+    }
+
+    fn segment(addr: u64, pa: u64, len: u64, flags: u32, offset: u64) -> Segment {
+        Segment {
+            addr,
+            pa,
+            len,
+            flags,
+            offset,
+            vma: None,
         }
     }
 
@@ -283,13 +338,14 @@ mod tests {
         // it, then memory of its own partly over the direct map's end.
         let direct = 0xffff_8880_0000_0000;
         let text = 0xffff_ffff_8100_0000;
-        let pieces = [
+        let pieces = vec![
             piece(direct, 0, 0x10000, 6),
             piece(text, 0x2000, 0x3000, 5),
             piece(text + 0x10_0000, 0xe000, 0x4000, 4),
         ];
-        let l = elf(&pieces, 0).unwrap();
+        let l = elf(pieces, 0).unwrap();
         let base = l.segments[0].offset;
+        assert_eq!(base % PAGE, 0);
         assert_eq!(l.segments[0].len, 0x10000);
         // Text points into the direct map's bytes; so do the third piece's
         // first 0x2000, and its other 0x2000 are new, placed right after
@@ -297,43 +353,32 @@ mod tests {
         assert_eq!(
             l.segments[1..],
             [
-                Segment {
-                    addr: text,
-                    pa: Some(0x2000),
-                    len: 0x3000,
-                    flags: 5,
-                    offset: base + 0x2000
-                },
-                Segment {
-                    addr: text + 0x10_0000,
-                    pa: Some(0xe000),
-                    len: 0x4000,
-                    flags: 4,
-                    offset: base + 0xe000
-                },
+                segment(text, 0x2000, 0x3000, 5, base + 0x2000),
+                segment(text + 0x10_0000, 0xe000, 0x4000, 4, base + 0xe000),
             ]
         );
         assert_eq!(l.data_bytes(), 0x12000, "each physical byte read once");
         assert_eq!(
-            l.extents.iter().map(|e| e.source).collect::<Vec<_>>(),
-            [Source::Physical(0), Source::Physical(0x10000)]
+            l.extents,
+            [Extent {
+                offset: base,
+                len: 0x12000,
+                pa: 0
+            }],
+            "one read: the new bytes continue the first ones in RAM and file"
         );
         assert_eq!(l.size, base + 0x12000);
+        assert_eq!((l.shared_segments, l.shared_bytes), (2, 0x5000));
     }
 
     #[test]
     fn offsets_are_congruent_to_addresses_and_headers_have_room() {
-        let pieces = [
+        let pieces = vec![
             piece(0x9c001, 0x9c001, 0x2002, 4),
             piece(0xa0ff8, 0xa0ff8, 0x10, 4),
-            Piece {
-                addr: 0x7f00_0000_0123,
-                pa: None,
-                len: 0x10,
-                flags: 4,
-            },
+            of_vma(0, 0x7f00_0000_0123, 0x5123, 0x10),
         ];
-        let l = elf(&pieces, 0x30).unwrap();
+        let l = elf(pieces, 0x30).unwrap();
         assert_eq!(l.header_slots, 3 + SPARE_SLOTS);
         assert_eq!(
             l.note_offset,
@@ -344,19 +389,20 @@ mod tests {
             assert_eq!(s.offset % PAGE, s.addr % PAGE, "{s:x?}");
             assert!(s.offset >= l.note_offset + 0x30);
         }
-        assert_eq!(l.extents[2].source, Source::Virtual(0x7f00_0000_0123));
-        assert_eq!(l.segments[2].pa, None);
+        assert_eq!(l.extents[2].pa, 0x5123);
+        assert_eq!(l.segments[2].paddr(), None, "a process's memory");
+        assert_eq!(l.segments[1].paddr(), Some(0xa0ff8));
     }
 
     #[test]
     fn segments_that_continue_each_other_merge_only_with_equal_permissions() {
-        let pieces = [
+        let pieces = vec![
             piece(0x1000, 0x5000, 0x1000, 6),
             piece(0x2000, 0x6000, 0x1000, 6),
             piece(0x3000, 0x7000, 0x1000, 4),
             piece(0x4000, 0x9000, 0x1000, 4),
         ];
-        let l = elf(&pieces, 0).unwrap();
+        let l = elf(pieces, 0).unwrap();
         let shape: Vec<(u64, u64)> = l.segments.iter().map(|s| (s.addr, s.len)).collect();
         assert_eq!(
             shape,
@@ -365,20 +411,79 @@ mod tests {
     }
 
     #[test]
+    fn a_vma_scattered_in_ram_is_one_segment_and_a_page_mapped_again_points_back() {
+        // VMA 0: three pages scattered in RAM, then an unmapped page, then
+        // its first page's frame again. VMA 1 right after it, with the
+        // same permissions: the second page's frame twice, then a page of
+        // its own.
+        let pieces = vec![
+            of_vma(0, 0x10000, 0x9000, 0x1000),
+            of_vma(0, 0x11000, 0x3000, 0x1000),
+            of_vma(0, 0x12000, 0x7000, 0x1000),
+            of_vma(0, 0x14000, 0x9000, 0x1000),
+            of_vma(1, 0x15000, 0x3000, 0x1000),
+            of_vma(1, 0x16000, 0x3000, 0x1000),
+            of_vma(1, 0x17000, 0x4000, 0x1000),
+        ];
+        let l = elf(pieces, 0).unwrap();
+        let base = l.segments[0].offset;
+        let shape: Vec<(u64, u64, u64, Option<u32>)> = l
+            .segments
+            .iter()
+            .map(|s| (s.addr, s.len, s.offset - base, s.vma))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (0x10000, 0x3000, 0, Some(0)),
+                (0x14000, 0x1000, 0, Some(0)),
+                (0x15000, 0x1000, 0x1000, Some(1)),
+                (0x16000, 0x1000, 0x1000, Some(1)),
+                (0x17000, 0x1000, 0x3000, Some(1)),
+            ]
+        );
+        assert!(l.segments.iter().all(|s| s.paddr().is_none()));
+        // Four frames, each read once, in four reads (none continues
+        // another in RAM).
+        assert_eq!(l.data_bytes(), 0x4000);
+        let reads: Vec<(u64, u64)> = l.extents.iter().map(|e| (e.offset - base, e.pa)).collect();
+        assert_eq!(
+            reads,
+            [
+                (0, 0x9000),
+                (0x1000, 0x3000),
+                (0x2000, 0x7000),
+                (0x3000, 0x4000)
+            ]
+        );
+        assert_eq!((l.shared_segments, l.shared_bytes), (3, 0x3000));
+        assert_eq!(l.size, base + 0x4000);
+    }
+
+    #[test]
+    fn a_frame_mapped_a_million_times_is_one_page_of_data() {
+        let n = 1u64 << 20;
+        let pieces: Vec<Piece> = (0..n).map(|i| of_vma(0, i << 12, 0x5000, 0x1000)).collect();
+        let l = elf(pieces, 0).unwrap();
+        assert_eq!(l.segments.len() as u64, n);
+        assert_eq!(l.data_bytes(), 0x1000);
+        let first = l.segments[0].offset;
+        assert!(l.segments.iter().all(|s| s.offset == first));
+        // The file: its headers' room, then the one page.
+        assert_eq!(l.size, first + 0x1000);
+        assert!(l.size <= l.note_offset + PAGE + 0x1000);
+        assert_eq!(l.header_slots as u64, n + n / 8);
+    }
+
+    #[test]
     fn cut_segments_show_only_bytes_read() {
-        let s = Segment {
-            addr: 0x1000,
-            pa: Some(0x8000),
-            len: 0x5000,
-            flags: 4,
-            offset: 0x3000,
-        };
+        let s = segment(0x1000, 0x8000, 0x5000, 4, 0x3000);
         // Read: the first page, the third and half the fifth.
         let read = [(0x3000, 0x1000), (0x5000, 0x1000), (0x7000, 0x800)];
         let cut = cut_to_read(&[s], &read);
         let shape: Vec<(u64, Option<u64>, u64, u64)> = cut
             .iter()
-            .map(|c| (c.addr, c.pa, c.len, c.offset))
+            .map(|c| (c.addr, c.paddr(), c.len, c.offset))
             .collect();
         assert_eq!(
             shape,

@@ -103,24 +103,14 @@ pub fn run(
 ) -> Result<ExitCode, Failure> {
     refuse_own_source(device, sources, &args.output)?;
     refuse_non_file(&args.output)?;
-    // A process is read through its own address space; anything else by
-    // physical address.
-    let (pieces, space, note) = match process::plan(mem, args)? {
-        Some(p) if p.pieces.is_empty() => {
-            return Err(Failure(format!(
-                "nothing to dump: {} maps no memory{}",
-                p.name,
-                if args.range.is_some() {
-                    " in that range"
-                } else {
-                    ""
-                }
-            )))
-        }
-        Some(p) => (p.pieces, Some(p.space), p.note),
-        None => (plan::plan(mem, args)?, None, Vec::new()),
+    // What to read, by physical address: a process's memory as its own
+    // page tables map it inside its VMAs; else RAM, or what --dtb's map.
+    let (pieces, mut process) = match process::plan(mem, args)? {
+        Some(p) if p.pieces.is_empty() => return Err(p.nothing_in(args.range.is_some())),
+        Some(mut p) => (std::mem::take(&mut p.pieces), Some(p)),
+        None => (plan::plan(mem, args)?, None),
     };
-    let virtual_space = args.dtb.is_some() || space.is_some();
+    let virtual_space = args.dtb.is_some() || process.is_some();
     if pieces.is_empty() {
         return Err(Failure(match (args.dtb, &args.range) {
             (_, Some(_)) => "nothing to dump: no memory in that range".into(),
@@ -138,18 +128,24 @@ pub fn run(
     // Where each piece goes in the file, and how long the file is; a size
     // no file can have is refused before anything is created.
     let (note, direct_map) = match args.format {
-        Format::Elf if space.is_none() => {
+        Format::Elf if process.is_none() => {
             let kernel = vmcoreinfo::note(mem, args);
             (
                 kernel.note,
                 kernel.direct_map.filter(|_| args.dtb.is_none()),
             )
         }
-        Format::Elf => (note, None),
+        Format::Elf => (
+            process
+                .as_mut()
+                .map(|p| std::mem::take(&mut p.note))
+                .unwrap_or_default(),
+            None,
+        ),
         Format::Raw => (Vec::new(), None),
     };
     let layout = match (args.format, &args.range) {
-        (Format::Elf, _) => layout::elf(&pieces, note.len() as u64),
+        (Format::Elf, _) => layout::elf(pieces, note.len() as u64),
         // Holes at the end of a raw dump of a range are zeros too.
         (Format::Raw, Some(r)) => (r.end() - r.start())
             .checked_add(1)
@@ -230,9 +226,7 @@ pub fn run(
         // The headers' room is written (as zeros) now, so that a disk that
         // fills up midway still has room for the headers at the end: they
         // overwrite blocks the file already holds.
-        let room = vec![0; layout.note_offset as usize];
-        let written = file
-            .write_all_at(&room, 0)
+        let written = write_zeros(&file, layout.note_offset)
             .and_then(|()| file.write_all_at(&note, layout.note_offset));
         if let Err(e) = written {
             remove_both();
@@ -244,7 +238,7 @@ pub fn run(
     }
 
     let bar = progress_bar(layout.data_bytes(), !json_output);
-    let outcome = read::fill(mem, space.as_ref(), &layout.extents, &file, &bar);
+    let outcome = read::fill(mem, &layout.extents, &file, &bar);
     bar.finish_and_clear();
     let interrupted = super::signals::arrived().is_some();
     // What went wrong finishing the file, each said in the one error line.
@@ -305,6 +299,8 @@ pub fn run(
     let read = outcome.read_ranges();
     let segments = layout::cut_to_read(&layout.segments, &read);
     let failed = outcome.failed_in(&layout.segments);
+    let left_out = process.as_ref().map_or(&[][..], |p| &p.left_out[..]);
+    let listed = listed_ranges(&failed, left_out);
     if args.format == Format::Elf && !removed {
         match write_elf_headers(
             &mut file,
@@ -344,7 +340,7 @@ pub fn run(
     }
     if removed {
         remove_both();
-    } else if let Err(e) = write_failed_list(&sidecar, &failed) {
+    } else if let Err(e) = write_failed_list(&sidecar, &listed) {
         problems.push(format!("writing {}: {e}", sidecar_path.display()));
     }
     // The file is finished: from here a signal ends the program at once.
@@ -356,14 +352,21 @@ pub fn run(
     let failed_bytes = outcome.failed_bytes();
     let ranges = match args.format {
         Format::Elf => segments.len(),
-        Format::Raw => pieces.len(),
+        Format::Raw => layout.segments.len(),
     };
+    let left_out_bytes = process
+        .as_ref()
+        .map(|p| process::LeftOutBytes::of(&p.left_out));
     if json_output {
         outln!(
             "{}",
             json!({"output": args.output.display().to_string(), "ranges": ranges, "bytes": read_bytes,
                 "failed_bytes": failed_bytes, "failed_ranges": failed.len(), "interrupted": interrupted,
                 "failed_list": sidecar_path.display().to_string(),
+                "left_out": left_out_bytes.as_ref().map(|l| json!({"not_mapped": l.not_mapped,
+                    "unreadable_tables": l.unreadable_tables, "shared_tables": l.shared_tables,
+                    "not_ram": l.not_ram, "ranges": left_out.len()})),
+                "shared_segments": layout.shared_segments, "shared_bytes": layout.shared_bytes,
                 "error": (!problems.is_empty()).then(|| problems.join("; "))})
         );
     } else {
@@ -387,6 +390,10 @@ pub fn run(
                 format!(" (listed in {})", sidecar_path.display())
             }
         );
+        let listed_in = (!removed).then_some(sidecar_path.as_path());
+        if let Some(line) = left_out_and_shared(left_out_bytes.as_ref(), &layout, listed_in) {
+            outln!("{line}");
+        }
         if interrupted && problems.is_empty() {
             outln!("interrupted: the file holds what was read until then");
         }

@@ -108,19 +108,54 @@ pub(super) fn failed_list_path(output: &std::path::Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The ranges the `.failed` list names: those whose reads `failed`, and
+/// the parts of a process's VMAs `left_out`, each with its reason, in
+/// address order, neighbours with one reason merged.
+pub(super) fn listed_ranges(
+    failed: &[(u64, u64, String)],
+    left_out: &[process::LeftOut],
+) -> Vec<(u64, u64, String)> {
+    let mut all: Vec<(u64, u64, String)> = failed
+        .iter()
+        .cloned()
+        .chain(left_out.iter().map(|l| (l.addr, l.len, l.why.to_string())))
+        .collect();
+    all.sort_by_key(|f| f.0);
+    let mut merged: Vec<(u64, u64, String)> = Vec::with_capacity(all.len());
+    for f in all {
+        match merged.last_mut() {
+            Some(last) if last.0.checked_add(last.1) == Some(f.0) && last.2 == f.2 => last.1 += f.1,
+            _ => merged.push(f),
+        }
+    }
+    merged
+}
+
 /// Writes the list of failed ranges into `file` (opened and emptied when
 /// the dump started).
 pub(super) fn write_failed_list(file: &File, failed: &[(u64, u64, String)]) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(file);
     writeln!(
         out,
-        "# ranges that could not be read (no ELF segment shows them; zeros in a raw dump): start end reason"
+        "# ranges not in the dump, failed or left out (no ELF segment shows them; zeros in a raw dump): start end reason"
     )?;
     for (start, len, why) in failed {
         let end = u128::from(*start) + u128::from(*len);
         writeln!(out, "{start:#x} {end:#x} {why}")?;
     }
     out.flush()
+}
+
+/// Writes `len` zeros at the start of `file`, a MiB at a time.
+pub(super) fn write_zeros(file: &File, len: u64) -> std::io::Result<()> {
+    let zeros = vec![0u8; (len.min(1 << 20)) as usize];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(zeros.len() as u64);
+        file.write_all_at(&zeros[..n as usize], at)?;
+        at += n;
+    }
+    Ok(())
 }
 
 /// A file a dump writes, opened without truncating it, so a dump refused

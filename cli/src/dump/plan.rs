@@ -1,6 +1,6 @@
 //! What a dump of physical memory or of an address space (`--dtb`) holds:
 //! the ranges of the memory map, or every mapped range with the
-//! permissions its page tables give.
+//! permissions its page tables give (the walk a process dump makes too).
 
 use leechio::{Access, Memory};
 
@@ -41,30 +41,16 @@ pub(super) fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure>
                 // and /proc/kcore's segments say.
                 .map(|(s, e)| Piece {
                     addr: s,
-                    pa: Some(s),
+                    pa: s,
                     len: e - s,
                     flags: PF_R | PF_W | PF_X,
+                    vma: None,
                 })
                 .collect())
         }
         Some(dtb) => {
             let dtb = dtb & !0xfff;
-            // A root that cannot be read makes every range unreadable; that
-            // is the one thing to say, not "no memory in that range".
-            let mut entry = [0u8; 8];
-            if let Err(e) = mem.block_on(mem.read(dtb, &mut entry)) {
-                let why = e.failed.first().map(|f| f.reason.to_string());
-                let end = mem.backend().memory_map().end();
-                return Err(Failure(format!(
-                    "the page-table root {dtb:#x} (--dtb) is unreadable: {}{}; nothing to dump",
-                    why.as_deref().unwrap_or("read failed"),
-                    if dtb >= end {
-                        format!(" (memory ends at {end:#x})")
-                    } else {
-                        String::new()
-                    }
-                )));
-            }
+            check_root(mem, dtb, "(--dtb)")?;
             let space = crate::paging::space(mem, dtb)?;
             let range = args.range.clone().unwrap_or(0..=u64::MAX);
             let found = mem.block_on(space.mappings(range));
@@ -75,13 +61,36 @@ pub(super) fn plan(mem: &Memory, args: &DumpArgs) -> Result<Vec<Piece>, Failure>
                 .iter()
                 .map(|m| Piece {
                     addr: m.va,
-                    pa: Some(m.pa),
+                    pa: m.pa,
                     len: m.size,
                     flags: segment_flags(m.access),
+                    vma: None,
                 })
                 .collect())
         }
     }
+}
+
+/// Checks that the page-table root at `dtb` can be read before its
+/// tables are walked: a root that cannot be read makes every range
+/// unreadable, and that is the one thing to say (`whose` names the root
+/// in it), not "no memory in that range".
+pub(super) fn check_root(mem: &Memory, dtb: u64, whose: &str) -> Result<(), Failure> {
+    let mut entry = [0u8; 8];
+    let Err(e) = mem.block_on(mem.read(dtb, &mut entry)) else {
+        return Ok(());
+    };
+    let why = e.failed.first().map(|f| f.reason.to_string());
+    let end = mem.backend().memory_map().end();
+    Err(Failure(format!(
+        "the page-table root {dtb:#x} {whose} is unreadable: {}{}; nothing to dump",
+        why.as_deref().unwrap_or("read failed"),
+        if dtb >= end {
+            format!(" (memory ends at {end:#x})")
+        } else {
+            String::new()
+        }
+    )))
 }
 
 /// A segment's `p_flags` for memory with `access`: readable, and writable

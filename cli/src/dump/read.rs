@@ -6,16 +6,16 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use indicatif::ProgressBar;
-use leechio::{AddressSpace, Memory, PageError};
+use leechio::{Memory, PageError};
 
-use super::layout::{overlaps, Extent, Segment, Source};
+use super::layout::{overlaps, Extent, Segment};
 use super::CHUNK;
 
 /// What reading the extents did.
 #[derive(Debug, Default)]
 pub(super) struct Outcome {
-    /// Per extent begun, in file order: `(offset, len)` of its part that
-    /// was gone through (read or failed).
+    /// The file's bytes gone through (read or failed), as `(offset, len)`
+    /// in file order.
     pub written: Vec<(u64, u64)>,
     /// `(offset, len, why)` of the file's bytes that could not be read,
     /// in file order: holes of the file.
@@ -90,82 +90,83 @@ impl Outcome {
     }
 }
 
-/// Reads each extent from the target (physical memory, or `space` for a
-/// virtual source) and writes the bytes read to `file` at its offset;
-/// failed bytes are left as holes. Stops at a termination signal, a
-/// failed write or a device that is gone.
-pub(super) fn fill(
-    mem: &Memory,
-    space: Option<&AddressSpace>,
-    extents: &[Extent],
-    file: &File,
-    bar: &ProgressBar,
-) -> Outcome {
+/// Reads the extents from physical memory, several in one device call (up
+/// to [`CHUNK`] bytes: a process's pages are scattered in RAM), and writes
+/// the bytes read to `file` at their offsets; failed bytes are left as
+/// holes. Stops at a termination signal, a failed write or a device that
+/// is gone.
+pub(super) fn fill(mem: &Memory, extents: &[Extent], file: &File, bar: &ProgressBar) -> Outcome {
     let mut outcome = Outcome::default();
     let mut buf = vec![0u8; CHUNK as usize];
-    'extents: for e in extents {
-        let mut done = 0;
-        while done < e.len {
-            if crate::signals::arrived().is_some() {
-                break 'extents;
+    // The next byte to read: an extent and how far into it.
+    let (mut next, mut into) = (0usize, 0u64);
+    while next < extents.len() {
+        if crate::signals::arrived().is_some() {
+            break;
+        }
+        // The batch: (file offset, physical address, bytes), at most a
+        // chunk in all.
+        let mut batch: Vec<(u64, u64, usize)> = Vec::new();
+        let mut room = CHUNK;
+        while room > 0 && next < extents.len() {
+            let e = extents[next];
+            let n = (e.len - into).min(room);
+            batch.push((e.offset + into, e.pa + into, n as usize));
+            room -= n;
+            into += n;
+            if into == e.len {
+                (next, into) = (next + 1, 0);
             }
-            let n = (e.len - done).min(CHUNK) as usize;
-            let chunk = &mut buf[..n];
-            let failures: Vec<(usize, usize, PageError)> = match (e.source, space) {
-                (Source::Virtual(va), Some(space)) => {
-                    match mem.block_on(space.read(va + done, chunk)) {
-                        Ok(()) => Vec::new(),
-                        Err(err) => err
-                            .failed
-                            .iter()
-                            .map(|f| (f.offset, f.len, f.reason))
-                            .collect(),
-                    }
+        }
+        let total = (CHUNK - room) as usize;
+        let read = {
+            let mut rest = &mut buf[..total];
+            let ops = batch.iter().map(|&(_, pa, n)| {
+                let (this, after) = std::mem::take(&mut rest).split_at_mut(n);
+                rest = after;
+                (pa, this)
+            });
+            mem.read_now(ops)
+        };
+        // Only the bytes read are written: failed ones stay holes of the
+        // file, which read as zeros and take no disk space (a wrong --dtb
+        // can map gigabytes past the end of RAM). Runs that continue one
+        // another in the buffer and the file are one write.
+        let mut writes: Vec<(u64, usize, usize)> = Vec::new();
+        let mut at_buf = 0usize;
+        for (i, &(offset, _, n)) in batch.iter().enumerate() {
+            read.for_each_success(i, n, |a, b| match writes.last_mut() {
+                Some(w) if w.0 + w.2 as u64 == offset + a as u64 && w.1 + w.2 == at_buf + a => {
+                    w.2 += b - a
                 }
-                (Source::Physical(pa), _) => mem
-                    .read_now([(pa + done, &mut *chunk)])
-                    .failures(0)
-                    .map(|f| (f.offset, f.len, f.reason))
-                    .collect(),
-                (Source::Virtual(_), None) => vec![(0, n, PageError::NotMapped)],
-            };
-            // Only the bytes read are written: failed ones stay holes of
-            // the file, which read as zeros and take no disk space (a
-            // wrong --dtb can map gigabytes past the end of RAM).
-            let at = e.offset + done;
-            let mut result = Ok(());
-            let mut from = 0;
-            for (a, b) in failures
-                .iter()
-                .map(|&(offset, len, _)| (offset, offset + len))
-                .chain([(n, n)])
-            {
-                if result.is_ok() && from < a {
-                    result = file.write_all_at(&chunk[from..a], at + from as u64);
-                }
-                from = b;
-            }
-            if let Err(err) = result {
-                outcome.write_error = Some(err);
-                break 'extents;
-            }
-            for &(offset, len, reason) in &failures {
+                _ => writes.push((offset + a as u64, at_buf + a, b - a)),
+            });
+            for f in read.failures(i) {
                 outcome
                     .failed
-                    .push((at + offset as u64, len as u64, reason));
-                if reason.is_device_lost() {
-                    outcome.gone = Some(reason);
+                    .push((offset + f.offset as u64, f.len as u64, f.reason));
+                if f.reason.is_device_lost() {
+                    outcome.gone = Some(f.reason);
                 }
             }
-            done += n as u64;
+            at_buf += n;
+        }
+        let written = writes
+            .iter()
+            .try_for_each(|&(offset, from, n)| file.write_all_at(&buf[from..from + n], offset));
+        if let Err(err) = written {
+            outcome.write_error = Some(err);
+            break;
+        }
+        for &(offset, _, n) in &batch {
             match outcome.written.last_mut() {
-                Some(last) if last.0 == e.offset => last.1 = done,
-                _ => outcome.written.push((e.offset, done)),
+                Some(last) if last.0 + last.1 == offset => last.1 += n as u64,
+                _ => outcome.written.push((offset, n as u64)),
             }
-            bar.inc(n as u64);
-            if outcome.gone.is_some() {
-                break 'extents;
-            }
+        }
+        bar.inc(total as u64);
+        if outcome.gone.is_some() {
+            break;
         }
     }
     outcome
@@ -173,7 +174,59 @@ pub(super) fn fill(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use leechio::{EngineConfig, MemBackend};
+
+    #[cfg_attr(miri, ignore)]
+    #[test]
+    fn scattered_extents_are_read_together_and_failed_pages_stay_holes() {
+        // Pages scattered in RAM, one after another in the file, the third
+        // of them unreadable; then one past a chunk, read in a call of its
+        // own.
+        let backend = Arc::new(MemBackend::with_address_pattern(0x100_0000));
+        backend.add_hole(0x30_2000..0x30_3000, PageError::UnsupportedRequest);
+        let mem = Memory::with_config(backend.clone(), EngineConfig::default());
+        let base = 0x4000;
+        let extent = |i: u64, pa: u64, len: u64| Extent {
+            offset: base + i * 0x1000,
+            len,
+            pa,
+        };
+        let extents = [
+            extent(0, 0x90_0000, 0x1000),
+            extent(1, 0x10_0000, 0x1000),
+            extent(2, 0x30_1000, 0x2000),
+            extent(4, 0x40_0000, CHUNK - 0x4000),
+            extent(CHUNK / 0x1000, 0xa0_0000, 0x1000),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let file = File::create_new(dir.path().join("dump")).unwrap();
+        let outcome = fill(&mem, &extents, &file, &ProgressBar::hidden());
+        assert_eq!(backend.read_calls(), 2, "a chunk a call");
+        let end = base + CHUNK + 0x1000;
+        assert_eq!(outcome.written, [(base, CHUNK + 0x1000)]);
+        assert_eq!(
+            outcome.failed,
+            [(base + 0x3000, 0x1000, PageError::UnsupportedRequest)]
+        );
+        let written = std::fs::read(dir.path().join("dump")).unwrap();
+        assert_eq!(written.len() as u64, end);
+        for e in &extents {
+            for at in (0..e.len).step_by(8) {
+                let o = (e.offset + at) as usize;
+                let word = u64::from_le_bytes(written[o..o + 8].try_into().unwrap());
+                let pa = e.pa + at;
+                let want = if (0x30_2000..0x30_3000).contains(&pa) {
+                    0
+                } else {
+                    pa
+                };
+                assert_eq!(word, want, "file offset {o:#x}");
+            }
+        }
+    }
 
     #[test]
     fn read_ranges_are_what_was_gone_through_less_what_failed() {
@@ -196,10 +249,11 @@ mod tests {
         // address): each lists the failed bytes at its own addresses.
         let seg = |addr, offset, len| Segment {
             addr,
-            pa: None,
+            pa: 0,
             len,
             flags: 4,
             offset,
+            vma: Some(0),
         };
         let failed = outcome.failed_in(&[
             seg(0x7000, 0x1000, 0x4000),

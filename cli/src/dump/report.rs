@@ -62,3 +62,36 @@ pub(super) fn report_aliases(aliases: &[Alias]) {
         first.same_as
     );
 }
+
+/// The summary's line of what a dump left out (a process's, by reason:
+/// `left_out`) and of the segments that show memory another segment
+/// placed; the list of what was left out is in `listed_in`. `None` when
+/// there is neither.
+pub(super) fn left_out_and_shared(
+    left_out: Option<&process::LeftOutBytes>,
+    layout: &layout::Layout,
+    listed_in: Option<&Path>,
+) -> Option<String> {
+    let mut said = Vec::new();
+    let left = left_out.map(|l| l.phrases()).unwrap_or_default();
+    if !left.is_empty() {
+        said.push(format!(
+            "left out {}{}",
+            left.join(", "),
+            listed_in.map_or(String::new(), |p| format!(" (listed in {})", p.display()))
+        ));
+    }
+    if layout.shared_segments > 0 {
+        said.push(format!(
+            "{} {} {} of memory mapped more than once, whose bytes are in the file once",
+            layout.shared_segments,
+            if layout.shared_segments == 1 {
+                "segment shows"
+            } else {
+                "segments show"
+            },
+            human_size(layout.shared_bytes)
+        ));
+    }
+    (!said.is_empty()).then(|| said.join("; "))
+}
