@@ -44,7 +44,7 @@ pub(super) struct ListCheck {
 /// What the comparison looks at for each process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Listed {
-    ppid: u32,
+    ppid: Option<u32>,
     name: String,
     cmdline: Vec<String>,
     dtb: Option<u64>,
@@ -299,7 +299,7 @@ mod tests {
 
     fn listed(name: &str) -> Listed {
         Listed {
-            ppid: 1,
+            ppid: Some(1),
             name: name.into(),
             cmdline: vec![name.into()],
             dtb: Some(0x1000),
