@@ -250,7 +250,7 @@ fn hop_by_hop(p: &Plugin, pr: &Profile) -> Listing {
         let ppid = u32_at(&mut kernel, parent.wrapping_add(pr.tgid)).unwrap_or(0);
         let mm = u64_at(&mut kernel, task.wrapping_add(pr.mm)).unwrap_or(0);
         let mut listed = Listed {
-            ppid,
+            ppid: Some(ppid),
             name: String::from_utf8_lossy(&comm[..end]).into_owned(),
             cmdline: Vec::new(),
             dtb: None,
