@@ -54,17 +54,16 @@ impl NodeLayout {
         let meta_end =
             btf.member_offset(ty, "meta")? + btf.member_offset("maple_metadata", "end")?;
         // A node has one pivot fewer than slots (the last slot ends at
-        // the node's maximum), all within its 256 bytes.
-        let within = |at: u64, count: u64| {
-            count
-                .checked_mul(8)
-                .and_then(|len| at.checked_add(len))
-                .is_some_and(|end| end <= NODE_SIZE)
-        };
+        // the node's maximum), pivots and slots apart, all within its 256
+        // bytes.
+        let end = |at: u64, count: u64| count.checked_mul(8).and_then(|len| at.checked_add(len));
+        let (pivots_end, slots_end) = (end(pivots, pivot_count), end(slots, slot_count));
         let fits = pivot_count >= 1
             && slot_count == pivot_count + 1
-            && within(pivots, pivot_count)
-            && within(slots, slot_count)
+            && pivots_end.is_some_and(|e| {
+                e <= NODE_SIZE && (e <= slots || pivots >= slots_end.unwrap_or(u64::MAX))
+            })
+            && slots_end.is_some_and(|e| e <= NODE_SIZE)
             && meta_end < NODE_SIZE;
         match fits {
             true => Ok(NodeLayout {
@@ -336,4 +335,72 @@ fn visit(
         first = last + 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::btf_builder::BtfBuilder;
+
+    /// The layout of made-up BTF whose `maple_range_64` has `pivots`
+    /// pivots at `pivot_at` (16 slots at 128).
+    fn layout(pivot_at: u64, pivots: u32) -> Result<MapleLayout, BtfError> {
+        let mut b = BtfBuilder::new();
+        let (p, s16, p9, s10) = (b.array(pivots), b.array(16), b.array(9), b.array(10));
+        b.structure_typed(
+            "maple_range_64",
+            256,
+            &[
+                ("parent", 0, 0),
+                ("pivot", pivot_at, p),
+                ("slot", 128, s16),
+                ("meta", 248, 0),
+            ],
+        )
+        .structure_typed(
+            "maple_arange_64",
+            248,
+            &[
+                ("parent", 0, 0),
+                ("pivot", 8, p9),
+                ("slot", 80, s10),
+                ("gap", 160, s10),
+                ("meta", 240, 0),
+            ],
+        )
+        .structure("maple_metadata", 2, &[("end", 0)])
+        .enumeration(
+            "maple_type",
+            &[
+                ("maple_dense", 0),
+                ("maple_leaf_64", 1),
+                ("maple_range_64", 2),
+                ("maple_arange_64", 3),
+            ],
+        );
+        MapleLayout::from_btf(&Btf::parse(&b.finish()).unwrap())
+    }
+
+    #[test]
+    fn layouts_no_maple_node_could_have_are_refused() {
+        let good = layout(8, 15).unwrap();
+        assert_eq!((good.range.pivot_count, good.range.slot_count), (15, 16));
+        assert_eq!((good.arange.pivot_count, good.arange.slot_count), (9, 10));
+        let refused = [
+            // No room for pivots before the slots: pivots where the slots
+            // are (what made `data_end` index below zero).
+            (layout(128, 15), "15 pivots at 128 and 16 slots at 128"),
+            // No pivots at all.
+            (layout(8, 0), "0 pivots at 8"),
+            // As many pivots as slots, or past the node's 256 bytes.
+            (layout(8, 16), "16 pivots at 8"),
+            (layout(136, 15), "15 pivots at 136"),
+        ];
+        for (result, why) in refused {
+            match result {
+                Err(BtfError::Parse(e)) => assert!(e.contains(why), "{e}"),
+                other => panic!("{why}: {other:?}"),
+            }
+        }
+    }
 }

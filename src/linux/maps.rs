@@ -28,6 +28,8 @@ use crate::linux::Kernel;
 use crate::Memory;
 
 #[cfg(test)]
+mod bounds_tests;
+#[cfg(test)]
 mod tests;
 
 /// `vm_flags` bits (`include/linux/mm.h`).

@@ -474,26 +474,35 @@ impl Walk<'_> {
             };
             failure(Stage::PidTable, None, node, why)
         }));
-        // A `struct pid` has one number: filed twice, it is read once.
-        let mut filed_at: FxHashMap<u64, u64> = FxHashMap::default();
+        // A `struct pid` has one number: filed under several, it is read
+        // once, for the first, and said once.
+        let mut filed_at: FxHashMap<u64, (u64, usize)> = FxHashMap::default();
         let mut entries = Vec::with_capacity(tree.entries.len());
         for (index, pid) in tree.entries {
-            match filed_at.insert(pid, index) {
-                None => entries.push((index, pid)),
-                Some(first) => {
-                    filed_at.insert(pid, first);
-                    failed.push(failure(
-                        Stage::PidTable,
-                        None,
-                        pid,
-                        format!(
-                            "struct pid filed at index {index} too, first at {first}: read once"
-                        ),
-                    ));
+            match filed_at.get_mut(&pid) {
+                None => {
+                    filed_at.insert(pid, (index, 0));
+                    entries.push((index, pid));
                 }
+                Some((_, more)) => *more += 1,
             }
         }
-        drop(filed_at);
+        let mut twice: Vec<(u64, u64, usize)> = filed_at
+            .into_iter()
+            .filter(|(_, (_, more))| *more > 0)
+            .map(|(pid, (first, more))| (first, pid, more))
+            .collect();
+        twice.sort_unstable();
+        for (first, pid, more) in twice {
+            failed.push(failure(
+                Stage::PidTable,
+                None,
+                pid,
+                format!(
+                    "struct pid filed under {more} more indices than its own ({first}): read once"
+                ),
+            ));
+        }
         let (start, len) = span(&[(l.pid_first, 8), (l.pid_nr, 4)]);
         let pids = join_all(
             entries
@@ -909,6 +918,58 @@ mod tests {
         // Rewritten in place: one title up to its first NUL.
         assert_eq!(split_command_line(b"title: x\0 junk"), ["title: x"]);
         assert_eq!(split_command_line(b"\xff\0"), ["\u{fffd}"]);
+    }
+
+    fn task(address: u64, pid: u32, tgid: u32, mm: u64, kernel_thread: bool) -> TaskFields {
+        TaskFields {
+            address,
+            pid,
+            tgid,
+            real_parent: 0,
+            group_leader: address,
+            mm,
+            kernel_thread,
+            state: 'S',
+            name: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_thread_belongs_to_a_group_only_when_its_leader_checks_out() {
+        let leader = task(0x1000, 10, 10, 0x9000, false);
+        let thread = TaskFields {
+            group_leader: 0x1000,
+            ..task(0x2000, 11, 10, 0x9000, false)
+        };
+        assert_eq!(thread_of(&thread, &leader), Ok(()));
+        // A leader that exited first has no mm left.
+        assert_eq!(thread_of(&thread, &task(0x1000, 10, 10, 0, false)), Ok(()));
+        let cases = [
+            (
+                TaskFields {
+                    group_leader: 0x2000,
+                    ..thread.clone()
+                },
+                "its group_leader is 0x2000, not that process's task 0x1000",
+            ),
+            (
+                TaskFields {
+                    mm: 0x8000,
+                    ..thread.clone()
+                },
+                "its mm is 0x8000, that process's 0x9000",
+            ),
+            (
+                TaskFields {
+                    kernel_thread: true,
+                    ..thread.clone()
+                },
+                "it is a kernel thread and that process a user task",
+            ),
+        ];
+        for (t, why) in cases {
+            assert_eq!(thread_of(&t, &leader), Err(why.to_string()));
+        }
     }
 
     #[test]
