@@ -45,9 +45,10 @@ const USER_END: u64 = 1 << 56;
 /// Longest name of a special mapping or of named anonymous memory read
 /// (`ANON_VMA_NAME_MAX_LEN` is 80).
 const NAME_MAX: usize = 80;
-/// VMAs read in one batch: a process within the default
-/// `vm.max_map_count` (65,530) costs one device call for them.
-const VMAS_PER_BATCH: usize = 65_536;
+/// VMAs read in one batch: one device call for a process of up to 16,384
+/// VMAs (a busy browser or JVM has a few thousand), four at the default
+/// `vm.max_map_count`; the reads in flight stay bounded (tens of MB).
+const VMAS_PER_BATCH: usize = 16_384;
 
 /// The kernel symbols the maps are read with, when kallsyms has them.
 #[derive(Debug, Clone, Copy, Default)]
