@@ -18,6 +18,7 @@ use common::bounded::{self, Run};
 use common::crafted::{
     direct, move_btf_member, offset, physical, Clean, Crafted, MapleNodes, XaNodes,
 };
+use common::elf_tools::notes;
 use common::linux::{engine, no_cache};
 use common::qemu::shared_guest;
 use leechio::linux::{Kernel, ProcessList, Vma};
@@ -125,6 +126,13 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A test's turn, the target, and a copy of its image to change.
+fn start() -> (MutexGuard<'static, ()>, &'static Target, Crafted) {
+    let turn = one_at_a_time();
+    let t = target();
+    (turn, t, t.clean.craft())
+}
+
 /// Runs `leechio -d DEVICE ARGS`, bounded, with a kernel cache of its own.
 fn leechio(device: &str, args: &[&str]) -> Run {
     let mut all = vec!["-d", device];
@@ -149,10 +157,8 @@ fn le(value: u64) -> [u8; 8] {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_pid_table_of_millions_of_entries_is_read_within_what_the_target_holds() {
-    let _turn = one_at_a_time();
-    let t = target();
+    let (_turn, t, mut image) = start();
     let k = &t.kernel;
-    let mut image = t.clean.craft();
     // An xarray of four levels (shifts 18, 12, 6, 0): 1 + 16 + 1,024 +
     // 65,536 nodes (38 MB), whose 4 Mi leaves all name pid 1's struct
     // pid, but index 0.
@@ -200,10 +206,8 @@ fn a_pid_table_of_millions_of_entries_is_read_within_what_the_target_holds() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_parent_that_is_no_task_and_a_thread_of_another_kind_are_not_shown_as_fact() {
-    let _turn = one_at_a_time();
-    let t = target();
+    let (_turn, t, mut image) = start();
     let k = &t.kernel;
-    let mut image = t.clean.craft();
     // The shell's parent: a page of zeros.
     let zeros = direct(k, image.alloc(0x1000, 0x1000));
     image.poke(t.task_field(t.shell, "real_parent"), &le(zeros));
@@ -260,35 +264,17 @@ fn a_parent_that_is_no_task_and_a_thread_of_another_kind_are_not_shown_as_fact()
 
 /// The owners of the notes in the ELF file at `path`.
 fn note_owners(path: &Path) -> Vec<String> {
-    let elf = std::fs::read(path).unwrap();
-    let word = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
-    let half = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap()) as usize;
-    let (phoff, count) = (
-        word(0x20) as usize,
-        u16::from_le_bytes([elf[0x38], elf[0x39]]),
-    );
-    let mut owners = Vec::new();
-    for h in (0..count as usize).map(|i| phoff + i * 56) {
-        if half(h) != 4 {
-            continue;
-        }
-        let (mut at, end) = (word(h + 8) as usize, (word(h + 8) + word(h + 32)) as usize);
-        while at + 12 <= end {
-            let (name, desc) = (half(at), half(at + 4));
-            owners.push(String::from_utf8_lossy(&elf[at + 12..at + 12 + name]).into_owned());
-            at += 12 + name.next_multiple_of(4) + desc.next_multiple_of(4);
-        }
-    }
-    owners
+    notes(&std::fs::read(path).unwrap())
+        .into_iter()
+        .map(|(owner, ..)| owner)
+        .collect()
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_vmcoreinfo_that_contradicts_the_kernel_found_is_left_out_of_a_dump() {
-    let _turn = one_at_a_time();
-    let t = target();
+    let (_turn, t, image) = start();
     let k = &t.kernel;
-    let image = t.clean.craft();
     let dir = tempfile::tempdir().unwrap();
     let dump = |image: &Crafted, name: &str| {
         let out = dir.path().join(name);
@@ -301,7 +287,7 @@ fn a_vmcoreinfo_that_contradicts_the_kernel_found_is_left_out_of_a_dump() {
     // The clean image's dump carries the kernel's own note.
     let (run, owners) = dump(&image, "clean.elf");
     assert!(run.status.success(), "{}", run.stderr);
-    assert_eq!(owners, ["VMCOREINFO\0"]);
+    assert_eq!(owners, ["VMCOREINFO"]);
     // KERNELOFFSET's last digit changed: an offset that puts the
     // link-time _text off any 2 MiB boundary.
     let data = image.peek_u64(physical(k, k.symbol("vmcoreinfo_data").unwrap()));
@@ -327,10 +313,8 @@ fn a_vmcoreinfo_that_contradicts_the_kernel_found_is_left_out_of_a_dump() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn maple_nodes_that_all_name_one_vma_read_it_once() {
-    let _turn = one_at_a_time();
-    let t = target();
+    let (_turn, t, mut image) = start();
     let k = &t.kernel;
-    let mut image = t.clean.craft();
     // 69,905 nodes (18 MB) whose 1 Mi leaf slots all name the process's
     // first VMA; the first slot covers it.
     let first = &t.vmas(t.sleep)[0];
@@ -359,6 +343,8 @@ fn maple_nodes_that_all_name_one_vma_read_it_once() {
     }
 }
 
+/// `NT_FILE`: the note of the files a core's process maps.
+const NT_FILE: u32 = 0x4649_4c45;
 /// `vm_flags` bits.
 const VM_READ: u64 = 0x1;
 const VM_WRITE: u64 = 0x2;
@@ -410,10 +396,8 @@ fn made_vmas(
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_process_with_more_vmas_than_the_kernel_allows_is_cut_there() {
-    let _turn = one_at_a_time();
-    let t = target();
+    let (_turn, t, mut image) = start();
     let k = &t.kernel;
-    let mut image = t.clean.craft();
     // 300,000 VMAs (46 MB), a maple tree over them.
     let flags = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE;
     let made = made_vmas(t, &mut image, t.sleep, 300_000, flags, |_| 0);
@@ -441,10 +425,8 @@ fn a_process_with_more_vmas_than_the_kernel_allows_is_cut_there() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_maple_node_layout_with_no_pivots_is_an_error() {
-    let _turn = one_at_a_time();
-    let t = target();
+    let (_turn, t, image) = start();
     let k = &t.kernel;
-    let image = t.clean.craft();
     // BTF whose maple_range_64 has its pivots where its slots are: no
     // room for one before them.
     let slots = offset(k, "maple_range_64", "slot");
@@ -457,45 +439,27 @@ fn a_maple_node_layout_with_no_pivots_is_an_error() {
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
 }
 
-/// The paths of the NT_FILE note of the ELF core at `path`.
+/// The paths of the NT_FILE note of the ELF core at `path`: after the
+/// count, the page size and three words per file.
 fn mapped_files(path: &Path) -> Vec<String> {
-    let elf = std::fs::read(path).unwrap();
-    let word = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
-    let half = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap()) as usize;
-    let (phoff, count) = (
-        word(0x20) as usize,
-        u16::from_le_bytes([elf[0x38], elf[0x39]]),
-    );
-    for h in (0..count as usize).map(|i| phoff + i * 56) {
-        if half(h) != 4 {
-            continue;
-        }
-        let (mut at, end) = (word(h + 8) as usize, (word(h + 8) + word(h + 32)) as usize);
-        while at + 12 <= end {
-            let (name, desc, kind) = (half(at), half(at + 4), half(at + 8));
-            let body = at + 12 + name.next_multiple_of(4);
-            if kind == 0x4649_4c45 {
-                let files = word(body) as usize;
-                let text = &elf[body + 16 + files * 24..body + desc];
-                return text
-                    .split(|&b| b == 0)
-                    .take(files)
-                    .map(|p| String::from_utf8_lossy(p).into_owned())
-                    .collect();
-            }
-            at = body + desc.next_multiple_of(4);
-        }
-    }
-    panic!("no NT_FILE note in {}", path.display());
+    let notes = notes(&std::fs::read(path).unwrap());
+    let (.., desc) = notes
+        .iter()
+        .find(|(owner, kind, _)| owner == "CORE" && *kind == NT_FILE)
+        .expect("an NT_FILE note");
+    let files = u64::from_le_bytes(desc[..8].try_into().unwrap()) as usize;
+    desc[16 + files * 24..]
+        .split(|&b| b == 0)
+        .take(files)
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect()
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn files_under_one_path_thousands_of_levels_deep_are_cut_at_path_max() {
-    let _turn = one_at_a_time();
-    let t = target();
+    let (_turn, t, mut image) = start();
     let k = &t.kernel;
-    let mut image = t.clean.craft();
     // A chain of 2,047 dentries of 255-byte names, from the top (its own
     // parent) down.
     let dentry_size = k.btf().size_of("dentry").unwrap();
@@ -608,10 +572,8 @@ fn assert_terminal_safe(text: &str, what: &str) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn names_and_paths_from_the_target_are_escaped_for_the_terminal() {
-    let _turn = one_at_a_time();
-    let t = target();
+    let (_turn, t, image) = start();
     let k = &t.kernel;
-    let image = t.clean.craft();
     let comm = |pid: u32, name: &[u8]| {
         let mut bytes = [0u8; 16];
         bytes[..name.len()].copy_from_slice(name);

@@ -338,14 +338,14 @@ fn visit(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::linux::btf_builder::BtfBuilder;
 
-    /// The layout of made-up BTF whose `maple_range_64` has `pivots`
-    /// pivots at `pivot_at` (16 slots at 128).
-    fn layout(pivot_at: u64, pivots: u32) -> Result<MapleLayout, BtfError> {
-        let mut b = BtfBuilder::new();
+    /// The maple tree's types in made-up BTF, as the kernel's are but for
+    /// `maple_range_64`'s pivots: `pivots` of them at `pivot_at` (its 16
+    /// slots are at 128).
+    pub(crate) fn maple_types(b: &mut BtfBuilder, pivot_at: u64, pivots: u32) {
         let (p, s16, p9, s10) = (b.array(pivots), b.array(16), b.array(9), b.array(10));
         b.structure_typed(
             "maple_range_64",
@@ -378,6 +378,13 @@ mod tests {
                 ("maple_arange_64", 3),
             ],
         );
+    }
+
+    /// The layout of made-up BTF whose `maple_range_64` has `pivots`
+    /// pivots at `pivot_at`.
+    fn layout(pivot_at: u64, pivots: u32) -> Result<MapleLayout, BtfError> {
+        let mut b = BtfBuilder::new();
+        maple_types(&mut b, pivot_at, pivots);
         MapleLayout::from_btf(&Btf::parse(&b.finish()).unwrap())
     }
 

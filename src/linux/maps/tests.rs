@@ -86,39 +86,8 @@ fn btf(maple: bool) -> Btf {
     if maple {
         mm.push(("mm_mt", MM_MT));
         vma.push(("anon_name", ANON_NAME));
-        let (p15, s16, p9, s10) = (b.array(15), b.array(16), b.array(9), b.array(10));
+        crate::linux::maple::tests::maple_types(&mut b, 8, 15);
         b.structure("maple_tree", 24, &[("ma_lock", 0), ("ma_root", MA_ROOT)])
-            .structure_typed(
-                "maple_range_64",
-                256,
-                &[
-                    ("parent", 0, 0),
-                    ("pivot", 8, p15),
-                    ("slot", 128, s16),
-                    ("meta", 248, 0),
-                ],
-            )
-            .structure_typed(
-                "maple_arange_64",
-                248,
-                &[
-                    ("parent", 0, 0),
-                    ("pivot", 8, p9),
-                    ("slot", 80, s10),
-                    ("gap", 160, s10),
-                    ("meta", 240, 0),
-                ],
-            )
-            .structure("maple_metadata", 2, &[("end", 0)])
-            .enumeration(
-                "maple_type",
-                &[
-                    ("maple_dense", 0),
-                    ("maple_leaf_64", 1),
-                    ("maple_range_64", 2),
-                    ("maple_arange_64", 3),
-                ],
-            )
             .structure("anon_vma_name", 8, &[("name", ANON_VMA_NAME)]);
     } else {
         mm.extend([("mmap", MM_MMAP), ("mm_rb", MM_RB)]);
