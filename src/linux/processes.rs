@@ -463,17 +463,23 @@ impl Walk<'_> {
             max_entries: max_pids as usize,
         };
         let tree = xarray::entries(&self.kmem, &l.xa, ns + l.ns_array, head, limits).await;
-        failed.extend(tree.failed.into_iter().map(|(node, why)| {
-            let why = match why.contains("entries its user allows") {
-                true => format!(
-                    "{why} (pids: {PIDS_PER_TASK} for each of the {} tasks {} bytes of memory hold)",
+        if tree.at_limit {
+            failed.push(failure(
+                Stage::PidTable,
+                None,
+                ns,
+                format!(
+                    "more pids than {max_pids}, {PIDS_PER_TASK} for each of the {} task_structs {} bytes of memory hold: the first {max_pids} read",
                     self.max_tasks(),
                     self.kmem.limit
                 ),
-                false => why,
-            };
-            failure(Stage::PidTable, None, node, why)
-        }));
+            ));
+        }
+        failed.extend(
+            tree.failed
+                .into_iter()
+                .map(|(node, why)| failure(Stage::PidTable, None, node, why)),
+        );
         // A `struct pid` has one number: filed under several, it is read
         // once, for the first, and said once.
         let mut filed_at: FxHashMap<u64, (u64, usize)> = FxHashMap::default();
@@ -678,22 +684,18 @@ impl Walk<'_> {
         let mut threads: Vec<Vec<Thread>> = vec![Vec::new(); leaders.len()];
         let mut alone = Vec::new();
         for t in others {
-            let leader = leader_at.get(&t.tgid).map(|&at| (at, &leaders[at]));
-            match leader.map(|(_, l)| thread_of(&t, l)) {
-                Some(Ok(())) => {
-                    let (at, _) = leader.expect("checked");
-                    threads[at].push(Thread {
-                        pid: t.pid,
-                        name: t.name,
-                        state: t.state,
-                        task: t.address,
-                    })
-                }
-                check => {
-                    let why = match check {
-                        Some(Err(why)) => why,
-                        _ => format!("no task of the table has pid {}", t.tgid),
-                    };
+            let group = match leader_at.get(&t.tgid) {
+                Some(&at) => thread_of(&t, &leaders[at]).map(|()| at),
+                None => Err(format!("no task of the table has pid {}", t.tgid)),
+            };
+            match group {
+                Ok(at) => threads[at].push(Thread {
+                    pid: t.pid,
+                    name: t.name,
+                    state: t.state,
+                    task: t.address,
+                }),
+                Err(why) => {
                     failed.push(failure(
                         Stage::Task,
                         Some(t.pid),

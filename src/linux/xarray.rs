@@ -97,6 +97,8 @@ pub(crate) struct Entries {
     pub failed: Vec<(u64, String)>,
     /// Levels read (one batch each).
     pub levels: usize,
+    /// The array held more entries than the limit: the walk stopped.
+    pub at_limit: bool,
 }
 
 /// A node to read, and how it was reached.
@@ -173,11 +175,12 @@ pub(crate) async fn entries(
                 walk.found.failed.push((
                     head - 2,
                     format!(
-                        "the array holds more than the {} entries its user allows: the walk stopped, {} node(s) unread",
+                        "the array holds more than {} entries: the walk stopped, {} node(s) unread",
                         limits.max_entries,
                         level.len() - read + next.len()
                     ),
                 ));
+                walk.found.at_limit = true;
                 return walk.found;
             }
         }
@@ -507,8 +510,9 @@ mod tests {
         assert_eq!(found.entries.len(), 100);
         assert_eq!(found.entries.last(), Some(&(99, 0x10_0000 + 99 * 16)));
         assert_eq!(found.failed.len(), 1, "{:?}", found.failed);
+        assert!(found.at_limit);
         assert!(
-            found.failed[0].1.contains("more than the 100 entries"),
+            found.failed[0].1.contains("more than 100 entries"),
             "{}",
             found.failed[0].1
         );
@@ -521,6 +525,7 @@ mod tests {
             },
         );
         assert_eq!((found.entries.len(), found.failed.len()), (640, 0));
+        assert!(!found.at_limit);
     }
 
     #[test]
