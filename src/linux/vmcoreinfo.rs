@@ -9,14 +9,15 @@
 //! can confirm is checked against it before the text is given: the
 //! symbols kallsyms gave (`init_top_pgt`, and `swapper_pg_dir` and
 //! `_stext`, which are `init_top_pgt` and `_text` on x86-64), `phys_base`
-//! (the image's physical base less its virtual offset) and KASLR's
-//! `KERNELOFFSET` (which must put the link-time `_text` on a 2 MiB
-//! boundary of the kernel's mapping). A text that contradicts them is
+//! (the image's physical base less its virtual offset), the paging mode
+//! (`pgtable_l5_enabled`) and KASLR's `KERNELOFFSET` (which must put the
+//! link-time `_text` on a 2 MiB boundary of the kernel's mapping). A text that contradicts them is
 //! refused: a reader would take its values for the kernel's.
 
 use std::collections::BTreeMap;
 
 use super::{Kernel, KERNEL_MAP};
+use crate::vm::Paging;
 use crate::Memory;
 
 /// The pointer to the text.
@@ -109,6 +110,7 @@ impl Kernel {
         let found = Found {
             virtual_base: self.virtual_base(),
             physical_base: self.physical_base(),
+            paging: self.paging(),
             symbols: &self.symbols,
         };
         let unusual = agrees(&text, &found)
@@ -124,6 +126,8 @@ impl Kernel {
 struct Found<'a> {
     virtual_base: u64,
     physical_base: u64,
+    /// The mode its page tables were found to be walked in.
+    paging: Paging,
     symbols: &'a BTreeMap<String, u64>,
 }
 
@@ -177,6 +181,18 @@ fn agrees(text: &str, found: &Found) -> Result<Vec<String>, String> {
                     says(),
                     found.virtual_base,
                     found.physical_base
+                ));
+            }
+        } else if key == "NUMBER(pgtable_l5_enabled)" {
+            let expected = u8::from(found.paging == Paging::FiveLevel);
+            if value.parse::<u8>().ok() != Some(expected) {
+                return Err(format!(
+                    "{}, the kernel's page tables are {}",
+                    says(),
+                    match found.paging {
+                        Paging::FourLevel => "4-level",
+                        Paging::FiveLevel => "5-level",
+                    }
                 ));
             }
         } else if key == "KERNELOFFSET" {
@@ -292,6 +308,7 @@ mod tests {
         Found {
             virtual_base: 0xffff_ffff_8100_0000,
             physical_base: 0x100_0000,
+            paging: Paging::FourLevel,
             symbols,
         }
     }
@@ -310,9 +327,10 @@ mod tests {
         let moved = Found {
             virtual_base: 0xffff_ffff_83e0_0000,
             physical_base: 0x700_0000,
+            paging: Paging::FiveLevel,
             symbols: &[("init_top_pgt".to_string(), 0xffff_ffff_8581_0000)].into(),
         };
-        let text = "SYMBOL(_stext)=ffffffff83e00000\nNUMBER(phys_base)=52428800\nSYMBOL(init_top_pgt)=ffffffff85810000\nKERNELOFFSET=2e00000\n";
+        let text = "SYMBOL(_stext)=ffffffff83e00000\nNUMBER(phys_base)=52428800\nSYMBOL(init_top_pgt)=ffffffff85810000\nNUMBER(pgtable_l5_enabled)=1\nKERNELOFFSET=2e00000\n";
         assert_eq!(agrees(text, &moved), Ok(vec![]));
     }
 
@@ -349,6 +367,11 @@ mod tests {
                 "SYMBOL(_stext)=ffffffff81000000",
                 "SYMBOL(_stext)=ffffffff81200000",
                 "it says SYMBOL(_stext)=ffffffff81200000, the kernel's _stext is at 0xffffffff81000000",
+            ),
+            (
+                "NUMBER(pgtable_l5_enabled)=0",
+                "NUMBER(pgtable_l5_enabled)=1",
+                "it says NUMBER(pgtable_l5_enabled)=1, the kernel's page tables are 4-level",
             ),
         ];
         for (line, changed, why) in cases {
