@@ -48,7 +48,7 @@ fn list(mem: &Memory, device: &LeechCore, kernel: &Kernel) -> (ProcessList, u64)
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Seen {
     tgid: u32,
-    ppid: u32,
+    ppid: Option<u32>,
     comm: String,
     state: char,
     kernel_thread: bool,
@@ -94,7 +94,7 @@ fn check_against_oracle(list: &ProcessList, guest: &Guest) {
     for task in guest.tasks() {
         let expected = Seen {
             tgid: task.tgid,
-            ppid: task.ppid,
+            ppid: Some(task.ppid),
             comm: task.task_comm(),
             state: task.state,
             kernel_thread: task.kernel_thread,

@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use common::linux::no_cache;
-use common::qemu::{shared_guest, Guest};
+use common::qemu::{shared_guest, shared_la57_guest, Guest};
 use leechio::linux::{Kernel, VmcoreinfoError};
 use leechio::{DeviceConfig, LeechCore, Memory};
 
@@ -58,6 +58,25 @@ fn vmcoreinfo_is_the_text_of_the_guests_own_note() {
     assert_eq!(
         kernel.symbol("vmcoreinfo_size"),
         Some(guest.symbol("vmcoreinfo_size"))
+    );
+}
+
+/// The checks against the kernel found pass on a kernel with KASLR and
+/// 5-level paging: its text, whole, with the offset and the mode the
+/// guest has.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn vmcoreinfo_of_a_5_level_guest_with_kaslr_agrees_with_the_kernel() {
+    let guest = shared_la57_guest();
+    let mem = Memory::new(guest.open());
+    let _paused = guest.pause();
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let text = kernel.vmcoreinfo(&mem).unwrap();
+    assert_eq!(text, guests_own_text(&guest));
+    assert_eq!(line(&text, "NUMBER(pgtable_l5_enabled)"), "1");
+    assert_eq!(
+        line(&text, "KERNELOFFSET"),
+        format!("{:x}", guest.kernel_text() - START_KERNEL)
     );
 }
 

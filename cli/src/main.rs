@@ -144,8 +144,9 @@ fn main() -> ExitCode {
     paging::set(cli.paging);
     match run(&cli) {
         Ok(code) => code,
+        // An error may quote the target (a process's name, a path).
         Err(Failure(message)) => {
-            errln!("leechio: {message}");
+            errln!("leechio: {}", output::escape(&message));
             ExitCode::FAILURE
         }
     }

@@ -7,6 +7,7 @@ use leechio::linux::{Kernel, Process, ProcessList, Vma, Vmas};
 use leechio::Memory;
 use serde_json::json;
 
+use crate::output::escape;
 use crate::processes::KernelArgs;
 use crate::{hex, open, Cli, Failure};
 
@@ -72,7 +73,11 @@ pub fn process<'l>(list: &'l ProcessList, wanted: &Wanted) -> Result<&'l Process
 pub fn vmas_of(kernel: &Kernel, mem: &Memory, process: &Process) -> Vmas {
     let vmas = kernel.vmas(mem, process.mm.unwrap_or_default());
     for f in &vmas.failed {
-        errln!("leechio: maps of pid {}: {f}", process.pid);
+        errln!(
+            "leechio: maps of pid {}: {}",
+            process.pid,
+            escape(&f.to_string())
+        );
     }
     vmas
 }
@@ -111,7 +116,7 @@ fn proc_line(vma: &Vma) -> String {
     );
     match vma.path() {
         "" => head,
-        path => format!("{head:<72} {}", path.replace('\n', "\\012")),
+        path => format!("{head:<72} {}", escape(path)),
     }
 }
 

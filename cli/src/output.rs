@@ -1,5 +1,6 @@
 //! Printing when stdout or stderr may be a pipe whose reader has gone
-//! (`leechio read 0 1g | head`).
+//! (`leechio read 0 1g | head`), and text from the target made safe for a
+//! terminal ([`escape`]).
 //!
 //! Rust ignores SIGPIPE, so such a write fails with `EPIPE`, and `println!`
 //! and `eprintln!` panic on it; a panic message written to a closed stderr
@@ -8,7 +9,53 @@
 //! for the whole program because LeechCore's sockets (QMP, rawtcp, remote
 //! agents) must keep seeing `EPIPE` as an error rather than be killed.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::io::{self, Write};
+
+/// Whether `c` may change what a terminal or viewer shows beyond itself:
+/// a control character (C0, DEL, C1: cursor moves, erases, line breaks),
+/// a bidirectional formatting character (which reorders the text around
+/// it), or a line or paragraph separator.
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
+}
+
+/// Text from the target (a process's name, arguments, a path, a message
+/// that quotes them) as it may reach a terminal: `\t`, `\n` and `\r` as
+/// those two characters, every other unsafe character as `\u{HEX}`, and
+/// a backslash doubled, so that an escape cannot be forged either. The
+/// one place the command line escapes such text; JSON output escapes by
+/// itself.
+pub fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| c == '\\' || is_unsafe(c)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if is_unsafe(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// Ends the program as SIGPIPE's default action would: killed by the
 /// signal, nothing printed (a shell then treats it like `yes | head`).
@@ -104,7 +151,8 @@ impl log::Log for StderrLog {
             log::Level::Warn => "warning: ",
             _ => "",
         };
-        errln!("leechio: {kind}{}", record.args());
+        let message = record.args().to_string();
+        errln!("leechio: {kind}{}", escape(&message));
     }
 
     fn flush(&self) {}
@@ -119,5 +167,31 @@ pub fn log_to_stderr(verbose: u8) {
             1 => log::LevelFilter::Info,
             _ => log::LevelFilter::Debug,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_that_could_move_or_reorder_a_terminal_is_escaped() {
+        assert!(matches!(escape("sleep 1 ünï ✓"), Cow::Borrowed(_)));
+        assert_eq!(
+            escape("\u{1b}[1A\u{1b}[2K\n31337"),
+            "\\u{1b}[1A\\u{1b}[2K\\n31337"
+        );
+        assert_eq!(escape("a\tb\rc\0d\u{7f}"), "a\\tb\\rc\\u{0}d\\u{7f}");
+        // C1: a CSI on its own, and NEL.
+        assert_eq!(escape("x\u{9b}2Jy\u{85}"), "x\\u{9b}2Jy\\u{85}");
+        // Right-to-left override and isolate, a line separator.
+        assert_eq!(
+            escape("exe.\u{202e}gpj\u{2067}\u{2028}"),
+            "exe.\\u{202e}gpj\\u{2067}\\u{2028}"
+        );
+        // A backslash is doubled: no name can pass for an escape.
+        assert_eq!(escape("a\\u{1b}"), "a\\\\u{1b}");
+        // What was not UTF-8 arrives as U+FFFD, shown as it is.
+        assert_eq!(escape(&String::from_utf8_lossy(b"a\xff")), "a\u{fffd}");
     }
 }

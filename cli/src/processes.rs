@@ -9,6 +9,7 @@ use leechio::Memory;
 use serde_json::json;
 
 use crate::numbers::parse_number;
+use crate::output::escape;
 use crate::{hex, open, Cli, Failure};
 
 /// How to find the kernel: hints that skip steps of the search.
@@ -91,12 +92,12 @@ pub fn ps(cli: &Cli, args: &PsArgs) -> Result<ExitCode, Failure> {
             outln!(
                 "{:>7} {:>7} {} {:>4} {:>12}  {:<15}  {}",
                 p.pid,
-                p.ppid,
+                p.ppid.map_or_else(|| "?".into(), |ppid| ppid.to_string()),
                 p.state,
                 1 + p.threads.len(),
                 p.dtb.map(hex).unwrap_or_else(|| "-".into()),
-                p.name,
-                printable(&command)
+                escape(&p.name),
+                escape(&command)
             );
         }
     }
@@ -123,20 +124,9 @@ fn process_json(p: &Process) -> serde_json::Value {
     })
 }
 
-/// Control characters (a tab or newline in an argument) shown escaped, so
-/// each process stays on its line.
-fn printable(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| match c.is_control() {
-            true => c.escape_default().collect::<Vec<_>>(),
-            false => vec![c],
-        })
-        .collect()
-}
-
 fn report_failures(list: &ProcessList) {
     for f in &list.failed {
-        errln!("leechio: {f}");
+        errln!("leechio: {}", escape(&f.to_string()));
     }
     if !list.failed.is_empty() {
         errln!(
@@ -192,12 +182,12 @@ impl Owner<'_> {
         }
     }
 
-    /// The table's text.
+    /// The table's text, the process's name escaped for a terminal.
     pub fn text(&self) -> String {
         match self {
             Owner::Kernel => "kernel (init_top_pgt)".into(),
-            Owner::Process(p) => format!("{} {}", p.pid, p.name),
-            Owner::UserCopy(p) => format!("{} {} (user copy)", p.pid, p.name),
+            Owner::Process(p) => format!("{} {}", p.pid, escape(&p.name)),
+            Owner::UserCopy(p) => format!("{} {} (user copy)", p.pid, escape(&p.name)),
         }
     }
 }

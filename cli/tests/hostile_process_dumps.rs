@@ -72,7 +72,7 @@ impl Crafted {
             format!("{:#x}-{:#x}", range.start, range.end),
         );
         let run = run_bounded(
-            env!("CARGO_BIN_EXE_leechio"),
+            std::path::Path::new(env!("CARGO_BIN_EXE_leechio")),
             &[
                 "-d",
                 &self.device(),
@@ -438,7 +438,7 @@ fn gdb_and_drgn_read_segments_that_share_their_bytes() {
     assert_eq!(summary["shared_segments"], pages - 1);
     // The text summary says it too.
     let run_text = run_bounded(
-        env!("CARGO_BIN_EXE_leechio"),
+        std::path::Path::new(env!("CARGO_BIN_EXE_leechio")),
         &[
             "-d",
             &c.device(),

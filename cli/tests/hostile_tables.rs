@@ -4,24 +4,18 @@
 //! `dump --dtb` must finish within seconds, within a memory cap, with a
 //! result or a one-line error, as the README states.
 
-#[path = "../../tests/common/bounded.rs"]
-mod bounded;
+#[path = "../../tests/common/mod.rs"]
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bounded::Run;
-
+use common::bounded::{self, Run};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
 /// Present, writable.
 const PRESENT_RW: u64 = 0x3;
-
-/// Runs `leechio ARGS` within `deadline` (see `bounded`).
-fn run_bounded(args: &[&str], deadline: Duration) -> Run {
-    bounded::run_bounded(env!("CARGO_BIN_EXE_leechio"), args, deadline)
-}
 
 /// A raw image of `size` bytes of a filler pattern, with `tables`
 /// (address, 512 entries) written in.
@@ -57,7 +51,12 @@ impl Image {
 const DEADLINE: Duration = Duration::from_secs(30);
 const MEMORY_CAP_KIB: i64 = 256 << 10;
 
-/// A clean end within the memory cap (see `bounded`).
+/// Runs `leechio ARGS` within `deadline` (see [`bounded::run_bounded`]).
+fn run_bounded(args: &[&str], deadline: Duration) -> Run {
+    bounded::run_bounded(Path::new(env!("CARGO_BIN_EXE_leechio")), args, deadline)
+}
+
+/// A clean end within the memory cap (see [`bounded::assert_clean`]).
 fn assert_clean(run: &Run, what: &str) {
     bounded::assert_clean(run, what, MEMORY_CAP_KIB)
 }

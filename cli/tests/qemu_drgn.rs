@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::elf_tools::notes;
 use common::qemu::{Guest, GuestKernel, GuestMemory, GuestOptions};
 use serde_json::Value;
 
@@ -20,7 +21,6 @@ use serde_json::Value;
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 /// `__START_KERNEL`: `_text` without KASLR; KERNELOFFSET is the distance.
 const START_KERNEL: u64 = 0xffff_ffff_8100_0000;
-const PT_NOTE: u32 = 4;
 
 fn leechio(args: &[&str]) -> Output {
     common::output_within(
@@ -90,34 +90,6 @@ print(json.dumps({
         text(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap()
-}
-
-/// The notes of the ELF file `elf` as (owner, type, description).
-fn notes(elf: &[u8]) -> Vec<(String, u32, Vec<u8>)> {
-    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
-    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
-    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap()) as usize;
-    let (phoff, phnum) = (u64_at(0x20), u16_at(0x38));
-    let mut found = Vec::new();
-    for ph in (0..phnum).map(|i| phoff + i * 56) {
-        if u32_at(ph) != PT_NOTE {
-            continue;
-        }
-        let (mut at, end) = (u64_at(ph + 8), u64_at(ph + 8) + u64_at(ph + 32));
-        while at < end {
-            let (namesz, descsz, kind) =
-                (u32_at(at) as usize, u32_at(at + 4) as usize, u32_at(at + 8));
-            let name = &elf[at + 12..at + 12 + namesz];
-            let desc_at = at + 12 + namesz.next_multiple_of(4);
-            found.push((
-                text(name.strip_suffix(b"\0").unwrap_or(name)),
-                kind,
-                elf[desc_at..desc_at + descsz].to_vec(),
-            ));
-            at = desc_at + descsz.next_multiple_of(4);
-        }
-    }
-    found
 }
 
 fn hex_bytes(v: &Value) -> Vec<u8> {

@@ -320,7 +320,9 @@ typedef struct leechio_kernel_hints {
 typedef struct leechio_process {
   // Its pid.
   uint32_t pid;
-  // Its parent's pid (0 for the tasks the kernel starts itself).
+  // Its parent's pid (0 for the tasks the kernel starts itself);
+  // `UINT32_MAX` when its parent is not a task of the pid table (the
+  // list is then incomplete, and its message says so).
   uint32_t ppid;
   // Its thread group (its own pid).
   uint32_t tgid;

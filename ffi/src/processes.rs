@@ -60,7 +60,9 @@ pub struct leechio_kernel_hints {
 pub struct leechio_process {
     /// Its pid.
     pub pid: u32,
-    /// Its parent's pid (0 for the tasks the kernel starts itself).
+    /// Its parent's pid (0 for the tasks the kernel starts itself);
+    /// `UINT32_MAX` when its parent is not a task of the pid table (the
+    /// list is then incomplete, and its message says so).
     pub ppid: u32,
     /// Its thread group (its own pid).
     pub tgid: u32,
@@ -266,7 +268,7 @@ fn report(p: &Process, f: impl FnOnce(&leechio_process)) {
         .collect();
     f(&leechio_process {
         pid: p.pid,
-        ppid: p.ppid,
+        ppid: p.ppid.unwrap_or(u32::MAX),
         tgid: p.tgid,
         thread_count: 1 + p.threads.len() as u32,
         dtb: p.dtb.unwrap_or(0),

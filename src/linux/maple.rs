@@ -6,9 +6,15 @@
 //! bytes, 256-aligned) in the bits above 8. Range and leaf nodes hold
 //! pivots and slots (`struct maple_range_64`), allocation-range nodes
 //! fewer of both and gaps (`struct maple_arange_64`); a pivot is the last
-//! index of its slot. Every offset and count comes from BTF.
+//! index of its slot. Every offset and count comes from BTF, and a layout
+//! that no maple tree could have is refused.
+//!
+//! The walk is bounded by what the caller allows: it stops once the leaves
+//! have named more entries than that, and reads a level at most
+//! [`NODES_PER_BATCH`] nodes at a time, so crafted memory cannot make it
+//! hold more. An entry named by two slots is given once.
 
-use std::collections::HashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::linux::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
@@ -21,6 +27,9 @@ const MAX_HEIGHT: usize = 31;
 /// Nodes walked at most, so that crafted memory cannot make the walk
 /// large (a million VMAs need under 100,000).
 const MAX_NODES: usize = 1 << 17;
+/// Nodes read in one batch (2 MiB): a tree of up to 8,192 nodes on a
+/// level (over 40,000 VMAs) costs one device call a level.
+const NODES_PER_BATCH: usize = 8192;
 
 /// Where pivots, slots and the data end lie in one kind of node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,31 +46,35 @@ impl NodeLayout {
     /// The layout of `ty` (`maple_range_64` or `maple_arange_64`), whose
     /// slot array ends where `after_slots` (a member, or the struct's end)
     /// begins.
-    fn from_btf(btf: &Btf, ty: &str, after_slots: Option<&str>) -> Result<NodeLayout, BtfError> {
+    fn from_btf(btf: &Btf, ty: &str) -> Result<NodeLayout, BtfError> {
         let pivots = btf.member_offset(ty, "pivot")?;
         let slots = btf.member_offset(ty, "slot")?;
-        let slots_end = match after_slots {
-            Some(member) => btf.member_offset(ty, member)?,
-            None => btf.size_of(ty)?,
-        };
+        let pivot_count = btf.member_size(ty, "pivot")? / 8;
+        let slot_count = btf.member_size(ty, "slot")? / 8;
         let meta_end =
             btf.member_offset(ty, "meta")? + btf.member_offset("maple_metadata", "end")?;
-        let layout = NodeLayout {
-            pivots,
-            pivot_count: (slots.saturating_sub(pivots) / 8) as usize,
-            slots,
-            slot_count: (slots_end.saturating_sub(slots) / 8) as usize,
-            meta_end,
-        };
-        let fits = layout.slot_count > 0
-            && layout.pivot_count < layout.slot_count
-            && slots_end <= NODE_SIZE
+        // A node has one pivot fewer than slots (the last slot ends at
+        // the node's maximum), pivots and slots apart, all within its 256
+        // bytes.
+        let end = |at: u64, count: u64| count.checked_mul(8).and_then(|len| at.checked_add(len));
+        let (pivots_end, slots_end) = (end(pivots, pivot_count), end(slots, slot_count));
+        let fits = pivot_count >= 1
+            && slot_count == pivot_count + 1
+            && pivots_end.is_some_and(|e| {
+                e <= NODE_SIZE && (e <= slots || pivots >= slots_end.unwrap_or(u64::MAX))
+            })
+            && slots_end.is_some_and(|e| e <= NODE_SIZE)
             && meta_end < NODE_SIZE;
         match fits {
-            true => Ok(layout),
+            true => Ok(NodeLayout {
+                pivots,
+                pivot_count: pivot_count as usize,
+                slots,
+                slot_count: slot_count as usize,
+                meta_end,
+            }),
             false => Err(BtfError::Parse(format!(
-                "BTF gives {ty} {} pivots and {} slots in {slots_end} bytes",
-                layout.pivot_count, layout.slot_count
+                "BTF gives {ty} {pivot_count} pivots at {pivots} and {slot_count} slots at {slots}, metadata at {meta_end}: no maple node of {NODE_SIZE} bytes"
             ))),
         }
     }
@@ -106,8 +119,8 @@ impl MapleLayout {
         };
         Ok(MapleLayout {
             parent: btf.member_offset("maple_range_64", "parent")?,
-            range: NodeLayout::from_btf(btf, "maple_range_64", None)?,
-            arange: NodeLayout::from_btf(btf, "maple_arange_64", Some("gap"))?,
+            range: NodeLayout::from_btf(btf, "maple_range_64")?,
+            arange: NodeLayout::from_btf(btf, "maple_arange_64")?,
             leaf_type: kind("maple_leaf_64")?,
             range_type: kind("maple_range_64")?,
             arange_type: kind("maple_arange_64")?,
@@ -135,26 +148,32 @@ struct Node {
 
 /// Every entry of the tree whose root pointer (`ma_root`) is `root`, in
 /// index order, and what could not be walked. One batch of reads per
-/// level; a node met twice, a dead node, pivots out of order or a node of
-/// unknown kind is reported and not followed.
+/// level (more for a level past [`NODES_PER_BATCH`] nodes); a node met
+/// twice, a dead node, pivots out of order or a node of unknown kind is
+/// reported and not followed; an entry named by several slots is given
+/// once; past `max_entries` slots of leaves the walk stops (and the last
+/// value returned is `true`).
 pub(crate) async fn entries(
     kmem: &KernelMemory<'_>,
     layout: &MapleLayout,
     root: u64,
-) -> (Vec<Entry>, Vec<MapsFailure>) {
+    max_entries: usize,
+) -> (Vec<Entry>, Vec<MapsFailure>, bool) {
     let mut found = Vec::new();
     let mut failed = Vec::new();
+    let mut at_limit = false;
     if root == 0 {
-        return (found, failed);
+        return (found, failed, at_limit);
     }
     // A root that is a node has bit 1 set (`xa_is_node`); anything else is
     // a single entry at index 0, which a process's tree never holds.
-    if root & 3 != 2 || root < kmem.kernel_half() {
+    let kernel_half = kmem.kernel_half();
+    if root & 3 != 2 || root < kernel_half {
         failed.push(MapsFailure::new(
             root,
             "the maple tree's root is not a node pointer",
         ));
-        return (found, failed);
+        return (found, failed, at_limit);
     }
     let mut level = vec![Node {
         address: root & !(NODE_SIZE - 1),
@@ -162,8 +181,11 @@ pub(crate) async fn entries(
         min: 0,
         max: u64::MAX,
     }];
-    let mut seen: HashSet<u64> = level.iter().map(|n| n.address).collect();
-    for depth in 0.. {
+    let mut seen: FxHashSet<u64> = level.iter().map(|n| n.address).collect();
+    // Slots of leaves met, and how many more times each entry was named.
+    let mut slots = 0usize;
+    let mut named: FxHashMap<u64, usize> = FxHashMap::default();
+    'levels: for depth in 0.. {
         if level.is_empty() {
             break;
         }
@@ -175,28 +197,42 @@ pub(crate) async fn entries(
             ));
             break;
         }
-        let reads = level
-            .iter()
-            .map(|node| kmem.read_vec(node.address, NODE_SIZE as usize));
-        let nodes = futures::future::join_all(reads).await;
         let mut next = Vec::new();
-        for (node, bytes) in level.iter().zip(nodes) {
-            let bytes = match bytes {
-                Ok(bytes) => bytes,
-                Err(why) => {
+        for (at, batch) in level.chunks(NODES_PER_BATCH).enumerate() {
+            let reads = batch
+                .iter()
+                .map(|node| kmem.read_vec(node.address, NODE_SIZE as usize));
+            let nodes = futures::future::join_all(reads).await;
+            let mut leaves = Vec::new();
+            for (node, bytes) in batch.iter().zip(nodes) {
+                let visited = bytes.and_then(|bytes| {
+                    visit(layout, kernel_half, node, &bytes, &mut next, &mut leaves)
+                });
+                if let Err(why) = visited {
                     failed.push(MapsFailure::new(node.address, why));
-                    continue;
                 }
-            };
-            if let Err(why) = visit(
-                layout,
-                kmem.kernel_half(),
-                node,
-                &bytes,
-                &mut next,
-                &mut found,
-            ) {
-                failed.push(MapsFailure::new(node.address, why));
+            }
+            for entry in leaves {
+                slots += 1;
+                if slots > max_entries {
+                    at_limit = true;
+                    let unread = level.len() - ((at + 1) * NODES_PER_BATCH).min(level.len());
+                    failed.push(MapsFailure::new(
+                        root & !(NODE_SIZE - 1),
+                        format!(
+                            "the maple tree names more than {max_entries} entries: the walk stopped at index {:#x}, {unread} node(s) of its last level unread",
+                            entry.first
+                        ),
+                    ));
+                    break 'levels;
+                }
+                match named.get_mut(&entry.value) {
+                    Some(more) => *more += 1,
+                    None => {
+                        named.insert(entry.value, 0);
+                        found.push(entry);
+                    }
+                }
             }
         }
         level = Vec::new();
@@ -219,7 +255,15 @@ pub(crate) async fn entries(
         }
     }
     found.sort_by_key(|e| e.first);
-    (found, failed)
+    let mut twice: Vec<(u64, usize)> = named.into_iter().filter(|&(_, n)| n > 0).collect();
+    twice.sort_unstable();
+    for (value, more) in twice {
+        failed.push(MapsFailure::new(
+            value,
+            format!("named by {more} more slot(s) of the maple tree than its own (a tree changing while read, or crafted): read once, for its first slot"),
+        ));
+    }
+    (found, failed, at_limit)
 }
 
 /// Reads one node's slots: its children (kernel pointers, from
@@ -291,4 +335,79 @@ fn visit(
         first = last + 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::linux::btf_builder::BtfBuilder;
+
+    /// The maple tree's types in made-up BTF, as the kernel's are but for
+    /// `maple_range_64`'s pivots: `pivots` of them at `pivot_at` (its 16
+    /// slots are at 128).
+    pub(crate) fn maple_types(b: &mut BtfBuilder, pivot_at: u64, pivots: u32) {
+        let (p, s16, p9, s10) = (b.array(pivots), b.array(16), b.array(9), b.array(10));
+        b.structure_typed(
+            "maple_range_64",
+            256,
+            &[
+                ("parent", 0, 0),
+                ("pivot", pivot_at, p),
+                ("slot", 128, s16),
+                ("meta", 248, 0),
+            ],
+        )
+        .structure_typed(
+            "maple_arange_64",
+            248,
+            &[
+                ("parent", 0, 0),
+                ("pivot", 8, p9),
+                ("slot", 80, s10),
+                ("gap", 160, s10),
+                ("meta", 240, 0),
+            ],
+        )
+        .structure("maple_metadata", 2, &[("end", 0)])
+        .enumeration(
+            "maple_type",
+            &[
+                ("maple_dense", 0),
+                ("maple_leaf_64", 1),
+                ("maple_range_64", 2),
+                ("maple_arange_64", 3),
+            ],
+        );
+    }
+
+    /// The layout of made-up BTF whose `maple_range_64` has `pivots`
+    /// pivots at `pivot_at`.
+    fn layout(pivot_at: u64, pivots: u32) -> Result<MapleLayout, BtfError> {
+        let mut b = BtfBuilder::new();
+        maple_types(&mut b, pivot_at, pivots);
+        MapleLayout::from_btf(&Btf::parse(&b.finish()).unwrap())
+    }
+
+    #[test]
+    fn layouts_no_maple_node_could_have_are_refused() {
+        let good = layout(8, 15).unwrap();
+        assert_eq!((good.range.pivot_count, good.range.slot_count), (15, 16));
+        assert_eq!((good.arange.pivot_count, good.arange.slot_count), (9, 10));
+        let refused = [
+            // No room for pivots before the slots: pivots where the slots
+            // are (what made `data_end` index below zero).
+            (layout(128, 15), "15 pivots at 128 and 16 slots at 128"),
+            // No pivots at all.
+            (layout(8, 0), "0 pivots at 8"),
+            // As many pivots as slots, or past the node's 256 bytes.
+            (layout(8, 16), "16 pivots at 8"),
+            (layout(136, 15), "15 pivots at 136"),
+        ];
+        for (result, why) in refused {
+            match result {
+                Err(BtfError::Parse(e)) => assert!(e.contains(why), "{e}"),
+                other => panic!("{why}: {other:?}"),
+            }
+        }
+    }
 }

@@ -28,6 +28,8 @@ use crate::linux::Kernel;
 use crate::Memory;
 
 #[cfg(test)]
+mod bounds_tests;
+#[cfg(test)]
 mod tests;
 
 /// `vm_flags` bits (`include/linux/mm.h`).
@@ -43,6 +45,20 @@ const USER_END: u64 = 1 << 56;
 /// Longest name of a special mapping or of named anonymous memory read
 /// (`ANON_VMA_NAME_MAX_LEN` is 80).
 const NAME_MAX: usize = 80;
+/// VMAs read in one batch: one device call for a process of up to 16,384
+/// VMAs (a busy browser or JVM has a few thousand), four at the default
+/// `vm.max_map_count`; the reads in flight stay bounded (tens of MB).
+const VMAS_PER_BATCH: usize = 16_384;
+
+/// The kernel symbols the maps are read with, when kallsyms has them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Symbols {
+    /// `special_mapping_name`, which names `[vdso]` and the like.
+    pub special: Option<u64>,
+    /// `sysctl_max_map_count`: `vm.max_map_count`, the most VMAs the
+    /// kernel lets a process have.
+    pub max_map_count: Option<u64>,
+}
 
 /// Something of a process's maps that could not be read or did not make
 /// sense (a loop, a structure changing while read): where, and why.
@@ -302,21 +318,36 @@ impl Kernel {
             }
         };
         let kmem = self.kernel_memory(mem);
-        read(&kmem, layout, mm, self.symbol("special_mapping_name")).await
+        let symbols = Symbols {
+            special: self.symbol("special_mapping_name"),
+            max_map_count: self.symbol("sysctl_max_map_count"),
+        };
+        read(&kmem, layout, mm, symbols).await
     }
 }
 
-/// Reads the maps of `mm`. `special` is the address of the kernel's
-/// `special_mapping_name` (which names `[vdso]` and the like), if known.
+/// Reads the maps of `mm`, with the kernel's `symbols`. No more VMAs are
+/// read than the kernel allows a process (`vm.max_map_count`, read from
+/// the target, plus one: its check lets the count reach that) and than
+/// the target's memory holds (`vm_area_struct`s); past that the walk is
+/// cut and says so.
 pub(crate) async fn read(
     kmem: &KernelMemory<'_>,
     layout: &MapsLayout,
     mm: u64,
-    special: Option<u64>,
+    symbols: Symbols,
 ) -> Vmas {
     let mut failed = Vec::new();
     let (first, len) = layout.mm_span();
-    let fields = match kmem.read_vec(mm.wrapping_add(first), len as usize).await {
+    let (fields, sysctl) =
+        futures::join!(kmem.read_vec(mm.wrapping_add(first), len as usize), async {
+            match symbols.max_map_count {
+                Some(at) => kmem.read_vec(at, 4).await.ok()?.u32_at(0),
+                None => None,
+            }
+        });
+    let max_vmas = max_vmas(kmem.limit, layout.vma_size, sysctl.map(|v| v as i32));
+    let fields = match fields {
         Ok(bytes) => bytes,
         Err(why) => {
             failed.push(MapsFailure::new(mm, format!("mm_struct: {why}")));
@@ -335,21 +366,31 @@ pub(crate) async fn read(
             root,
             layout: maple,
         } => {
-            let (entries, mut cut) = maple::entries(kmem, maple, field(*root)).await;
+            let (entries, mut cut, at_limit) =
+                maple::entries(kmem, maple, field(*root), max_vmas.count).await;
+            if at_limit {
+                failed.push(MapsFailure::new(mm, max_vmas.why()));
+            }
             failed.append(&mut cut);
-            let reads = entries.iter().map(|e| kmem.read_vec(e.value, vma_size));
-            let read = futures::future::join_all(reads).await;
-            for (e, bytes) in entries.iter().zip(read) {
-                match bytes {
-                    Ok(bytes) => raw.push((e.value, bytes, Some((e.first, e.last)))),
-                    Err(why) => failed.push(MapsFailure::new(e.value, format!("VMA: {why}"))),
+            for batch in entries.chunks(VMAS_PER_BATCH) {
+                let reads = batch.iter().map(|e| kmem.read_vec(e.value, vma_size));
+                let read = futures::future::join_all(reads).await;
+                for (e, bytes) in batch.iter().zip(read) {
+                    match bytes {
+                        Ok(bytes) => raw.push((e.value, bytes, Some((e.first, e.last)))),
+                        Err(why) => failed.push(MapsFailure::new(e.value, format!("VMA: {why}"))),
+                    }
                 }
             }
         }
         Tree::RedBlack {
             root, layout: rb, ..
         } => {
-            let (found, mut cut) = vma_rbtree::vmas(kmem, rb, vma_size, field(*root)).await;
+            let (found, mut cut, at_limit) =
+                vma_rbtree::vmas(kmem, rb, vma_size, field(*root), max_vmas.count).await;
+            if at_limit {
+                failed.push(MapsFailure::new(mm, max_vmas.why()));
+            }
             failed.append(&mut cut);
             raw.extend(found.into_iter().map(|(at, bytes)| (at, bytes, None)));
         }
@@ -366,7 +407,15 @@ pub(crate) async fn read(
         ));
     }
     let bytes_of: HashMap<u64, &Vec<u8>> = raw.iter().map(|(at, b, _)| (*at, b)).collect();
-    name_vmas(kmem, layout, &mut vmas, &bytes_of, special, &mut failed).await;
+    name_vmas(
+        kmem,
+        layout,
+        &mut vmas,
+        &bytes_of,
+        symbols.special,
+        &mut failed,
+    )
+    .await;
     let (brk, start_brk, stack) = (
         field(layout.brk),
         field(layout.start_brk),
@@ -383,6 +432,44 @@ pub(crate) async fn read(
         }
     }
     Vmas { vmas, failed }
+}
+
+/// The most VMAs a process of the target can have, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MaxVmas {
+    count: usize,
+    /// `vm.max_map_count` as read, when it was.
+    sysctl: Option<i32>,
+    /// The bound by memory: `vm_area_struct`s that fit in it.
+    by_memory: u64,
+}
+
+impl MaxVmas {
+    fn why(&self) -> String {
+        match self.sysctl {
+            Some(n) if (self.count as u64) < self.by_memory => format!(
+                "more VMAs than the target's vm.max_map_count ({n}) allows: the first {} read",
+                self.count
+            ),
+            _ => format!(
+                "more VMAs than the {} vm_area_structs the target's memory holds: the first {} read",
+                self.by_memory, self.count
+            ),
+        }
+    }
+}
+
+/// The most VMAs read: `sysctl` (`vm.max_map_count`, when read) plus one,
+/// and no more `vm_area_struct`s of `vma_size` bytes than `memory` bytes
+/// hold.
+fn max_vmas(memory: u64, vma_size: u64, sysctl: Option<i32>) -> MaxVmas {
+    let by_memory = (memory / vma_size.max(1)).max(1);
+    let by_sysctl = sysctl.map_or(u64::MAX, |n| n.max(0) as u64 + 1);
+    MaxVmas {
+        count: usize::try_from(by_memory.min(by_sysctl)).unwrap_or(usize::MAX),
+        sysctl,
+        by_memory,
+    }
 }
 
 /// The VMAs in `raw` that make sense, in address order: their own range,
@@ -523,6 +610,17 @@ async fn name_vmas(
                 *file,
                 format!("the file of VMA {:#x}-{:#x}: {why}", vma.start, vma.end),
             )),
+        }
+        if info.cut {
+            failed.push(MapsFailure::new(
+                *file,
+                format!(
+                    "the path of the file of VMA {:#x}-{:#x} is longer than PATH_MAX (4096 bytes): only its last components are shown, after \"{}\"",
+                    vma.start,
+                    vma.end,
+                    paths::CUT_MARK
+                ),
+            ));
         }
     }
     for ((i, ..), name) in specials.iter().zip(special_names) {

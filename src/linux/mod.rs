@@ -58,8 +58,10 @@ const SYMBOLS: &[&str] = &[
     "linux_banner",
     "__start_BTF",
     "__stop_BTF",
-    // What names special mappings such as [vdso] (see `maps`).
+    // What names special mappings such as [vdso], and vm.max_map_count,
+    // which bounds the VMAs read (see `maps`).
     "special_mapping_name",
+    "sysctl_max_map_count",
     // The kernel's VMCOREINFO text (see `vmcoreinfo`).
     vmcoreinfo::DATA_SYMBOL,
     vmcoreinfo::SIZE_SYMBOL,
@@ -255,7 +257,8 @@ impl Kernel {
     /// Address of a symbol that was looked up (`init_task`,
     /// `init_pid_ns`, `init_top_pgt`, `page_offset_base`, `linux_banner`,
     /// `__start_BTF`, `__stop_BTF`, `special_mapping_name`,
-    /// `vmcoreinfo_data`, `vmcoreinfo_size`), when the kernel has it.
+    /// `sysctl_max_map_count`, `vmcoreinfo_data`, `vmcoreinfo_size`), when
+    /// the kernel has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }

@@ -5,17 +5,34 @@
 //! once, one level of dentries per batch of reads, with the mounts, the
 //! inodes (number and device) and the names not kept inside their dentry
 //! read beside them.
+//!
+//! Bounded by the kernel's `PATH_MAX`: a path of more than 4,095 bytes is
+//! not built; its last components are kept after [`CUT_MARK`], and nothing
+//! above them is read. Each dentry and mount is read and kept once however
+//! many paths go through it, and a path is built once its walk ends, so
+//! the cost grows with the distinct dentries and the text of the paths
+//! (each at most `PATH_MAX`), not with files times depth.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::linux::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
 
-/// Most path components followed (a path is at most `PATH_MAX`, 4096
-/// bytes, so at most 2048 components); past it, the walk is a loop.
-const MAX_STEPS: usize = 2048;
+/// `PATH_MAX`: a path and its NUL fit in 4,096 bytes.
+const PATH_MAX: u64 = 4096;
+/// Most bytes of a path's text.
+const PATH_TEXT_MAX: u64 = PATH_MAX - 1;
+/// Most steps up from a file: a component takes at least two bytes
+/// ("/x"), and a step across a mount none, so past twice as many steps
+/// as a path has room for components the walk is a loop.
+const MAX_STEPS: usize = PATH_MAX as usize;
 /// Longest name read (`NAME_MAX` is 255).
 const NAME_MAX: u32 = 255;
+/// What starts a path longer than `PATH_MAX`, before its last components
+/// (a real path starts with `/`).
+pub(crate) const CUT_MARK: &str = "(cut)";
+/// What `d_path` adds to a file whose dentry was unlinked.
+const DELETED: &str = " (deleted)";
 
 /// Offsets, from BTF, of what a path is read by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +92,10 @@ impl PathLayout {
 /// number and device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FileInfo {
+    /// The path; when `cut`, [`CUT_MARK`] and its last components.
     pub path: Result<String, String>,
+    /// The path is longer than `PATH_MAX`.
+    pub cut: bool,
     pub inode: u64,
     pub device: u32,
 }
@@ -103,6 +123,15 @@ enum Name {
     At(u64, u32),
 }
 
+impl Name {
+    fn len(&self) -> u64 {
+        match self {
+            Name::Here(bytes) => bytes.len() as u64,
+            Name::At(_, len) => u64::from(*len),
+        }
+    }
+}
+
 /// A mount as a path walk needs it (addresses of `struct mount`).
 #[derive(Debug, Clone, Copy)]
 struct Mount {
@@ -111,14 +140,26 @@ struct Mount {
     root: u64,
 }
 
-/// One path being walked.
+/// How a walk up from a file ended.
+#[derive(Debug, Clone)]
+enum End {
+    /// At the root: the whole path is known.
+    Root,
+    /// Past `PATH_MAX`: only its last components are kept.
+    Cut,
+    Failed(String),
+}
+
+/// One path being walked: where it started, where it is, and the text so
+/// far counted, not built.
 struct Walk {
     leaf: u64,
+    leaf_mount: u64,
     dentry: u64,
     mount: u64,
-    names: Vec<Name>,
+    bytes: u64,
     steps: usize,
-    end: Option<Result<(), String>>,
+    end: Option<End>,
 }
 
 /// Everything read so far, by address.
@@ -129,66 +170,133 @@ struct Known {
     names: HashMap<Name, Result<Vec<u8>, String>>,
 }
 
+/// One step up from `(dentry, mount)` as `known` has it.
+enum Up<'k> {
+    /// Something not read yet.
+    Unknown,
+    Root,
+    Failed(String),
+    /// Across a mount: no component.
+    Mount(u64, u64),
+    /// Through a dentry: its name, then its parent.
+    Dentry(&'k Dentry, u64),
+}
+
+impl Known {
+    fn up(&self, dentry: u64, mount: u64) -> Up<'_> {
+        let m = match self.mounts.get(&mount) {
+            None => return Up::Unknown,
+            Some(Err(why)) => return Up::Failed(format!("mount: {why}")),
+            Some(Ok(m)) => *m,
+        };
+        if dentry == m.root {
+            // The root of a mount: on through where it is mounted, up to
+            // the mount that is its own parent (the namespace's root).
+            return match m.parent == mount || m.parent == 0 {
+                true => Up::Root,
+                false => Up::Mount(m.mountpoint, m.parent),
+            };
+        }
+        match self.dentries.get(&dentry) {
+            None => Up::Unknown,
+            Some(Err(why)) => Up::Failed(format!("dentry: {why}")),
+            // A root that is not its mount's: what d_path calls an escape.
+            Some(Ok(d)) if d.parent == dentry => Up::Root,
+            Some(Ok(d)) => Up::Dentry(d, d.parent),
+        }
+    }
+
+    /// Bytes `d_path` adds after the path of `leaf`.
+    fn suffix(&self, leaf: u64) -> &'static str {
+        match self.dentries.get(&leaf) {
+            Some(Ok(d)) if d.unhashed && d.parent != leaf => DELETED,
+            _ => "",
+        }
+    }
+}
+
 impl Walk {
     /// Goes up as far as what is known allows; `false` when it needs more.
     fn advance(&mut self, known: &Known) -> bool {
         while self.end.is_none() {
             if self.steps > MAX_STEPS {
-                self.end = Some(Err(format!(
-                    "path deeper than {MAX_STEPS} components (a loop of dentries or mounts); cut"
+                self.end = Some(End::Failed(format!(
+                    "more than {MAX_STEPS} steps up from the file without reaching a root (a loop of mounts); cut"
                 )));
                 break;
             }
-            let mount = match known.mounts.get(&self.mount) {
-                None => return false,
-                Some(Err(why)) => {
-                    self.end = Some(Err(format!("mount: {why}")));
-                    break;
-                }
-                Some(Ok(mount)) => *mount,
-            };
-            if self.dentry == mount.root {
-                // The root of a mount: on through where it is mounted, up
-                // to the mount that is its own parent (the namespace's root).
-                if mount.parent == self.mount || mount.parent == 0 {
-                    self.end = Some(Ok(()));
-                } else {
-                    self.dentry = mount.mountpoint;
-                    self.mount = mount.parent;
+            match known.up(self.dentry, self.mount) {
+                Up::Unknown => return false,
+                Up::Root => self.end = Some(End::Root),
+                Up::Failed(why) => self.end = Some(End::Failed(why)),
+                Up::Mount(dentry, mount) => {
+                    (self.dentry, self.mount) = (dentry, mount);
                     self.steps += 1;
                 }
-                continue;
-            }
-            let dentry = match known.dentries.get(&self.dentry) {
-                None => return false,
-                Some(Err(why)) => {
-                    self.end = Some(Err(format!("dentry: {why}")));
-                    break;
+                Up::Dentry(d, parent) => {
+                    if self.steps == 0 {
+                        self.bytes += known.suffix(self.leaf).len() as u64;
+                    }
+                    self.bytes += 1 + d.name.len();
+                    if self.bytes > PATH_TEXT_MAX {
+                        self.end = Some(End::Cut);
+                        break;
+                    }
+                    self.dentry = parent;
+                    self.steps += 1;
                 }
-                Some(Ok(dentry)) => dentry,
-            };
-            // A root that is not its mount's: what d_path calls an escape.
-            if dentry.parent == self.dentry {
-                self.end = Some(Ok(()));
-                break;
             }
-            self.names.push(dentry.name.clone());
-            self.dentry = dentry.parent;
-            self.steps += 1;
         }
         true
     }
 
-    /// The path, once walked and its names read.
-    fn path(&self, known: &Known) -> Result<String, String> {
-        self.end.clone().unwrap_or(Err("not walked".into()))?;
-        let mut path = String::new();
-        for name in self.names.iter().rev() {
+    /// The path once walked and its names read: built whole, or its last
+    /// components after [`CUT_MARK`]; and whether it was cut.
+    fn path(&self, known: &Known) -> (Result<String, String>, bool) {
+        let cut = matches!(self.end, Some(End::Cut));
+        if let Some(End::Failed(why)) = &self.end {
+            return (Err(why.clone()), cut);
+        }
+        let suffix = known.suffix(self.leaf);
+        let room = match cut {
+            true => PATH_TEXT_MAX - (CUT_MARK.len() + suffix.len()) as u64,
+            false => PATH_TEXT_MAX,
+        };
+        // A walk cut for its length may be a loop of named dentries: the
+        // steps it took are checked for one.
+        let mut visited = HashSet::new();
+        let mut names: Vec<&Name> = Vec::new();
+        let (mut dentry, mut mount, mut bytes) = (self.leaf, self.leaf_mount, 0);
+        for _ in 0..=MAX_STEPS {
+            if cut && !visited.insert((dentry, mount)) {
+                let why = format!(
+                    "the dentries up from {:#x} lead back to {dentry:#x} (a loop); cut",
+                    self.leaf
+                );
+                return (Err(why), false);
+            }
+            match known.up(dentry, mount) {
+                Up::Mount(d, m) => (dentry, mount) = (d, m),
+                Up::Dentry(d, parent) if bytes + 1 + d.name.len() <= room => {
+                    bytes += 1 + d.name.len();
+                    names.push(&d.name);
+                    dentry = parent;
+                }
+                _ => break,
+            }
+        }
+        let mut path = String::with_capacity(bytes as usize + CUT_MARK.len() + suffix.len());
+        if cut {
+            path.push_str(CUT_MARK);
+        }
+        for name in names.iter().rev() {
             let bytes = match name {
                 Name::Here(bytes) => bytes,
-                Name::At(..) => known.names[name]
-                    .as_ref()
-                    .map_err(|why| format!("name: {why}"))?,
+                Name::At(..) => match known.names.get(*name) {
+                    Some(Ok(bytes)) => bytes,
+                    Some(Err(why)) => return (Err(format!("name: {why}")), cut),
+                    None => return (Err("name not read".into()), cut),
+                },
             };
             path.push('/');
             path.push_str(&String::from_utf8_lossy(bytes));
@@ -196,13 +304,8 @@ impl Walk {
         if path.is_empty() {
             path.push('/');
         }
-        // d_path marks a file whose dentry is no longer hashed (unlinked).
-        if let Some(Ok(leaf)) = known.dentries.get(&self.leaf) {
-            if leaf.unhashed && leaf.parent != self.leaf {
-                path.push_str(" (deleted)");
-            }
-        }
-        Ok(path)
+        path.push_str(suffix);
+        (Ok(path), cut)
     }
 }
 
@@ -255,14 +358,17 @@ pub(crate) async fn files(
             let info = match fields {
                 Ok(_) => {
                     let (inode, device) = inodes.next().unwrap_or_default();
+                    let (path, cut) = paths.next().unwrap_or((Err("not walked".into()), false));
                     FileInfo {
-                        path: paths.next().unwrap_or(Err("not walked".into())),
+                        path,
+                        cut,
                         inode,
                         device,
                     }
                 }
                 Err(why) => FileInfo {
                     path: Err(format!("struct file: {why}")),
+                    cut: false,
                     inode: 0,
                     device: 0,
                 },
@@ -272,19 +378,21 @@ pub(crate) async fn files(
         .collect()
 }
 
-/// The paths of `(dentry, mount)` pairs, level by level.
+/// The paths of `(dentry, mount)` pairs, level by level, each with
+/// whether it was cut.
 async fn walk_paths(
     kmem: &KernelMemory<'_>,
     layout: &PathLayout,
     starts: &[(u64, u64)],
-) -> Vec<Result<String, String>> {
+) -> Vec<(Result<String, String>, bool)> {
     let mut walks: Vec<Walk> = starts
         .iter()
         .map(|&(dentry, mount)| Walk {
             leaf: dentry,
+            leaf_mount: mount,
             dentry,
             mount,
-            names: Vec::new(),
+            bytes: 0,
             steps: 0,
             end: None,
         })
@@ -294,24 +402,20 @@ async fn walk_paths(
         &[layout.mnt_parent, layout.mnt_mountpoint, layout.mnt_root],
         8,
     );
+    // Names kept outside their dentries, to read with the next batch.
+    let mut pending: HashSet<Name> = HashSet::new();
     loop {
         let mut dentries = Vec::new();
         let mut mounts = Vec::new();
-        for walk in &mut walks {
-            if !walk.advance(&known) && !known.mounts.contains_key(&walk.mount) {
+        for walk in walks.iter_mut().filter(|w| w.end.is_none()) {
+            if walk.advance(&known) {
+                continue;
+            }
+            // The dentry is needed unless it turns out to be its mount's
+            // root: when the mount is not known yet, both are read at once.
+            if !known.mounts.contains_key(&walk.mount) {
                 mounts.push(walk.mount);
             }
-        }
-        let names: Vec<Name> = walks
-            .iter()
-            .flat_map(|w| &w.names)
-            .filter(|n| matches!(n, Name::At(..)) && !known.names.contains_key(n))
-            .cloned()
-            .collect();
-        // Every walk still going needs its dentry, unless it turns out to
-        // be its mount's root: when the mount is not known yet, both are
-        // read at once.
-        for walk in walks.iter().filter(|w| w.end.is_none()) {
             if !known.dentries.contains_key(&walk.dentry) {
                 dentries.push(walk.dentry);
             }
@@ -320,9 +424,10 @@ async fn walk_paths(
             list.sort_unstable();
             list.dedup();
         }
-        if dentries.is_empty() && mounts.is_empty() && names.is_empty() {
+        if dentries.is_empty() && mounts.is_empty() && pending.is_empty() {
             break;
         }
+        let names: Vec<Name> = pending.drain().collect();
         let (read_dentries, read_mounts, read_names) = futures::join!(
             futures::future::join_all(
                 dentries
@@ -341,10 +446,21 @@ async fn walk_paths(
                 }
             }))
         );
+        for (name, bytes) in names.into_iter().zip(read_names) {
+            known.names.insert(name, bytes);
+        }
         for (&at, bytes) in dentries.iter().zip(read_dentries) {
-            known
-                .dentries
-                .insert(at, bytes.and_then(|b| dentry(layout, at, &b)));
+            let dentry = bytes.and_then(|b| dentry(layout, at, &b));
+            if let Ok(Dentry {
+                name: name @ Name::At(..),
+                ..
+            }) = &dentry
+            {
+                if !known.names.contains_key(name) {
+                    pending.insert(name.clone());
+                }
+            }
+            known.dentries.insert(at, dentry);
         }
         for (&at, bytes) in mounts.iter().zip(read_mounts) {
             let mount = bytes.map(|b| {
@@ -356,9 +472,6 @@ async fn walk_paths(
                 }
             });
             known.mounts.insert(at, mount);
-        }
-        for (name, bytes) in names.into_iter().zip(read_names) {
-            known.names.insert(name, bytes);
         }
     }
     walks.iter().map(|w| w.path(&known)).collect()

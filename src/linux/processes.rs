@@ -6,19 +6,21 @@
 //!    pids; three, 262,144);
 //! 3. every `struct pid` found (its number and its task), one batch;
 //! 4. every task's fields, one batch;
-//! 5. every process's `mm` fields, and the parents not among the tasks
-//!    (rare), one batch;
+//! 5. every process's `mm` fields, one batch;
 //! 6. every command line through its process's own page tables, each
 //!    process's top table checked at once: four table levels and the data.
 //!
 //! Eleven device calls on a system whose pids stay under 4,096, twelve
 //! above. Every offset comes from the kernel's BTF. Each structure is
 //! checked by the links that led to it (a pid's task points back at that
-//! pid; a task's pid is the number the table filed it under), so a task
-//! that exits while it is read, or memory that only looks like a task,
-//! is reported in [`ProcessList::failed`] instead of listed.
+//! pid; a task's pid is the number the table filed it under; a thread's
+//! group leader is the task of the process it names), so a task that
+//! exits while it is read, or memory that only looks like a task, is
+//! reported in [`ProcessList::failed`] instead of listed as fact. The walk
+//! is bounded by what the target can hold: pids below `PID_MAX_LIMIT`, no
+//! more tasks than its memory has room for `task_struct`s, three pids per
+//! task, each node, pid and task read once.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use rustc_hash::FxHashMap;
@@ -43,6 +45,13 @@ const TASK_RTLOCK_WAIT: u32 = 0x1000;
 const STATE_LETTERS: &[u8; 9] = b"RSDTtXZPI";
 /// Most bytes of a command line read; a longer one is cut and reported.
 const MAX_COMMAND_LINE: u64 = 1 << 20;
+/// `PID_MAX_LIMIT` on 64-bit kernels: `pid_max` can be raised to it, not
+/// past it, so no pid is this large.
+const PID_MAX_LIMIT: u64 = 4 * 1024 * 1024;
+/// Pids a task keeps in the table at most: its own, and its process's
+/// group and session, which outlive their leaders (a pid leaves the table
+/// once no task uses it, `free_pid`).
+const PIDS_PER_TASK: u64 = 3;
 /// User addresses lie below this (47-bit canonical lower half).
 const USER_END: u64 = 0x0000_8000_0000_0000;
 /// The address bits of a page-table entry.
@@ -53,11 +62,15 @@ const ENTRY_ADDRESS: u64 = 0x000f_ffff_ffff_f000;
 pub struct Process {
     /// Its pid (in the first pid namespace).
     pub pid: u32,
-    /// Its thread group: its own pid.
+    /// Its thread group: its own pid, unless the task is a thread whose
+    /// group leader did not check out, listed as a process of its own (then
+    /// in the failures).
     pub tgid: u32,
     /// Its parent's thread group (`real_parent->tgid`); 0 for the tasks
-    /// the kernel starts itself (pids 1 and 2).
-    pub ppid: u32,
+    /// the kernel starts itself (pids 1 and 2); `None` when its
+    /// `real_parent` is not a task of the pid table (then in the
+    /// failures, with the address).
+    pub ppid: Option<u32>,
     /// `comm`, at most 15 bytes, decoded lossily.
     pub name: String,
     /// The arguments, read from the process's own memory between
@@ -260,6 +273,9 @@ struct TaskLayout {
     /// `pid_links[PIDTYPE_PID]`, the `hlist_node` its pid's list holds.
     pid_link: u64,
     thread_pid: u64,
+    group_leader: u64,
+    /// `sizeof(struct task_struct)`, at least the span read of it.
+    size: u64,
 }
 
 impl Layout {
@@ -289,6 +305,8 @@ impl Layout {
                 mm: task("mm")?,
                 pid_link: task(&format!("pid_links[{pid_type}]"))?,
                 thread_pid: task("thread_pid")?,
+                group_leader: task("group_leader")?,
+                size: btf.size_of("task_struct")?,
             },
             mm_pgd: mm("pgd")?,
             mm_arg_start: mm("arg_start")?,
@@ -312,6 +330,7 @@ struct TaskFields {
     pid: u32,
     tgid: u32,
     real_parent: u64,
+    group_leader: u64,
     mm: u64,
     kernel_thread: bool,
     state: char,
@@ -352,6 +371,34 @@ pub fn split_command_line(bytes: &[u8]) -> Vec<String> {
     }
 }
 
+/// Whether `t` is a thread of the process whose task is `leader`: its
+/// `group_leader` is that task, both are kernel threads or neither, and
+/// they share their `mm` while both have one (a leader that exited before
+/// its threads has none).
+fn thread_of(t: &TaskFields, leader: &TaskFields) -> Result<(), String> {
+    if t.group_leader != leader.address {
+        return Err(format!(
+            "its group_leader is {:#x}, not that process's task {:#x}",
+            t.group_leader, leader.address
+        ));
+    }
+    if t.kernel_thread != leader.kernel_thread {
+        let kind = |k: bool| if k { "a kernel thread" } else { "a user task" };
+        return Err(format!(
+            "it is {} and that process {}",
+            kind(t.kernel_thread),
+            kind(leader.kernel_thread)
+        ));
+    }
+    if t.mm != 0 && leader.mm != 0 && t.mm != leader.mm {
+        return Err(format!(
+            "its mm is {:#x}, that process's {:#x}",
+            t.mm, leader.mm
+        ));
+    }
+    Ok(())
+}
+
 /// A pid filed in the table, and the task it leads to.
 #[derive(Debug, Clone, Copy)]
 struct Filed {
@@ -386,7 +433,18 @@ impl Walk<'_> {
         list
     }
 
-    /// Steps 1 to 3: the pids in the table, each with its task.
+    /// The most tasks the target's memory can hold: one `task_struct`
+    /// each.
+    fn max_tasks(&self) -> u64 {
+        let (start, len) = self.task_span();
+        let size = self.layout.task.size.max(start + len as u64).max(1);
+        (self.kmem.limit / size).max(1)
+    }
+
+    /// Steps 1 to 3: the pids in the table, each with its task. The table
+    /// is read within what the kernel allows: indices below
+    /// `PID_MAX_LIMIT`, and at most [`PIDS_PER_TASK`] pids for each task
+    /// the target's memory can hold; each `struct pid` once.
     async fn pid_table(&self, ns: u64, failed: &mut Vec<WalkFailure>) -> Vec<Filed> {
         let l = self.layout;
         let (start, len) = span(&[(l.ns_head, 8), (l.ns_base, 4)]);
@@ -399,33 +457,69 @@ impl Walk<'_> {
         };
         let head = idr.u64_at(l.ns_head - start).unwrap_or(0);
         let base = idr.u32_at(l.ns_base - start).unwrap_or(0);
-        let tree = xarray::entries(&self.kmem, &l.xa, ns + l.ns_array, head).await;
+        let max_pids = (PIDS_PER_TASK * self.max_tasks()).min(PID_MAX_LIMIT);
+        let limits = xarray::Limits {
+            max_index: (PID_MAX_LIMIT - 1).saturating_sub(u64::from(base)),
+            max_entries: max_pids as usize,
+        };
+        let tree = xarray::entries(&self.kmem, &l.xa, ns + l.ns_array, head, limits).await;
+        if tree.at_limit {
+            failed.push(failure(
+                Stage::PidTable,
+                None,
+                ns,
+                format!(
+                    "more pids than {max_pids}, {PIDS_PER_TASK} for each of the {} task_structs {} bytes of memory hold: the first {max_pids} read",
+                    self.max_tasks(),
+                    self.kmem.limit
+                ),
+            ));
+        }
         failed.extend(
             tree.failed
                 .into_iter()
                 .map(|(node, why)| failure(Stage::PidTable, None, node, why)),
         );
+        // A `struct pid` has one number: filed under several, it is read
+        // once, for the first, and said once.
+        let mut filed_at: FxHashMap<u64, (u64, usize)> = FxHashMap::default();
+        let mut entries = Vec::with_capacity(tree.entries.len());
+        for (index, pid) in tree.entries {
+            match filed_at.get_mut(&pid) {
+                None => {
+                    filed_at.insert(pid, (index, 0));
+                    entries.push((index, pid));
+                }
+                Some((_, more)) => *more += 1,
+            }
+        }
+        let mut twice: Vec<(u64, u64, usize)> = filed_at
+            .into_iter()
+            .filter(|(_, (_, more))| *more > 0)
+            .map(|(pid, (first, more))| (first, pid, more))
+            .collect();
+        twice.sort_unstable();
+        for (first, pid, more) in twice {
+            failed.push(failure(
+                Stage::PidTable,
+                None,
+                pid,
+                format!(
+                    "struct pid filed under {more} more indices than its own ({first}): read once"
+                ),
+            ));
+        }
         let (start, len) = span(&[(l.pid_first, 8), (l.pid_nr, 4)]);
         let pids = join_all(
-            tree.entries
+            entries
                 .iter()
                 .map(|&(_, pid)| self.kmem.read_vec(pid.wrapping_add(start), len)),
         )
         .await;
         let mut filed = Vec::new();
-        for (&(index, pid), bytes) in tree.entries.iter().zip(pids) {
-            let nr = index
-                .checked_add(u64::from(base))
-                .and_then(|nr| u32::try_from(nr).ok());
-            let Some(nr) = nr.filter(|nr| i32::try_from(*nr).is_ok()) else {
-                failed.push(failure(
-                    Stage::PidTable,
-                    None,
-                    pid,
-                    format!("index {index} plus base {base} is no pid"),
-                ));
-                continue;
-            };
+        for (&(index, pid), bytes) in entries.iter().zip(pids) {
+            // `max_index` keeps the sum below PID_MAX_LIMIT.
+            let nr = (index + u64::from(base)) as u32;
             let bytes = match bytes {
                 Ok(bytes) => bytes,
                 Err(why) => {
@@ -454,31 +548,69 @@ impl Walk<'_> {
         filed
     }
 
-    /// Step 4: every task's fields, each task checked against the pid it
-    /// was reached from.
-    async fn tasks(&self, filed: &[Filed], failed: &mut Vec<WalkFailure>) -> Vec<TaskFields> {
+    /// The span of a task read: every member the walk uses.
+    fn task_span(&self) -> (u64, usize) {
         let t = &self.layout.task;
-        let (start, len) = span(&[
+        span(&[
             (t.state, 4),
             (t.exit_state, 4),
             (t.flags, 4),
             (t.pid, 4),
             (t.tgid, 4),
             (t.real_parent, 8),
+            (t.group_leader, 8),
             (t.comm, t.comm_len),
             (t.mm, 8),
             (t.pid_link, 16),
             (t.thread_pid, 8),
-        ]);
+        ])
+    }
+
+    /// Step 4: every task's fields, each task read once and checked
+    /// against the pid it was reached from; no more tasks than the
+    /// target's memory holds.
+    async fn tasks(&self, filed: &[Filed], failed: &mut Vec<WalkFailure>) -> Vec<TaskFields> {
+        let t = &self.layout.task;
+        let (start, len) = self.task_span();
+        let mut first_pid: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut distinct = Vec::with_capacity(filed.len());
+        for f in filed {
+            match first_pid.get(&f.task) {
+                Some(&other) => failed.push(failure(
+                    Stage::Task,
+                    Some(f.nr),
+                    f.task,
+                    format!("the same task as pid {other}"),
+                )),
+                None => {
+                    first_pid.insert(f.task, f.nr);
+                    distinct.push(*f);
+                }
+            }
+        }
+        let max_tasks = self.max_tasks() as usize;
+        if distinct.len() > max_tasks {
+            failed.push(failure(
+                Stage::Task,
+                Some(distinct[max_tasks].nr),
+                distinct[max_tasks].task,
+                format!(
+                    "{} tasks, more than the {max_tasks} task_structs of {} bytes that {} bytes of memory hold: those from this pid on not read",
+                    distinct.len(),
+                    t.size,
+                    self.kmem.limit
+                ),
+            ));
+            distinct.truncate(max_tasks);
+        }
         let reads = join_all(
-            filed
+            distinct
                 .iter()
                 .map(|f| self.kmem.read_vec(f.task.wrapping_add(start), len)),
         )
         .await;
         let mut tasks: Vec<TaskFields> = Vec::new();
-        let mut seen = FxHashMap::default();
-        for (f, bytes) in filed.iter().zip(reads) {
+        for (f, bytes) in distinct.iter().zip(reads) {
             let fail = |why| failure(Stage::Task, Some(f.nr), f.task, why);
             let bytes = match bytes {
                 Ok(bytes) => bytes,
@@ -514,18 +646,14 @@ impl Walk<'_> {
                 failed.push(fail(why));
                 continue;
             }
-            if let Some(other) = seen.insert(f.task, f.nr) {
-                failed.push(fail(format!("the same task as pid {other}")));
-                continue;
-            }
-            let tgid = u32_at(t.tgid);
             let flags = u32_at(t.flags);
             let comm = bytes.bytes_at(t.comm - start, t.comm_len).unwrap_or(&[]);
             tasks.push(TaskFields {
                 address: f.task,
                 pid,
-                tgid,
+                tgid: u32_at(t.tgid),
                 real_parent: u64_at(t.real_parent),
+                group_leader: u64_at(t.group_leader),
                 mm: u64_at(t.mm),
                 kernel_thread: flags & PF_KTHREAD != 0,
                 state: state_letter(u32_at(t.state), u32_at(t.exit_state)),
@@ -535,50 +663,94 @@ impl Walk<'_> {
         tasks
     }
 
-    /// Steps 5 and 6: parents, `mm`s and command lines; the processes
-    /// with their threads.
+    /// Steps 5 and 6: the processes with their threads, their parents,
+    /// `mm`s and command lines. A task is a thread of the process its
+    /// `tgid` names only when that process's task is its `group_leader`
+    /// and both are alike (kernel thread or not, the same `mm`); else it
+    /// is listed as a process of its own and the failures say why.
     async fn processes(
         &self,
         tasks: Vec<TaskFields>,
         failed: &mut Vec<WalkFailure>,
     ) -> ProcessList {
-        let mut tgids: FxHashMap<u64, u32> = tasks.iter().map(|t| (t.address, t.tgid)).collect();
-        tgids.insert(self.init_task, 0);
-        let (leaders, others): (Vec<TaskFields>, Vec<TaskFields>) =
+        let (mut leaders, others): (Vec<TaskFields>, Vec<TaskFields>) =
             tasks.into_iter().partition(|t| t.pid == t.tgid);
-        let strangers: Vec<u64> = {
-            let mut s: Vec<u64> = leaders
-                .iter()
-                .map(|t| t.real_parent)
-                .filter(|p| !tgids.contains_key(p))
-                .collect();
-            s.sort_unstable();
-            s.dedup();
-            s
-        };
-        let tgid_at = self.layout.task.tgid;
-        let mms = leaders.iter().map(|t| async move {
+        leaders.sort_unstable_by_key(|t| t.pid);
+        let leader_at: FxHashMap<u32, usize> = leaders
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.pid, i))
+            .collect();
+        let mut threads: Vec<Vec<Thread>> = vec![Vec::new(); leaders.len()];
+        let mut alone = Vec::new();
+        for t in others {
+            let group = match leader_at.get(&t.tgid) {
+                Some(&at) => thread_of(&t, &leaders[at]).map(|()| at),
+                None => Err(format!("no task of the table has pid {}", t.tgid)),
+            };
+            match group {
+                Ok(at) => threads[at].push(Thread {
+                    pid: t.pid,
+                    name: t.name,
+                    state: t.state,
+                    task: t.address,
+                }),
+                Err(why) => {
+                    failed.push(failure(
+                        Stage::Task,
+                        Some(t.pid),
+                        t.address,
+                        format!(
+                            "its tgid says a thread of process {}, but {why}: listed as a process of its own",
+                            t.tgid
+                        ),
+                    ));
+                    alone.push(t);
+                }
+            }
+        }
+        for t in &leaders {
+            if t.group_leader != t.address {
+                failed.push(failure(
+                    Stage::Task,
+                    Some(t.pid),
+                    t.address,
+                    format!(
+                        "its pid is its tgid, but its group_leader is {:#x}, not itself",
+                        t.group_leader
+                    ),
+                ));
+            }
+        }
+        // The process each checked task is listed under, by address: its
+        // parent's ppid.
+        let mut listed_under: FxHashMap<u64, u32> = FxHashMap::default();
+        listed_under.insert(self.init_task, 0);
+        for (t, threads) in leaders.iter().zip(&threads) {
+            listed_under.insert(t.address, t.pid);
+            for thread in threads {
+                listed_under.insert(thread.task, t.pid);
+            }
+        }
+        for t in &alone {
+            listed_under.insert(t.address, t.pid);
+        }
+        let all: Vec<(TaskFields, Vec<Thread>)> = leaders
+            .into_iter()
+            .zip(threads)
+            .chain(alone.into_iter().map(|t| (t, Vec::new())))
+            .collect();
+        let mms = join_all(all.iter().map(|(t, _)| async move {
             match t.mm {
                 0 => None,
                 _ if t.kernel_thread => None,
                 mm => Some(self.mm(mm).await),
             }
-        });
-        let parents = strangers
-            .iter()
-            .map(|&p| async move { self.kmem.read_vec(p.wrapping_add(tgid_at), 4).await });
-        let (mms, parents) = futures::join!(join_all(mms), join_all(parents));
-        for (&p, tgid) in strangers.iter().zip(parents) {
-            match tgid {
-                Ok(bytes) => {
-                    tgids.insert(p, bytes.u32_at(0).unwrap_or(0));
-                }
-                Err(why) => failed.push(failure(Stage::Parent, None, p, why)),
-            }
-        }
-        let mut processes = Vec::with_capacity(leaders.len());
-        let mut mm_fields = Vec::with_capacity(leaders.len());
-        for (t, mm) in leaders.into_iter().zip(mms) {
+        }))
+        .await;
+        let mut processes = Vec::with_capacity(all.len());
+        let mut mm_fields = Vec::with_capacity(all.len());
+        for ((t, mut threads), mm) in all.into_iter().zip(mms) {
             let mm = match mm {
                 None => None,
                 Some(Ok(fields)) => Some(fields),
@@ -587,12 +759,22 @@ impl Walk<'_> {
                     None
                 }
             };
+            let ppid = listed_under.get(&t.real_parent).copied();
+            if ppid.is_none() {
+                failed.push(failure(
+                    Stage::Parent,
+                    Some(t.pid),
+                    t.real_parent,
+                    "its real_parent is not a task of the pid table: ppid unknown".into(),
+                ));
+            }
+            threads.sort_unstable_by_key(|t| t.pid);
             let mm_address = (t.mm != 0 && !t.kernel_thread).then_some(t.mm);
             mm_fields.push(mm);
             processes.push(Process {
                 pid: t.pid,
                 tgid: t.tgid,
-                ppid: tgids.get(&t.real_parent).copied().unwrap_or(0),
+                ppid,
                 name: t.name,
                 cmdline: Vec::new(),
                 state: t.state,
@@ -600,7 +782,7 @@ impl Walk<'_> {
                 dtb: None,
                 task: t.address,
                 mm: mm_address,
-                threads: Vec::new(),
+                threads,
             });
         }
         let lines = join_all(processes.iter().zip(&mm_fields).map(|(p, mm)| async move {
@@ -624,32 +806,6 @@ impl Walk<'_> {
             }
         }
         processes.sort_unstable_by_key(|p| p.pid);
-        let mut by_pid: BTreeMap<u32, usize> = BTreeMap::new();
-        for (at, p) in processes.iter().enumerate() {
-            by_pid.insert(p.pid, at);
-        }
-        for t in others {
-            match by_pid.get(&t.tgid) {
-                Some(&at) => processes[at].threads.push(Thread {
-                    pid: t.pid,
-                    name: t.name,
-                    state: t.state,
-                    task: t.address,
-                }),
-                None => failed.push(failure(
-                    Stage::Task,
-                    Some(t.pid),
-                    t.address,
-                    format!(
-                        "a thread of thread group {}, whose leader was not found",
-                        t.tgid
-                    ),
-                )),
-            }
-        }
-        for p in &mut processes {
-            p.threads.sort_unstable_by_key(|t| t.pid);
-        }
         ProcessList {
             processes,
             failed: Vec::new(),
@@ -764,6 +920,58 @@ mod tests {
         // Rewritten in place: one title up to its first NUL.
         assert_eq!(split_command_line(b"title: x\0 junk"), ["title: x"]);
         assert_eq!(split_command_line(b"\xff\0"), ["\u{fffd}"]);
+    }
+
+    fn task(address: u64, pid: u32, tgid: u32, mm: u64, kernel_thread: bool) -> TaskFields {
+        TaskFields {
+            address,
+            pid,
+            tgid,
+            real_parent: 0,
+            group_leader: address,
+            mm,
+            kernel_thread,
+            state: 'S',
+            name: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_thread_belongs_to_a_group_only_when_its_leader_checks_out() {
+        let leader = task(0x1000, 10, 10, 0x9000, false);
+        let thread = TaskFields {
+            group_leader: 0x1000,
+            ..task(0x2000, 11, 10, 0x9000, false)
+        };
+        assert_eq!(thread_of(&thread, &leader), Ok(()));
+        // A leader that exited first has no mm left.
+        assert_eq!(thread_of(&thread, &task(0x1000, 10, 10, 0, false)), Ok(()));
+        let cases = [
+            (
+                TaskFields {
+                    group_leader: 0x2000,
+                    ..thread.clone()
+                },
+                "its group_leader is 0x2000, not that process's task 0x1000",
+            ),
+            (
+                TaskFields {
+                    mm: 0x8000,
+                    ..thread.clone()
+                },
+                "its mm is 0x8000, that process's 0x9000",
+            ),
+            (
+                TaskFields {
+                    kernel_thread: true,
+                    ..thread.clone()
+                },
+                "it is a kernel thread and that process a user task",
+            ),
+        ];
+        for (t, why) in cases {
+            assert_eq!(thread_of(&t, &leader), Err(why.to_string()));
+        }
     }
 
     #[test]

@@ -13,8 +13,6 @@ use crate::linux::maps::MapsFailure;
 /// Levels followed at most: a red-black tree of 2^20 nodes is at most 40
 /// deep.
 const MAX_DEPTH: usize = 64;
-/// VMAs read at most (`vm.max_map_count` is 65530 unless raised).
-const MAX_VMAS: usize = 1 << 20;
 
 /// Offsets, from BTF, of the tree's links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,15 +36,18 @@ impl RbLayout {
 }
 
 /// Every VMA of the tree whose root node is `root` (an `rb_node` address),
-/// with its bytes (`vma_size` of them), and what was cut.
+/// with its bytes (`vma_size` of them), and what was cut: no more than
+/// `max_vmas` (the last value returned is `true` when the tree held more).
 pub(crate) async fn vmas(
     kmem: &KernelMemory<'_>,
     layout: &RbLayout,
     vma_size: usize,
     root: u64,
-) -> (Vec<(u64, Vec<u8>)>, Vec<MapsFailure>) {
+    max_vmas: usize,
+) -> (Vec<(u64, Vec<u8>)>, Vec<MapsFailure>, bool) {
     let mut found = Vec::new();
     let mut failed = Vec::new();
+    let mut at_limit = false;
     let vma_of = |node: u64| node.wrapping_sub(layout.vm_rb);
     let mut level = match root {
         0 => Vec::new(),
@@ -81,12 +82,15 @@ pub(crate) async fn vmas(
                     continue;
                 }
                 let child = vma_of(child);
-                if seen.len() >= MAX_VMAS {
-                    failed.push(MapsFailure::new(
-                        child,
-                        format!("more than {MAX_VMAS} VMAs; the walk stopped"),
-                    ));
-                    continue;
+                if seen.len() >= max_vmas {
+                    if !at_limit {
+                        failed.push(MapsFailure::new(
+                            child,
+                            format!("more than {max_vmas} VMAs in the tree: this one and those after it not read"),
+                        ));
+                    }
+                    at_limit = true;
+                    break;
                 }
                 if seen.insert(child) {
                     next.push(child);
@@ -101,5 +105,5 @@ pub(crate) async fn vmas(
         }
         level = next;
     }
-    (found, failed)
+    (found, failed, at_limit)
 }

@@ -11,8 +11,12 @@
 //!
 //! Nothing read is trusted: a node whose shift, parent, offset or array
 //! disagree with the way it was reached is cut with its subtree and
-//! reported, and so is a node met twice (a loop) or a tree that grows past
-//! what any pid space holds.
+//! reported, and so is a node met twice (a loop). The caller bounds the
+//! walk by what its user allows ([`Limits`]): indices past the largest
+//! one, and entries past the most the target can hold, are cut and named.
+//! A level is read [`NODES_PER_BATCH`] nodes at a time, so the memory a
+//! walk holds stays bounded however many nodes crafted memory offers, and
+//! a walk that reaches its entry limit stops reading.
 
 use rustc_hash::FxHashSet;
 
@@ -23,8 +27,20 @@ use crate::linux::kmem::{Fields, KernelMemory};
 /// Most nodes read: a full pid space (`PID_MAX_LIMIT`, 4 Mi pids) needs
 /// 65,536 leaves and 1,041 nodes above them.
 const MAX_NODES: usize = 70_000;
+/// Nodes read in one batch: a level of up to 8,192 nodes (half a million
+/// entries of 64-slot nodes) costs one device call, a larger one more.
+const NODES_PER_BATCH: usize = 8192;
 /// Internal entries up to this value are not nodes.
 const LAST_SPECIAL: u64 = 4096;
+
+/// What the user of an array allows it to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// The largest index an entry may have.
+    pub max_index: u64,
+    /// The most entries the walk gives.
+    pub max_entries: usize,
+}
 
 /// Byte offsets of `struct xa_node`'s members, from BTF.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +97,8 @@ pub(crate) struct Entries {
     pub failed: Vec<(u64, String)>,
     /// Levels read (one batch each).
     pub levels: usize,
+    /// The array held more entries than the limit: the walk stopped.
+    pub at_limit: bool,
 }
 
 /// A node to read, and how it was reached.
@@ -103,13 +121,14 @@ fn is_node(entry: u64) -> bool {
 }
 
 /// Every pointer stored in the xarray at `array` whose head entry is
-/// `head`. Value entries and the special internal entries (a slot being
-/// filled or freed) hold no pointer and are skipped.
+/// `head`, within `limits`. Value entries and the special internal entries
+/// (a slot being filled or freed) hold no pointer and are skipped.
 pub(crate) async fn entries(
     kmem: &KernelMemory<'_>,
     layout: &XaLayout,
     array: u64,
     head: u64,
+    limits: Limits,
 ) -> Entries {
     let mut found = Entries::default();
     if head == 0 || (head & 1 == 1) || (is_internal(head) && !is_node(head)) {
@@ -117,10 +136,11 @@ pub(crate) async fn entries(
     }
     if !is_node(head) {
         // A single pointer at index 0.
-        found.entries.push((0, head));
+        if limits.max_entries > 0 {
+            found.entries.push((0, head));
+        }
         return found;
     }
-    let chunk_shift = u64::from(layout.chunk_shift());
     let mut level = vec![Reached {
         address: head - 2,
         parent: 0,
@@ -130,69 +150,132 @@ pub(crate) async fn entries(
     }];
     let mut seen = FxHashSet::default();
     seen.insert(head - 2);
-    let len = layout.node_len();
+    let mut walk = Walk {
+        layout,
+        array,
+        limits,
+        seen,
+        found,
+        overflow: false,
+    };
     while !level.is_empty() {
-        found.levels += 1;
-        let nodes = join_all(level.iter().map(|n| kmem.read_vec(n.address, len))).await;
+        walk.found.levels += 1;
         let mut next = Vec::new();
-        for (reached, node) in level.iter().zip(nodes) {
-            let node = match node {
-                Ok(node) => node,
-                Err(why) => {
-                    found.failed.push((reached.address, why));
-                    continue;
+        for (at, batch) in level.chunks(NODES_PER_BATCH).enumerate() {
+            let len = layout.node_len();
+            let nodes = join_all(batch.iter().map(|n| kmem.read_vec(n.address, len))).await;
+            for (reached, node) in batch.iter().zip(nodes) {
+                match node.and_then(|node| walk.visit(reached, &node, &mut next)) {
+                    Ok(()) => {}
+                    Err(why) => walk.found.failed.push((reached.address, why)),
                 }
-            };
-            let shift = match check_node(layout, array, reached, &node) {
-                Ok(shift) => shift,
-                Err(why) => {
-                    found.failed.push((reached.address, why));
-                    continue;
-                }
-            };
-            for slot in 0..layout.slot_count {
-                let entry = node.u64_at(layout.slots + slot * 8).unwrap_or(0);
-                if entry == 0 || entry & 1 == 1 {
-                    continue;
-                }
-                // `check_node` keeps `slot << shift` within 64 bits.
-                let index = reached.first_index + (slot << shift);
-                if shift == 0 {
-                    if !is_internal(entry) {
-                        found.entries.push((index, entry));
-                    }
-                } else if is_node(entry) {
-                    let child = entry - 2;
-                    if !seen.insert(child) || seen.len() > MAX_NODES {
-                        found.failed.push((
-                            child,
-                            format!(
-                                "xa_node reached again, or past {MAX_NODES} nodes, from slot {slot} of {:#x}: cut",
-                                reached.address
-                            ),
-                        ));
-                        continue;
-                    }
-                    next.push(Reached {
-                        address: child,
-                        parent: reached.address,
-                        offset: slot,
-                        shift: Some(shift - chunk_shift),
-                        first_index: index,
-                    });
-                } else if !is_internal(entry) {
-                    found.failed.push((
-                        reached.address,
-                        format!(
-                            "slot {slot} of a node at shift {shift} holds {entry:#x}, not a node"
-                        ),
-                    ));
-                }
+            }
+            if walk.overflow {
+                let read = ((at + 1) * NODES_PER_BATCH).min(level.len());
+                walk.found.failed.push((
+                    head - 2,
+                    format!(
+                        "the array holds more than {} entries: the walk stopped, {} node(s) unread",
+                        limits.max_entries,
+                        level.len() - read + next.len()
+                    ),
+                ));
+                walk.found.at_limit = true;
+                return walk.found;
             }
         }
         level = next;
     }
-    found
+    walk.found
+}
+
+/// A walk in progress: what bounds it, and what it found so far.
+struct Walk<'a> {
+    layout: &'a XaLayout,
+    array: u64,
+    limits: Limits,
+    /// Every node met, so that none is read twice.
+    seen: FxHashSet<u64>,
+    found: Entries,
+    /// An entry was left out for the entry limit.
+    overflow: bool,
+}
+
+impl Walk<'_> {
+    /// Takes one node read as `node`: its entries, or its children into
+    /// `next`; why it is not believed.
+    fn visit(
+        &mut self,
+        reached: &Reached,
+        node: &[u8],
+        next: &mut Vec<Reached>,
+    ) -> Result<(), String> {
+        let layout = self.layout;
+        let shift = check_node(layout, self.array, reached, node)?;
+        let chunk_shift = u64::from(layout.chunk_shift());
+        for slot in 0..layout.slot_count {
+            let entry = node.u64_at(layout.slots + slot * 8).unwrap_or(0);
+            if entry == 0 || entry & 1 == 1 {
+                continue;
+            }
+            // `check_node` keeps `slot << shift` within 64 bits.
+            let index = reached.first_index + (slot << shift);
+            if index > self.limits.max_index {
+                self.found.failed.push((
+                    reached.address,
+                    format!(
+                        "slot {slot} at shift {shift} is index {index}, past the largest allowed ({}): cut",
+                        self.limits.max_index
+                    ),
+                ));
+                break;
+            }
+            if shift == 0 {
+                if !is_internal(entry) {
+                    if self.found.entries.len() >= self.limits.max_entries {
+                        self.overflow = true;
+                        break;
+                    }
+                    self.found.entries.push((index, entry));
+                }
+            } else if is_node(entry) {
+                let child = entry - 2;
+                if self.seen.len() >= MAX_NODES {
+                    self.found.failed.push((
+                        child,
+                        format!(
+                            "past {MAX_NODES} nodes, from slot {slot} of {:#x}: cut",
+                            reached.address
+                        ),
+                    ));
+                    continue;
+                }
+                if !self.seen.insert(child) {
+                    self.found.failed.push((
+                        child,
+                        format!(
+                            "xa_node reached again from slot {slot} of {:#x}: cut",
+                            reached.address
+                        ),
+                    ));
+                    continue;
+                }
+                next.push(Reached {
+                    address: child,
+                    parent: reached.address,
+                    offset: slot,
+                    shift: Some(shift - chunk_shift),
+                    first_index: index,
+                });
+            } else if !is_internal(entry) {
+                self.found.failed.push((
+                    reached.address,
+                    format!("slot {slot} of a node at shift {shift} holds {entry:#x}, not a node"),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The node's shift, once its header agrees with how it was reached.
@@ -295,8 +378,18 @@ mod tests {
         }
 
         fn walk(&self, head: u64) -> Entries {
+            self.walk_within(
+                head,
+                Limits {
+                    max_index: u64::MAX,
+                    max_entries: usize::MAX,
+                },
+            )
+        }
+
+        fn walk_within(&self, head: u64, limits: Limits) -> Entries {
             self.mem
-                .block_on(entries(&self.kmem(), &LAYOUT, ARRAY, head))
+                .block_on(entries(&self.kmem(), &LAYOUT, ARRAY, head, limits))
         }
     }
 
@@ -384,5 +477,73 @@ mod tests {
             "{:?}",
             found.failed
         );
+    }
+
+    /// Leaf nodes under a root, each with `per_leaf` entries; the root's
+    /// entry.
+    fn wide_tree(tree: &Tree, leaves: u64, per_leaf: u64) -> u64 {
+        let root_pa = 0x1000;
+        let children: Vec<(u64, u64)> = (0..leaves)
+            .map(|i| {
+                let pa = 0x10000 + i * 0x1000;
+                let slots: Vec<(u64, u64)> = (0..per_leaf)
+                    .map(|s| (s, 0x10_0000 + (i * 64 + s) * 16))
+                    .collect();
+                (i, tree.node(pa, 0, i as u8, BASE + root_pa, &slots))
+            })
+            .collect();
+        tree.node(root_pa, 6, 0, 0, &children)
+    }
+
+    #[test]
+    fn entries_past_the_limit_are_cut_and_the_walk_stops() {
+        let tree = Tree::new();
+        let root = wide_tree(&tree, 10, 64);
+        assert_eq!(tree.walk(root).entries.len(), 640);
+        let found = tree.walk_within(
+            root,
+            Limits {
+                max_index: u64::MAX,
+                max_entries: 100,
+            },
+        );
+        assert_eq!(found.entries.len(), 100);
+        assert_eq!(found.entries.last(), Some(&(99, 0x10_0000 + 99 * 16)));
+        assert_eq!(found.failed.len(), 1, "{:?}", found.failed);
+        assert!(found.at_limit);
+        assert!(
+            found.failed[0].1.contains("more than 100 entries"),
+            "{}",
+            found.failed[0].1
+        );
+        // Exactly the limit is no cut.
+        let found = tree.walk_within(
+            root,
+            Limits {
+                max_index: u64::MAX,
+                max_entries: 640,
+            },
+        );
+        assert_eq!((found.entries.len(), found.failed.len()), (640, 0));
+        assert!(!found.at_limit);
+    }
+
+    #[test]
+    fn indices_past_the_largest_allowed_are_cut() {
+        let tree = Tree::new();
+        let root = wide_tree(&tree, 3, 64);
+        let found = tree.walk_within(
+            root,
+            Limits {
+                max_index: 150,
+                max_entries: usize::MAX,
+            },
+        );
+        assert_eq!(found.entries.len(), 151);
+        assert_eq!(found.entries.last().map(|e| e.0), Some(150));
+        assert_eq!(found.failed.len(), 1, "{:?}", found.failed);
+        assert!(found.failed[0]
+            .1
+            .contains("index 151, past the largest allowed (150)"));
     }
 }

@@ -4,6 +4,38 @@
 use std::path::Path;
 use std::process::Command;
 
+/// `PT_NOTE`.
+const PT_NOTE: u32 = 4;
+
+/// The notes of the ELF file `elf` as (owner without its NUL, type,
+/// description), read by this test code alone (no tool's reading).
+pub fn notes(elf: &[u8]) -> Vec<(String, u32, Vec<u8>)> {
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap()) as usize;
+    let (phoff, phnum) = (u64_at(0x20), u16_at(0x38));
+    let mut found = Vec::new();
+    for ph in (0..phnum).map(|i| phoff + i * 56) {
+        if u32_at(ph) != PT_NOTE {
+            continue;
+        }
+        let (mut at, end) = (u64_at(ph + 8), u64_at(ph + 8) + u64_at(ph + 32));
+        while at < end {
+            let (namesz, descsz, kind) =
+                (u32_at(at) as usize, u32_at(at + 4) as usize, u32_at(at + 8));
+            let name = &elf[at + 12..at + 12 + namesz];
+            let desc_at = at + 12 + namesz.next_multiple_of(4);
+            found.push((
+                String::from_utf8_lossy(name.strip_suffix(b"\0").unwrap_or(name)).into_owned(),
+                kind,
+                elf[desc_at..desc_at + descsz].to_vec(),
+            ));
+            at = desc_at + descsz.next_multiple_of(4);
+        }
+    }
+    found
+}
+
 /// `readelf -h -l -n -W` of `path`: its output, once it is shown to have
 /// had nothing to complain about (no warning, no error).
 pub fn readelf_clean(path: &Path) -> String {

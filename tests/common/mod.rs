@@ -1,10 +1,12 @@
 //! Test support: memory images on disk whose every byte can be checked,
-//! live QEMU guests ([`qemu`]), the memflow plugin ([`plugin`]), a
+//! runs bounded in time and memory ([`bounded`]), live QEMU guests
+//! ([`qemu`]), the memflow plugin ([`plugin`]), a
 //! stand-in rawtcp server ([`rawtcp`]) and a stand-in QMP monitor
 //! ([`qmp_monitor`]).
 #![allow(dead_code)]
 
 pub mod bounded;
+pub mod crafted;
 pub mod elf_tools;
 pub mod linux;
 pub mod plugin;

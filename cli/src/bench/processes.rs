@@ -44,7 +44,7 @@ pub(super) struct ListCheck {
 /// What the comparison looks at for each process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Listed {
-    ppid: u32,
+    ppid: Option<u32>,
     name: String,
     cmdline: Vec<String>,
     dtb: Option<u64>,
@@ -250,7 +250,7 @@ fn hop_by_hop(p: &Plugin, pr: &Profile) -> Listing {
         let ppid = u32_at(&mut kernel, parent.wrapping_add(pr.tgid)).unwrap_or(0);
         let mm = u64_at(&mut kernel, task.wrapping_add(pr.mm)).unwrap_or(0);
         let mut listed = Listed {
-            ppid,
+            ppid: Some(ppid),
             name: String::from_utf8_lossy(&comm[..end]).into_owned(),
             cmdline: Vec::new(),
             dtb: None,
@@ -299,7 +299,7 @@ mod tests {
 
     fn listed(name: &str) -> Listed {
         Listed {
-            ppid: 1,
+            ppid: Some(1),
             name: name.into(),
             cmdline: vec![name.into()],
             dtb: Some(0x1000),

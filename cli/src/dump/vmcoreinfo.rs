@@ -34,7 +34,9 @@ pub(super) struct KernelNote {
 
 /// The VMCOREINFO note for an ELF dump of `args`, found through the
 /// kernel in `mem`; none with `--no-vmcoreinfo`, or when there is no
-/// kernel or no text, then with a line on stderr that says why.
+/// kernel, no text, or a text that contradicts the kernel found (a note
+/// is the kernel's word to crash and drgn: one known to be false is left
+/// out rather than corrected), then with a line on stderr that says why.
 pub(super) fn note(mem: &Memory, args: &DumpArgs) -> KernelNote {
     if args.vmcoreinfo.no_vmcoreinfo {
         return KernelNote::default();
@@ -49,7 +51,10 @@ pub(super) fn note(mem: &Memory, args: &DumpArgs) -> KernelNote {
     let kernel = match kernel {
         Ok(kernel) => kernel,
         Err(Failure(why)) => {
-            errln!("leechio: no VMCOREINFO note in the dump (crash and drgn need it): {why}");
+            errln!(
+                "leechio: no VMCOREINFO note in the dump (crash and drgn need it): {}",
+                crate::output::escape(&why.to_string())
+            );
             return KernelNote::default();
         }
     };
@@ -60,7 +65,10 @@ pub(super) fn note(mem: &Memory, args: &DumpArgs) -> KernelNote {
             direct_map,
         },
         Err(why) => {
-            errln!("leechio: no VMCOREINFO note in the dump (crash and drgn need it): {why}");
+            errln!(
+                "leechio: no VMCOREINFO note in the dump (crash and drgn need it): {}",
+                crate::output::escape(&why.to_string())
+            );
             KernelNote {
                 note: Vec::new(),
                 direct_map,

@@ -9,36 +9,36 @@ use super::*;
 use crate::linux::btf_builder::BtfBuilder;
 use crate::{AddressSpace, MemBackend, Memory};
 
-const DIRECT: u64 = 0xffff_8880_0000_0000;
+pub(super) const DIRECT: u64 = 0xffff_8880_0000_0000;
 /// Where the made-up kernel's `special_mapping_name` is.
-const SPECIAL_FN: u64 = 0xffff_ffff_8123_4560;
+pub(super) const SPECIAL_FN: u64 = 0xffff_ffff_8123_4560;
 /// Another `vm_operations_struct.name` function.
 const OTHER_FN: u64 = 0xffff_ffff_8123_9990;
-const MEMORY: usize = 4 << 20;
-const VMAS: u64 = 24;
-const PER_LEAF: usize = 6;
+pub(super) const MEMORY: usize = 4 << 20;
+pub(super) const VMAS: u64 = 24;
+pub(super) const PER_LEAF: usize = 6;
 
 // The made-up layout: offsets no kernel uses.
 const MM_SIZE: u32 = 512;
-const MM_MT: u64 = 40;
-const MA_ROOT: u64 = 8;
+pub(super) const MM_MT: u64 = 40;
+pub(super) const MA_ROOT: u64 = 8;
 const MM_MMAP: u64 = 16;
 const MM_RB: u64 = 96;
-const MAP_COUNT: u64 = 200;
+pub(super) const MAP_COUNT: u64 = 200;
 const START_BRK: u64 = 216;
 const BRK: u64 = 224;
 const START_STACK: u64 = 264;
 const VMA_SIZE: u32 = 208;
 const VM_NEXT: u64 = 0;
-const VM_START: u64 = 16;
-const VM_END: u64 = 24;
+pub(super) const VM_START: u64 = 16;
+pub(super) const VM_END: u64 = 24;
 const VM_MM: u64 = 48;
 const VM_FLAGS: u64 = 56;
 const VM_RB: u64 = 64;
 const ANON_NAME: u64 = 88;
 const VM_OPS: u64 = 120;
 const VM_PGOFF: u64 = 128;
-const VM_FILE: u64 = 144;
+pub(super) const VM_FILE: u64 = 144;
 const VM_PRIVATE: u64 = 176;
 const RB_RIGHT: u64 = 8;
 const RB_LEFT: u64 = 16;
@@ -48,7 +48,7 @@ const F_PATH: u64 = 16;
 const F_INODE: u64 = 40;
 const DENTRY_SIZE: u32 = 160;
 const D_HASH: u64 = 0;
-const D_PARENT: u64 = 24;
+pub(super) const D_PARENT: u64 = 24;
 const D_NAME: u64 = 32;
 const D_INAME: u64 = 96;
 const MOUNT_SIZE: u32 = 128;
@@ -60,8 +60,8 @@ const I_SB: u64 = 8;
 const I_INO: u64 = 64;
 const S_DEV: u64 = 16;
 // The maple tree's own (its nodes are 256 bytes whatever the kernel).
-const LEAF: u64 = 1;
-const ARANGE: u64 = 3;
+pub(super) const LEAF: u64 = 1;
+pub(super) const ARANGE: u64 = 3;
 
 /// BTF of the made-up kernel: with a maple tree, or with the red-black
 /// tree and list of older kernels.
@@ -86,39 +86,8 @@ fn btf(maple: bool) -> Btf {
     if maple {
         mm.push(("mm_mt", MM_MT));
         vma.push(("anon_name", ANON_NAME));
-        let (p15, s16, p9, s10) = (b.array(15), b.array(16), b.array(9), b.array(10));
+        crate::linux::maple::tests::maple_types(&mut b, 8, 15);
         b.structure("maple_tree", 24, &[("ma_lock", 0), ("ma_root", MA_ROOT)])
-            .structure_typed(
-                "maple_range_64",
-                256,
-                &[
-                    ("parent", 0, 0),
-                    ("pivot", 8, p15),
-                    ("slot", 128, s16),
-                    ("meta", 248, 0),
-                ],
-            )
-            .structure_typed(
-                "maple_arange_64",
-                248,
-                &[
-                    ("parent", 0, 0),
-                    ("pivot", 8, p9),
-                    ("slot", 80, s10),
-                    ("gap", 160, s10),
-                    ("meta", 240, 0),
-                ],
-            )
-            .structure("maple_metadata", 2, &[("end", 0)])
-            .enumeration(
-                "maple_type",
-                &[
-                    ("maple_dense", 0),
-                    ("maple_leaf_64", 1),
-                    ("maple_range_64", 2),
-                    ("maple_arange_64", 3),
-                ],
-            )
             .structure("anon_vma_name", 8, &[("name", ANON_VMA_NAME)]);
     } else {
         mm.extend([("mmap", MM_MMAP), ("mm_rb", MM_RB)]);
@@ -167,31 +136,31 @@ fn btf(maple: bool) -> Btf {
 }
 
 /// Kernel memory being made: objects placed in the direct map.
-struct Fake {
-    bytes: Vec<u8>,
-    top: u64,
+pub(super) struct Fake {
+    pub(super) bytes: Vec<u8>,
+    pub(super) top: u64,
 }
 
 impl Fake {
-    fn alloc(&mut self, len: u32, align: u64) -> u64 {
+    pub(super) fn alloc(&mut self, len: u32, align: u64) -> u64 {
         self.top = self.top.next_multiple_of(align);
         let va = DIRECT + self.top;
         self.top += u64::from(len);
         va
     }
 
-    fn put(&mut self, va: u64, value: u64) {
+    pub(super) fn put(&mut self, va: u64, value: u64) {
         self.put_bytes(va, &value.to_le_bytes());
     }
 
-    fn put_bytes(&mut self, va: u64, bytes: &[u8]) {
+    pub(super) fn put_bytes(&mut self, va: u64, bytes: &[u8]) {
         let pa = (va - DIRECT) as usize;
         self.bytes[pa..pa + bytes.len()].copy_from_slice(bytes);
     }
 
     /// A dentry named `name` under `parent` (itself when `None`); its name
     /// inside it when short, else in a buffer of its own.
-    fn dentry(&mut self, name: &str, parent: Option<u64>, hashed: bool) -> u64 {
+    pub(super) fn dentry(&mut self, name: &str, parent: Option<u64>, hashed: bool) -> u64 {
         let d = self.alloc(DENTRY_SIZE, 64);
         self.put(d + D_PARENT, parent.unwrap_or(d));
         self.put(d + D_HASH + 8, if hashed { d + 0x1000 } else { 0 });
@@ -219,7 +188,7 @@ impl Fake {
 
     /// A `struct file` of `dentry` in `mount`, with inode number `ino` on
     /// device `dev`.
-    fn file(&mut self, dentry: u64, mount: u64, ino: u64, dev: u32) -> u64 {
+    pub(super) fn file(&mut self, dentry: u64, mount: u64, ino: u64, dev: u32) -> u64 {
         let sb = self.alloc(64, 64);
         self.put(sb + S_DEV, u64::from(dev));
         let inode = self.alloc(128, 64);
@@ -232,7 +201,7 @@ impl Fake {
         f
     }
 
-    fn string(&mut self, s: &str) -> u64 {
+    pub(super) fn string(&mut self, s: &str) -> u64 {
         let at = self.alloc(s.len() as u32 + 1, 8);
         self.put_bytes(at, s.as_bytes());
         at
@@ -241,17 +210,17 @@ impl Fake {
 
 /// What `/proc/PID/maps` would say of one VMA.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Line {
-    start: u64,
-    end: u64,
-    perms: String,
-    offset: u64,
-    device: u32,
-    inode: u64,
-    path: String,
+pub(super) struct Line {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) perms: String,
+    pub(super) offset: u64,
+    pub(super) device: u32,
+    pub(super) inode: u64,
+    pub(super) path: String,
 }
 
-fn line(v: &Vma) -> Line {
+pub(super) fn line(v: &Vma) -> Line {
     Line {
         start: v.start,
         end: v.end,
@@ -264,23 +233,26 @@ fn line(v: &Vma) -> Line {
 }
 
 /// A process of `VMAS` VMAs of every kind in made-up kernel memory.
-struct World {
-    fake: Fake,
-    mm: u64,
-    vmas: Vec<u64>,
-    expected: Vec<Line>,
+pub(super) struct World {
+    pub(super) fake: Fake,
+    pub(super) mm: u64,
+    pub(super) vmas: Vec<u64>,
+    pub(super) expected: Vec<Line>,
     /// The leaves of the maple tree, and its root node.
-    leaves: Vec<u64>,
-    root: u64,
-    /// Dentries of /bin/busybox and /bin.
-    busybox: u64,
-    bin: u64,
+    pub(super) leaves: Vec<u64>,
+    pub(super) root: u64,
+    /// The root mount, and the dentries of /bin/busybox, of the file
+    /// with a long name in /bin, and of /bin.
+    pub(super) mount: u64,
+    pub(super) busybox: u64,
+    pub(super) long: u64,
+    pub(super) bin: u64,
 }
 
 const LONG_NAME: &str = "a-file-name-too-long-to-live-inside-its-dentry.so";
 
 impl World {
-    fn new(maple: bool) -> World {
+    pub(super) fn new(maple: bool) -> World {
         let mut f = Fake {
             bytes: vec![0; MEMORY],
             top: 0x1_0000,
@@ -391,7 +363,9 @@ impl World {
             expected,
             leaves: Vec::new(),
             root: 0,
+            mount: a,
             busybox,
+            long,
             bin,
         };
         match maple {
@@ -401,7 +375,7 @@ impl World {
         world
     }
 
-    fn range(&self, i: usize) -> (u64, u64) {
+    pub(super) fn range(&self, i: usize) -> (u64, u64) {
         (self.expected[i].start, self.expected[i].end)
     }
 
@@ -481,7 +455,18 @@ impl World {
     }
 
     /// The maps as read, and the read calls they took.
-    fn read(&self, maple: bool) -> (Vmas, u64) {
+    pub(super) fn read(&self, maple: bool) -> (Vmas, u64) {
+        self.read_with(
+            maple,
+            Symbols {
+                special: Some(SPECIAL_FN),
+                max_map_count: None,
+            },
+        )
+    }
+
+    /// The same with the kernel's `symbols`.
+    pub(super) fn read_with(&self, maple: bool, symbols: Symbols) -> (Vmas, u64) {
         let backend = Arc::new(MemBackend::new(self.fake.bytes.clone()));
         let mem = Memory::with_config(backend.clone(), Default::default());
         let layout = MapsLayout::from_btf(&btf(maple)).unwrap();
@@ -493,14 +478,14 @@ impl World {
             limit: MEMORY as u64,
             space: &space,
         };
-        let vmas = mem.block_on(read(&kmem, &layout, self.mm, Some(SPECIAL_FN)));
+        let vmas = mem.block_on(read(&kmem, &layout, self.mm, symbols));
         (vmas, backend.read_calls())
     }
 }
 
 /// The failures' reasons, each with the index of the VMA or the name of
 /// the structure it is about.
-fn reasons(vmas: &Vmas) -> Vec<String> {
+pub(super) fn reasons(vmas: &Vmas) -> Vec<String> {
     vmas.failed.iter().map(|f| f.reason.clone()).collect()
 }
 
@@ -611,8 +596,14 @@ fn torn_structures_are_reported_and_the_rest_read() {
         ),
     ];
     for i in alive().filter(|&i| e[i].path.starts_with("/bin/")) {
+        // The first dentry met twice: busybox from itself, bin from
+        // the other file.
+        let (leaf, again) = match e[i].path.as_str() {
+            "/bin/busybox" => (world.busybox, world.busybox),
+            _ => (world.long, world.bin),
+        };
         expected.push(format!(
-            "the file of VMA {:#x}-{:#x}: path deeper than 2048 components (a loop of dentries or mounts); cut",
+            "the file of VMA {:#x}-{:#x}: the dentries up from {leaf:#x} lead back to {again:#x} (a loop); cut",
             e[i].start, e[i].end
         ));
     }

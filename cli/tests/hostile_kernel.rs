@@ -1,0 +1,649 @@
+//! Kernel memory a target can hold to make the Linux walks explode, lie or
+//! write on the analyst's terminal: an image of the test guest changed
+//! where the project's own API finds the structures (offsets from the
+//! kernel's BTF), with hostile shapes built in the guest's free RAM.
+//! `ps`, `maps`, `spaces` and `dump` must end within a deadline and a
+//! memory cap, with a result that names what was cut or a one-line error,
+//! show no value that failed a check as fact, and escape every string of
+//! the target, as the README states.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use common::bounded::{self, Run};
+use common::crafted::{
+    direct, move_btf_member, offset, physical, Clean, Crafted, MapleNodes, XaNodes,
+};
+use common::elf_tools::notes;
+use common::linux::{engine, no_cache};
+use common::qemu::shared_guest;
+use leechio::linux::{Kernel, ProcessList, Vma};
+use leechio::Memory;
+use serde_json::Value;
+
+/// Time and memory every run must stay within (a debug build on a loaded
+/// 2-core machine; the clean image's `ps` peaks near 75 MiB).
+const DEADLINE: Duration = Duration::from_secs(60);
+const MEMORY_CAP_KIB: i64 = 256 << 10;
+/// `PID_MAX_LIMIT` of 64-bit kernels.
+const PID_MAX_LIMIT: u64 = 4 << 20;
+/// `vm.max_map_count` unless raised: the guest leaves it.
+const MAX_MAP_COUNT: usize = 65_530;
+
+/// The guest's image on disk, its kernel, and what the walks find in it.
+struct Target {
+    clean: Clean,
+    mem: Memory,
+    kernel: Kernel,
+    list: ProcessList,
+    /// The pids of `sleep 100001` and of the shell whose child sleeps.
+    sleep: u32,
+    shell: u32,
+    pattern: u32,
+    /// The oracle's command line of pid 1.
+    init_cmdline: Vec<String>,
+}
+
+/// The target, made once for all tests of this file.
+fn target() -> &'static Target {
+    static TARGET: OnceLock<Target> = OnceLock::new();
+    TARGET.get_or_init(|| {
+        let guest = shared_guest();
+        let clean = Clean::save(&guest);
+        let (mem, _) = engine(common::qemu::open_device(&clean.device()));
+        let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+        let list = kernel.processes(&mem);
+        assert!(list.failed.is_empty(), "{:?}", list.failed);
+        let by_cmdline = |first: &str| {
+            list.processes
+                .iter()
+                .find(|p| p.cmdline.first().map(String::as_str) == Some(first))
+                .map(|p| p.pid)
+                .unwrap()
+        };
+        let sleep = list
+            .processes
+            .iter()
+            .find(|p| p.cmdline == ["sleep", "100001"])
+            .unwrap()
+            .pid;
+        Target {
+            sleep,
+            shell: by_cmdline("sh"),
+            pattern: guest.pattern().pid,
+            init_cmdline: guest.oracle().task(1).unwrap().cmdline.clone(),
+            clean,
+            mem,
+            kernel,
+            list,
+        }
+    })
+}
+
+impl Target {
+    /// The task of process `pid`.
+    fn task(&self, pid: u32) -> u64 {
+        self.list.get(pid).unwrap().task
+    }
+
+    /// The physical address of member `path` of the task of `pid`.
+    fn task_field(&self, pid: u32, path: &str) -> u64 {
+        physical(
+            &self.kernel,
+            self.task(pid) + offset(&self.kernel, "task_struct", path),
+        )
+    }
+
+    /// The VMAs of process `pid` in the clean image.
+    fn vmas(&self, pid: u32) -> Vec<Vma> {
+        let vmas = self
+            .kernel
+            .vmas(&self.mem, self.list.get(pid).unwrap().mm.unwrap());
+        assert!(vmas.failed.is_empty(), "{:?}", vmas.failed);
+        vmas.vmas
+    }
+
+    /// Where the maple tree's root of process `pid` is.
+    fn maple_root(&self, pid: u32) -> u64 {
+        let k = &self.kernel;
+        let mm = self.list.get(pid).unwrap().mm.unwrap();
+        physical(
+            k,
+            mm + offset(k, "mm_struct", "mm_mt") + offset(k, "maple_tree", "ma_root"),
+        )
+    }
+}
+
+/// One test at a time: crafting and runs of 256 MiB images side by side
+/// gain nothing on two cores, and a program's peak memory is measured
+/// best while the test process stays small (see `run_bounded`).
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A test's turn, the target, and a copy of its image to change.
+fn start() -> (MutexGuard<'static, ()>, &'static Target, Crafted) {
+    let turn = one_at_a_time();
+    let t = target();
+    (turn, t, t.clean.craft())
+}
+
+/// Runs `leechio -d DEVICE ARGS`, bounded, with a kernel cache of its own.
+fn leechio(device: &str, args: &[&str]) -> Run {
+    let mut all = vec!["-d", device];
+    all.extend(args);
+    let run = bounded::run_bounded(Path::new(env!("CARGO_BIN_EXE_leechio")), &all, DEADLINE);
+    bounded::assert_clean(&run, &args.join(" "), MEMORY_CAP_KIB);
+    run
+}
+
+fn json_lines(run: &Run) -> Vec<Value> {
+    run.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Little-endian bytes of a word.
+fn le(value: u64) -> [u8; 8] {
+    value.to_le_bytes()
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_pid_table_of_millions_of_entries_is_read_within_what_the_target_holds() {
+    let (_turn, t, mut image) = start();
+    let k = &t.kernel;
+    // An xarray of four levels (shifts 18, 12, 6, 0): 1 + 16 + 1,024 +
+    // 65,536 nodes (38 MB), whose 4 Mi leaves all name pid 1's struct
+    // pid, but index 0.
+    let array = k.init_pid_ns() + offset(k, "pid_namespace", "idr.idr_rt");
+    let pid1 = image.peek_u64(t.task_field(1, "thread_pid"));
+    let nodes = XaNodes::of(k);
+    let head = nodes.build(k, &mut image, array, 4, 16, |index| match index {
+        0 => 0,
+        _ => pid1,
+    });
+    let head_at = physical(
+        k,
+        k.init_pid_ns() + offset(k, "pid_namespace", "idr.idr_rt.xa_head"),
+    );
+    image.poke(head_at, &le(head));
+    let run = leechio(&image.device(), &["ps", "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    // Pid 1, its struct pid read once.
+    let listed = json_lines(&run);
+    assert_eq!(listed.len(), 1, "{}", run.stdout);
+    assert_eq!(listed[0]["pid"], 1);
+    assert_eq!(listed[0]["ppid"], 0);
+    assert_eq!(listed[0]["args"], serde_json::json!(t.init_cmdline));
+    // Three pids for each task_struct the image's memory could hold.
+    let tasks = (256u64 << 20) / k.btf().size_of("task_struct").unwrap();
+    let most = (3 * tasks).min(PID_MAX_LIMIT);
+    let cut = format!(
+        "more pids than {most}, 3 for each of the {tasks} task_structs {} bytes of memory hold: the first {most} read",
+        256u64 << 20
+    );
+    assert!(run.stderr.contains(&cut), "{cut}\n{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "the array holds more than {most} entries: the walk stopped"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "struct pid filed under {} more indices than its own (1): read once",
+            most - 1
+        )),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.lines().count(), 4, "{}", run.stderr);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_parent_that_is_no_task_and_a_thread_of_another_kind_are_not_shown_as_fact() {
+    let (_turn, t, mut image) = start();
+    let k = &t.kernel;
+    // The shell's parent: a page of zeros.
+    let zeros = direct(k, image.alloc(0x1000, 0x1000));
+    image.poke(t.task_field(t.shell, "real_parent"), &le(zeros));
+    // `sleep 100001` claims to be a thread of kthreadd, whose task it names
+    // as its group leader.
+    let kthreadd = t.task(2);
+    let tgid_at = t.task_field(t.sleep, "tgid");
+    let mut tgid = image.peek(tgid_at, 4);
+    tgid.copy_from_slice(&2u32.to_le_bytes());
+    image.poke(tgid_at, &tgid);
+    image.poke(t.task_field(t.sleep, "group_leader"), &le(kthreadd));
+
+    let run = leechio(&image.device(), &["ps", "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    let listed = json_lines(&run);
+    let line = |pid: u32| {
+        listed
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .unwrap_or_else(|| panic!("pid {pid} not listed: {}", run.stdout))
+    };
+    assert_eq!(line(t.shell)["ppid"], Value::Null);
+    assert_eq!(line(t.sleep)["tgid"], 2);
+    assert_eq!(
+        line(t.sleep)["args"],
+        serde_json::json!(["sleep", "100001"])
+    );
+    assert_eq!(line(2)["threads"], serde_json::json!([]));
+    // Every other process as in the clean image.
+    assert_eq!(listed.len(), t.list.processes.len());
+    let expected = [
+        format!(
+            "leechio: parent of pid {} at {zeros:#x}: its real_parent is not a task of the pid table: ppid unknown",
+            t.shell
+        ),
+        format!(
+            "leechio: task of pid {} at {:#x}: its tgid says a thread of process 2, but it is a user task and that process a kernel thread: listed as a process of its own",
+            t.sleep,
+            t.task(t.sleep)
+        ),
+    ];
+    for line in expected {
+        assert!(run.stderr.contains(&line), "{line}\n{}", run.stderr);
+    }
+    // The table shows the parent it does not know as such.
+    let run = leechio(&image.device(), &["ps"]);
+    let shell = run
+        .stdout
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&t.shell.to_string()))
+        .unwrap();
+    assert_eq!(shell.split_whitespace().nth(1), Some("?"), "{shell}");
+}
+
+/// The owners of the notes in the ELF file at `path`.
+fn note_owners(path: &Path) -> Vec<String> {
+    notes(&std::fs::read(path).unwrap())
+        .into_iter()
+        .map(|(owner, ..)| owner)
+        .collect()
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_vmcoreinfo_that_contradicts_the_kernel_found_is_left_out_of_a_dump() {
+    let (_turn, t, image) = start();
+    let k = &t.kernel;
+    let dir = tempfile::tempdir().unwrap();
+    let dump = |image: &Crafted, name: &str| {
+        let out = dir.path().join(name);
+        let run = leechio(
+            &image.device(),
+            &["dump", "--range", "0-0x100000", "-o", out.to_str().unwrap()],
+        );
+        (run, note_owners(&out))
+    };
+    // The clean image's dump carries the kernel's own note.
+    let (run, owners) = dump(&image, "clean.elf");
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(owners, ["VMCOREINFO"]);
+    // KERNELOFFSET's last digit changed: an offset that puts the
+    // link-time _text off any 2 MiB boundary.
+    let data = image.peek_u64(physical(k, k.symbol("vmcoreinfo_data").unwrap()));
+    let text_at = physical(k, data);
+    let text = image.peek(text_at, 4096);
+    let key = b"\nKERNELOFFSET=";
+    let line = text.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    let end = line + text[line..].iter().position(|&b| b == b'\n').unwrap();
+    let digit = if text[end - 1] == b'9' { b'8' } else { b'9' };
+    image.poke(text_at + end as u64 - 1, &[digit]);
+    let mut value = text[line..end].to_vec();
+    *value.last_mut().unwrap() = digit;
+    let value = String::from_utf8(value).unwrap();
+    let (run, owners) = dump(&image, "crafted.elf");
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(owners, Vec::<String>::new());
+    let says = format!(
+        "leechio: no VMCOREINFO note in the dump (crash and drgn need it): VMCOREINFO at {data:#x} contradicts the kernel found: it says KERNELOFFSET={value}, which puts the link-time _text at"
+    );
+    assert!(run.stderr.contains(&says), "{says}\n{}", run.stderr);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn maple_nodes_that_all_name_one_vma_read_it_once() {
+    let (_turn, t, mut image) = start();
+    let k = &t.kernel;
+    // 69,905 nodes (18 MB) whose 1 Mi leaf slots all name the process's
+    // first VMA; the first slot covers it.
+    let first = &t.vmas(t.sleep)[0];
+    let step = (u64::MAX - first.end) >> 20;
+    let root = MapleNodes::of(k).build(k, &mut image, 1 << 20, |i| {
+        (first.address, first.end - 1 + i * step)
+    });
+    image.poke(t.maple_root(t.sleep), &le(root));
+    let run = leechio(&image.device(), &["maps", &t.sleep.to_string()]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    let clean = leechio(&t.clean.device(), &["maps", &t.sleep.to_string()]);
+    assert_eq!(
+        run.stdout.lines().collect::<Vec<_>>(),
+        clean.stdout.lines().take(1).collect::<Vec<_>>()
+    );
+    for says in [
+        format!(
+            "named by {MAX_MAP_COUNT} more slot(s) of the maple tree than its own"
+        ),
+        format!(
+            "more VMAs than the target's vm.max_map_count ({MAX_MAP_COUNT}) allows: the first {} read",
+            MAX_MAP_COUNT + 1
+        ),
+    ] {
+        assert!(run.stderr.contains(&says), "{says}\n{}", run.stderr);
+    }
+}
+
+/// `NT_FILE`: the note of the files a core's process maps.
+const NT_FILE: u32 = 0x4649_4c45;
+/// `vm_flags` bits.
+const VM_READ: u64 = 0x1;
+const VM_WRITE: u64 = 0x2;
+const VM_EXEC: u64 = 0x4;
+const VM_MAYREAD: u64 = 0x10;
+const VM_MAYWRITE: u64 = 0x20;
+const VM_MAYEXEC: u64 = 0x40;
+
+/// Anonymous VMAs of process `pid` made in free RAM, a page each from
+/// 4 GiB up with a page between them, with `file(i)` mapped in each
+/// (0 for none): their addresses and ranges.
+fn made_vmas(
+    t: &Target,
+    image: &mut Crafted,
+    pid: u32,
+    count: u64,
+    flags: u64,
+    file: impl Fn(u64) -> u64,
+) -> Vec<(u64, u64, u64)> {
+    let k = &t.kernel;
+    let size = k
+        .btf()
+        .size_of("vm_area_struct")
+        .unwrap()
+        .next_multiple_of(8);
+    let at = |m| offset(k, "vm_area_struct", m) as usize;
+    let mm = t.list.get(pid).unwrap().mm.unwrap();
+    let base = image.alloc(count * size, 64);
+    let mut made = Vec::new();
+    for i in 0..count {
+        let mut vma = vec![0u8; size as usize];
+        let start = (1 << 32) + i * 0x2000;
+        for (member, value) in [
+            ("vm_start", start),
+            ("vm_end", start + 0x1000),
+            ("vm_mm", mm),
+            ("vm_flags", flags),
+            ("vm_pgoff", start >> 12),
+            ("vm_file", file(i)),
+        ] {
+            vma[at(member)..][..8].copy_from_slice(&le(value));
+        }
+        image.poke(base + i * size, &vma);
+        made.push((direct(k, base + i * size), start, start + 0x1000));
+    }
+    made
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_process_with_more_vmas_than_the_kernel_allows_is_cut_there() {
+    let (_turn, t, mut image) = start();
+    let k = &t.kernel;
+    // 300,000 VMAs (46 MB), a maple tree over them.
+    let flags = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE;
+    let made = made_vmas(t, &mut image, t.sleep, 300_000, flags, |_| 0);
+    let root = MapleNodes::of(k).build(k, &mut image, made.len() as u64, |i| {
+        let (at, _, end) = made[i as usize];
+        (at, end - 1)
+    });
+    image.poke(t.maple_root(t.sleep), &le(root));
+    let run = leechio(&image.device(), &["maps", &t.sleep.to_string()]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    // The first vm.max_map_count + 1 by address, as /proc would show
+    // them, and why no more.
+    let expected: Vec<String> = made[..MAX_MAP_COUNT + 1]
+        .iter()
+        .map(|&(_, start, end)| format!("{start:08x}-{end:08x} rw-p 00000000 00:00 0 "))
+        .collect();
+    assert!(run.stdout.lines().eq(expected.iter().map(String::as_str)));
+    let says = format!(
+        "more VMAs than the target's vm.max_map_count ({MAX_MAP_COUNT}) allows: the first {} read",
+        MAX_MAP_COUNT + 1
+    );
+    assert!(run.stderr.contains(&says), "{says}\n{}", run.stderr);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_maple_node_layout_with_no_pivots_is_an_error() {
+    let (_turn, t, image) = start();
+    let k = &t.kernel;
+    // BTF whose maple_range_64 has its pivots where its slots are: no
+    // room for one before them.
+    let slots = offset(k, "maple_range_64", "slot");
+    move_btf_member(k, &image, "maple_range_64", "pivot", slots);
+    let run = leechio(&image.device(), &["maps", &t.sleep.to_string()]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_eq!(run.stdout, "");
+    let says = format!("BTF gives maple_range_64 15 pivots at {slots} and 16 slots at {slots}");
+    assert!(run.stderr.contains(&says), "{says}\n{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+}
+
+/// The paths of the NT_FILE note of the ELF core at `path`: after the
+/// count, the page size and three words per file.
+fn mapped_files(path: &Path) -> Vec<String> {
+    let notes = notes(&std::fs::read(path).unwrap());
+    let (.., desc) = notes
+        .iter()
+        .find(|(owner, kind, _)| owner == "CORE" && *kind == NT_FILE)
+        .expect("an NT_FILE note");
+    let files = u64::from_le_bytes(desc[..8].try_into().unwrap()) as usize;
+    desc[16 + files * 24..]
+        .split(|&b| b == 0)
+        .take(files)
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect()
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn files_under_one_path_thousands_of_levels_deep_are_cut_at_path_max() {
+    let (_turn, t, mut image) = start();
+    let k = &t.kernel;
+    // A chain of 2,047 dentries of 255-byte names, from the top (its own
+    // parent) down.
+    let dentry_size = k.btf().size_of("dentry").unwrap();
+    let d_name = offset(k, "dentry", "d_name");
+    let name_of = |level: u64| format!("{level:04}{}", "n".repeat(251));
+    let mut parent = 0;
+    for level in 0..2047 {
+        let at = image.alloc(dentry_size, 64);
+        let name = image.alloc(256, 8);
+        image.poke(name, name_of(level).as_bytes());
+        let va = direct(k, at);
+        for (field, value) in [
+            (
+                offset(k, "dentry", "d_parent"),
+                if level == 0 { va } else { parent },
+            ),
+            (d_name + offset(k, "qstr", "name"), direct(k, name)),
+            (
+                offset(k, "dentry", "d_hash") + offset(k, "hlist_bl_node", "pprev"),
+                va,
+            ),
+        ] {
+            image.poke(at + field, &le(value));
+        }
+        image.poke(
+            d_name + offset(k, "qstr", "len") + at,
+            &255u32.to_le_bytes(),
+        );
+        parent = va;
+    }
+    // 3,000 files there, copies of the process's first file, each mapped
+    // by a VMA of its own beside the process's own.
+    let real = t.vmas(t.sleep);
+    let file = real
+        .iter()
+        .find(|v| v.file_address != 0)
+        .unwrap()
+        .file_address;
+    let file_size = k.btf().size_of("file").unwrap();
+    let original = image.peek(physical(k, file), file_size as usize);
+    let dentry_at = offset(k, "file", "f_path") + offset(k, "path", "dentry");
+    let mut files = Vec::new();
+    for _ in 0..3000 {
+        let mut copy = original.clone();
+        copy[dentry_at as usize..][..8].copy_from_slice(&le(parent));
+        let at = image.alloc(file_size, 64);
+        image.poke(at, &copy);
+        files.push(direct(k, at));
+    }
+    let flags = VM_READ | VM_EXEC | VM_MAYREAD | VM_MAYEXEC;
+    let made = made_vmas(t, &mut image, t.sleep, 3000, flags, |i| files[i as usize]);
+    let mut all: Vec<(u64, u64, u64)> = real
+        .iter()
+        .map(|v| (v.address, v.start, v.end))
+        .chain(made)
+        .collect();
+    all.sort_by_key(|&(_, start, _)| start);
+    let root = MapleNodes::of(k).build(k, &mut image, all.len() as u64, |i| {
+        let (at, _, end) = all[i as usize];
+        (at, end - 1)
+    });
+    image.poke(t.maple_root(t.sleep), &le(root));
+
+    // What fits in PATH_MAX after the mark: the 15 names nearest the file.
+    let cut: String = std::iter::once("(cut)".to_string())
+        .chain((2032..2047).map(|level| format!("/{}", name_of(level))))
+        .collect();
+    let run = leechio(&image.device(), &["maps", &t.sleep.to_string()]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    let with_cut = run
+        .stdout
+        .lines()
+        .filter(|l| l.ends_with(&format!(" {cut}")))
+        .count();
+    assert_eq!(with_cut, 3000);
+    assert_eq!(run.stdout.lines().count(), 3000 + real.len());
+    assert_eq!(
+        run.stderr
+            .matches("is longer than PATH_MAX (4096 bytes)")
+            .count(),
+        3000
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sleep.core");
+    let pid = t.sleep.to_string();
+    let run = leechio(
+        &image.device(),
+        &["dump", "--pid", &pid, "-o", out.to_str().unwrap()],
+    );
+    let paths = mapped_files(&out);
+    assert_eq!(
+        paths.iter().filter(|p| **p == cut).count(),
+        3000,
+        "{}",
+        run.stderr
+    );
+}
+
+/// Text with no character that moves, erases or reorders what a terminal
+/// shows (newlines between lines apart).
+fn assert_terminal_safe(text: &str, what: &str) {
+    let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    let bad: Vec<char> = text
+        .chars()
+        .filter(|&c| (c.is_control() && c != '\n') || bidi(c))
+        .collect();
+    assert!(bad.is_empty(), "{what}: {bad:?} in {text}");
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn names_and_paths_from_the_target_are_escaped_for_the_terminal() {
+    let (_turn, t, image) = start();
+    let k = &t.kernel;
+    let comm = |pid: u32, name: &[u8]| {
+        let mut bytes = [0u8; 16];
+        bytes[..name.len()].copy_from_slice(name);
+        image.poke(t.task_field(pid, "comm"), &bytes);
+    };
+    // A line moved up and erased, then a forged one.
+    comm(t.sleep, b"\x1b[1A\x1b[2K\n31337");
+    // C1's CSI, a right-to-left override, a carriage return, bytes that
+    // are not UTF-8, a bell.
+    comm(t.pattern, b"\xc2\x9b2J\xe2\x80\xae\r\xff\x07");
+    // A terminal title set, on a kernel thread.
+    comm(2, b"k\x1b]0;pwn\x07");
+    // The name of the file the sleeping process maps first: NEL, an
+    // isolate, a colour, a line feed.
+    let real = t.vmas(t.sleep);
+    let file = real.iter().find(|v| v.file_address != 0).unwrap();
+    let dentry = image.peek_u64(physical(
+        k,
+        file.file_address + offset(k, "file", "f_path") + offset(k, "path", "dentry"),
+    ));
+    let d_name = offset(k, "dentry", "d_name");
+    let inline = physical(k, dentry + offset(k, "dentry", "d_iname"));
+    let name = b"bb\xc2\x85\xe2\x81\xa7\x1b[31m\nx";
+    image.poke(inline, &[name.as_slice(), &[0]].concat());
+    image.poke(
+        physical(k, dentry + d_name + offset(k, "qstr", "len")),
+        &(name.len() as u32).to_le_bytes(),
+    );
+    image.poke(
+        physical(k, dentry + d_name + offset(k, "qstr", "name")),
+        &le(dentry + offset(k, "dentry", "d_iname")),
+    );
+
+    let ps = leechio(&image.device(), &["ps"]);
+    assert!(ps.status.success(), "{}", ps.stderr);
+    assert_terminal_safe(&ps.stdout, "ps");
+    for shown in [
+        "\\u{1b}[1A\\u{1b}[2K\\n31337",
+        "\\u{9b}2J\\u{202e}\\r\u{fffd}\\u{7}",
+        "[k\\u{1b}]0;pwn\\u{7}]",
+    ] {
+        assert!(ps.stdout.contains(shown), "{shown}\n{}", ps.stdout);
+    }
+    let maps = leechio(&image.device(), &["maps", &t.sleep.to_string()]);
+    assert!(maps.status.success(), "{}", maps.stderr);
+    assert_terminal_safe(&maps.stdout, "maps");
+    let path = "bb\\u{85}\\u{2067}\\u{1b}[31m\\nx";
+    assert!(maps.stdout.contains(path), "{path}\n{}", maps.stdout);
+    // An error that names the process.
+    let error = leechio(&image.device(), &["maps", "2"]);
+    assert_eq!(error.status.code(), Some(1));
+    assert_terminal_safe(&error.stderr, "maps 2");
+    assert_eq!(
+        error.stderr,
+        "leechio: pid 2 (k\\u{1b}]0;pwn\\u{7}) is a kernel thread: it has no memory maps\n"
+    );
+    // Address spaces named by their processes.
+    let spaces = leechio(&image.device(), &["spaces"]);
+    assert!(spaces.status.success(), "{}", spaces.stderr);
+    assert_terminal_safe(&spaces.stdout, "spaces");
+    assert!(
+        spaces
+            .stdout
+            .contains(&format!("{} \\u{{1b}}[1A\\u{{1b}}[2K\\n31337", t.sleep)),
+        "{}",
+        spaces.stdout
+    );
+}
