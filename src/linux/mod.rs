@@ -272,6 +272,20 @@ impl Kernel {
     }
 }
 
+/// Asks `btf` every question the walks ask (the kernel's check, the
+/// process list, memory maps): the answers a warm start must have. The
+/// first error of each walk, if any.
+fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
+    [
+        TaskLayout::from_btf(btf).map(drop),
+        processes::ask_layout(btf),
+        maps::MapsLayout::from_btf(btf).map(drop),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect()
+}
+
 /// The banner at the start of `bytes`: "Linux version ", printable text,
 /// a newline and its NUL.
 fn banner_at(bytes: &[u8]) -> Option<String> {

@@ -109,7 +109,7 @@ fn btf(maple: bool) -> Btf {
                     ("meta", 240, 0),
                 ],
             )
-            .structure("maple_metadata", 2, &[("end", 0)])
+            .structure("maple_metadata", 8, &[("end", 0)])
             .enumeration(
                 "maple_type",
                 &[
@@ -119,7 +119,7 @@ fn btf(maple: bool) -> Btf {
                     ("maple_arange_64", 3),
                 ],
             )
-            .structure("anon_vma_name", 8, &[("name", ANON_VMA_NAME)]);
+            .structure("anon_vma_name", 16, &[("name", ANON_VMA_NAME)]);
     } else {
         mm.extend([("mmap", MM_MMAP), ("mm_rb", MM_RB)]);
         vma.extend([("vm_next", VM_NEXT), ("vm_rb", VM_RB)]);
