@@ -206,6 +206,21 @@ fn a_warm_ps_takes_twelve_calls_and_reads_no_btf() {
     assert!(device.take().len() > WARM_CALLS);
     assert_eq!(checked.btf().size_of("task_struct"), Ok(size));
 
+    // An entry naming a BTF of 256 MiB: not read (no call reads more
+    // than a kernel's BTF can be); the kernel is searched for.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let len = format!("\"{btf_len:#x}\"");
+    assert!(text.contains(&len), "{text}");
+    std::fs::write(&file, text.replace(&len, "\"0x10000000\"")).unwrap();
+    drop(device.take());
+    assert_eq!(Kernel::find(&mem, &hints).unwrap().source(), Source::Search);
+    let largest = device
+        .take()
+        .iter()
+        .map(|c| c.iter().map(|r| r.1).sum::<usize>())
+        .max();
+    assert!(largest < Some(64 << 20), "{largest:?}");
+
     // Another build under the same banner (its build ID changed): not
     // the kernel the cache knows; searched again.
     let (note_va, note) = {

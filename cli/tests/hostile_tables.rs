@@ -4,76 +4,16 @@
 //! `dump --dtb` must finish within seconds, within a memory cap, with a
 //! result or a one-line error, as the README states.
 
-use std::io::Read;
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+
+use common::bounded::{assert_clean, run_bounded, DEADLINE};
 
 const MIB: u64 = 1 << 20;
 /// Present, writable.
 const PRESENT_RW: u64 = 0x3;
-
-/// What a bounded run of `leechio` did.
-struct Run {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    /// Peak resident memory, KiB.
-    max_rss_kib: i64,
-}
-
-/// Runs `leechio ARGS`, killing it and failing the test when it has not
-/// ended within `deadline`; reports its peak memory.
-// The child is reaped with wait4, which std's `wait` does not offer, for
-// its peak memory.
-#[allow(clippy::zombie_processes)]
-fn run_bounded(args: &[&str], deadline: Duration) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leechio"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run leechio");
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let pid = child.id() as libc::pid_t;
-    let start = Instant::now();
-    let (status, usage) = loop {
-        let mut status = 0;
-        // SAFETY: plain out-parameters for wait4.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `pid` is our child, not yet reaped; valid pointers.
-        let done = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        if done == pid {
-            break (status, usage);
-        }
-        assert_eq!(done, 0, "wait4: {}", std::io::Error::last_os_error());
-        if start.elapsed() > deadline {
-            let _ = child.kill();
-            panic!("leechio {args:?} still ran after {deadline:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    use std::os::unix::process::ExitStatusExt;
-    eprintln!(
-        "leechio {args:?}: {:.1} s, peak {} MiB",
-        start.elapsed().as_secs_f64(),
-        usage.ru_maxrss >> 10
-    );
-    Run {
-        status: ExitStatus::from_raw(status),
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-        max_rss_kib: usage.ru_maxrss,
-    }
-}
 
 /// A raw image of `size` bytes of a filler pattern, with `tables`
 /// (address, 512 entries) written in.
@@ -104,36 +44,12 @@ impl Image {
     }
 }
 
-/// Time and memory every run here must stay within (a debug build on a
-/// loaded 2-core machine; the README's figures are a release build's).
-const DEADLINE: Duration = Duration::from_secs(30);
-const MEMORY_CAP_KIB: i64 = 256 << 10;
-
-/// A clean end: success, or a failure with a one-line message; no abort,
-/// no panic, within the memory cap.
-fn assert_clean(run: &Run, what: &str) {
-    assert!(
-        run.status.code().is_some(),
-        "{what}: killed by a signal ({:?}): {}",
-        run.status,
-        run.stderr
-    );
-    assert!(
-        !run.stderr.contains("panicked")
-            && !run.stderr.contains("internal error")
-            && !run.stderr.contains("memory allocation"),
-        "{what}: {}",
-        run.stderr
-    );
-    assert!(
-        run.max_rss_kib < MEMORY_CAP_KIB,
-        "{what}: peak memory {} MiB",
-        run.max_rss_kib >> 10
-    );
-}
-
 fn spaces(image: &Image) -> Vec<serde_json::Value> {
-    let run = run_bounded(&["-d", &image.device(), "spaces", "--json"], DEADLINE);
+    let run = run_bounded(
+        env!("CARGO_BIN_EXE_leechio"),
+        &["-d", &image.device(), "spaces", "--json"],
+        DEADLINE,
+    );
     assert_clean(&run, "spaces");
     assert!(run.status.success(), "{}", run.stderr);
     run.stdout
@@ -171,6 +87,7 @@ fn a_table_pointing_at_itself_everywhere_is_walked_once() {
     let out = dir.path().join("space.elf");
     let dtb = format!("{p:#x}");
     let run = run_bounded(
+        env!("CARGO_BIN_EXE_leechio"),
         &[
             "-d",
             &image.device(),
@@ -199,6 +116,7 @@ fn a_table_pointing_at_itself_everywhere_is_walked_once() {
     );
     // A translation is four reads, whatever the tables.
     let run = run_bounded(
+        env!("CARGO_BIN_EXE_leechio"),
         &[
             "-d",
             &image.device(),
@@ -264,6 +182,7 @@ fn memory_where_every_page_looks_like_a_table_stays_cheap() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("space.elf");
     let run = run_bounded(
+        env!("CARGO_BIN_EXE_leechio"),
         &[
             "-d",
             &image.device(),
@@ -284,7 +203,11 @@ fn memory_where_every_page_looks_like_a_table_stays_cheap() {
     // Every page of the first MiB looks like a kernel's top table: the
     // search for a Linux kernel checks each, a few at a time, and finds
     // none.
-    let run = run_bounded(&["-d", &image.device(), "ps", "--no-cache"], DEADLINE);
+    let run = run_bounded(
+        env!("CARGO_BIN_EXE_leechio"),
+        &["-d", &image.device(), "ps", "--no-cache"],
+        DEADLINE,
+    );
     assert_clean(&run, "ps");
     assert_eq!(run.status.code(), Some(1));
     assert!(
