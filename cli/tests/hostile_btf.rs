@@ -173,12 +173,14 @@ fn hostile(real: &Blob) -> Vec<(&'static str, Blob, &'static [&'static str], &'s
         &["ps"][..],
         "contains itself",
     ));
-    // mm_struct's fields are all inside its first, anonymous, member:
-    // put it 512 MiB in (less the 8 bytes that keep the bit offset in 32
-    // bits).
+    // mm_struct's fields are inside its first, anonymous, member: put
+    // `arg_end` 512 MiB in (less the 8 bytes that keep the bit offset in
+    // 32 bits), so that the fields a walk reads span half a GiB.
     let mut b = real.clone();
     let mm = b.id_of("mm_struct");
-    let at = b.member(mm, 0) + 8;
+    let fields = u32_at(&b.types, b.member(mm, 0) + 4);
+    let arg_end = b.find_member(fields, |n| n == b"arg_end");
+    let at = b.member(fields, arg_end) + 8;
     put(&mut b.types, at, ((512u32 << 20) - 8) << 3);
     out.push(("a member 512 MiB in", b, &["ps"][..], "past its"));
     let mut b = real.clone();
