@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-pub use btf::{Btf, BtfError, Header as BtfHeader};
+pub use btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX_BTF};
 pub use cache::CacheLocation;
 pub use image::{Segment, KERNEL_MAP};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
@@ -319,9 +319,10 @@ impl Kernel {
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
-/// process list, memory maps): the answers a warm start must have. The
-/// first error of each walk, if any.
-fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
+/// process list, memory maps): the answers a warm start must have, and
+/// what the fuzz target asks of random BTF. The first error of each walk,
+/// if any.
+pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
     [
         TaskLayout::from_btf(btf).map(drop),
         processes::ask_layout(btf),
@@ -918,6 +919,19 @@ async fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The test guest's BTF cut down to what the walks ask about
+    /// (`scripts/btf-seed.py`; the fuzz target's seed).
+    const GUEST_BTF: &[u8] = include_bytes!("../../fuzz/seeds/btf/debian12-6.1-walks.btf");
+
+    #[test]
+    fn a_real_kernels_types_pass_the_checks_and_answer_every_walk() {
+        let btf = Btf::parse(GUEST_BTF).unwrap();
+        assert_eq!(ask_walk_questions(&btf), vec![]);
+        // What the guest's kernel checks init_task by.
+        assert_eq!(btf.member_size("task_struct", "comm"), Ok(16));
+        assert_eq!(btf.enum_value("PIDTYPE_PID"), Some(0));
+    }
 
     #[test]
     fn banners_need_their_newline_and_nul() {
