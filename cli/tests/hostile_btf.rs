@@ -110,6 +110,11 @@ impl Blob {
             .unwrap()
     }
 
+    /// The id the next record gets.
+    fn next_id(&self) -> u32 {
+        self.starts.len() as u32 + 1
+    }
+
     /// Appends a record: its id.
     fn push(&mut self, words: &[u32]) -> u32 {
         self.starts.push(self.types.len());
@@ -133,79 +138,98 @@ impl Blob {
     }
 }
 
-/// Every hostile change, by name, to the real BTF; and the command it is
-/// given to (`ps`, or `maps 1` where only memory maps read the struct).
-fn hostile(real: &Blob) -> Vec<(&'static str, Blob, &'static [&'static str], &'static str)> {
-    let mut out = Vec::new();
+/// A hostile change to the real BTF: what it is, the BTF, the command it
+/// is given to, and what the error must name.
+type Case = (&'static str, Blob, &'static [&'static str], &'static str);
+
+/// Every hostile change: given to `ps`, or to `maps 1` where only memory
+/// maps read the struct changed.
+fn hostile(real: &Blob) -> Vec<Case> {
+    const PS: &[&str] = &["ps"];
+    const ITSELF: &str = "contains itself";
     let (task, anon) = real.task_anonymous();
-    let mut b = real.clone();
-    let own = b.starts.len() as u32 + 1;
-    b.push(&[0, KIND_TYPEDEF << 24, own]);
-    b.retype(task, anon, own);
-    out.push(("a typedef naming itself", b, &["ps"][..], "contains itself"));
-    let mut b = real.clone();
-    let a = b.starts.len() as u32 + 1;
-    b.push(&[0, KIND_TYPEDEF << 24, a + 1]);
-    b.push(&[0, KIND_TYPEDEF << 24, a]);
-    b.retype(task, anon, a);
-    out.push((
-        "two typedefs naming each other",
-        b,
-        &["ps"][..],
-        "contains itself",
-    ));
-    let mut b = real.clone();
-    b.retype(task, anon, task);
-    out.push((
-        "a struct whose anonymous member is itself",
-        b,
-        &["ps"][..],
-        "contains itself",
-    ));
-    let mut b = real.clone();
-    let comm = b.find_member(task, |n| n == b"comm");
-    let own = b.starts.len() as u32 + 1;
-    b.push(&[0, KIND_ARRAY << 24, 0, own, own, 16]);
-    b.retype(task, comm, own);
-    out.push((
-        "an array whose element is itself",
-        b,
-        &["ps"][..],
-        "contains itself",
-    ));
-    // mm_struct's fields are inside its first, anonymous, member: put
-    // `arg_end` 512 MiB in (less the 8 bytes that keep the bit offset in
-    // 32 bits), so that the fields a walk reads span half a GiB.
-    let mut b = real.clone();
-    let mm = b.id_of("mm_struct");
-    let fields = u32_at(&b.types, b.member(mm, 0) + 4);
-    let arg_end = b.find_member(fields, |n| n == b"arg_end");
-    let at = b.member(fields, arg_end) + 8;
-    put(&mut b.types, at, ((512u32 << 20) - 8) << 3);
-    out.push(("a member 512 MiB in", b, &["ps"][..], "past its"));
-    let mut b = real.clone();
-    let vma = b.id_of("vm_area_struct");
-    let at = b.starts[vma as usize - 1] + 8;
-    put(&mut b.types, at, 0xffff_fff0);
-    out.push((
-        "a struct of 4 GiB",
-        b,
-        &["maps", "1"][..],
-        "claims 4294967280 bytes",
-    ));
-    let mut b = real.clone();
-    let last = b.strings.len() - 1;
-    b.strings[1..last]
-        .iter_mut()
-        .filter(|c| **c == 0)
-        .for_each(|c| *c = b'x');
-    out.push((
-        "strings with their NULs removed",
-        b,
-        &["ps"][..],
-        "is not ended within 512 bytes",
-    ));
-    out
+    let changed = |change: &dyn Fn(&mut Blob)| {
+        let mut b = real.clone();
+        change(&mut b);
+        b
+    };
+    let typedef = |b: &mut Blob, to: u32| b.push(&[0, KIND_TYPEDEF << 24, to]);
+    vec![
+        (
+            "a typedef naming itself",
+            changed(&|b| {
+                let own = b.next_id();
+                typedef(b, own);
+                b.retype(task, anon, own);
+            }),
+            PS,
+            ITSELF,
+        ),
+        (
+            "two typedefs naming each other",
+            changed(&|b| {
+                let first = b.next_id();
+                typedef(b, first + 1);
+                typedef(b, first);
+                b.retype(task, anon, first);
+            }),
+            PS,
+            ITSELF,
+        ),
+        (
+            "a struct whose anonymous member is itself",
+            changed(&|b| b.retype(task, anon, task)),
+            PS,
+            ITSELF,
+        ),
+        (
+            "an array whose element is itself",
+            changed(&|b| {
+                let comm = b.find_member(task, |n| n == b"comm");
+                let own = b.next_id();
+                b.push(&[0, KIND_ARRAY << 24, 0, own, own, 16]);
+                b.retype(task, comm, own);
+            }),
+            PS,
+            ITSELF,
+        ),
+        // mm_struct's fields are inside its first, anonymous, member: put
+        // `arg_end` 512 MiB in (less the 8 bytes that keep the bit offset
+        // in 32 bits), so that the fields a walk reads span half a GiB.
+        (
+            "a member 512 MiB in",
+            changed(&|b| {
+                let mm = b.id_of("mm_struct");
+                let fields = u32_at(&b.types, b.member(mm, 0) + 4);
+                let arg_end = b.find_member(fields, |n| n == b"arg_end");
+                let at = b.member(fields, arg_end) + 8;
+                put(&mut b.types, at, ((512u32 << 20) - 8) << 3);
+            }),
+            PS,
+            "past its",
+        ),
+        (
+            "a struct of 4 GiB",
+            changed(&|b| {
+                let at = b.starts[b.id_of("vm_area_struct") as usize - 1] + 8;
+                put(&mut b.types, at, 0xffff_fff0);
+            }),
+            &["maps", "1"],
+            "claims 4294967280 bytes",
+        ),
+        (
+            "strings with their NULs removed",
+            changed(&|b| {
+                let last = b.strings.len() - 1;
+                b.strings[1..last]
+                    .iter_mut()
+                    .filter(|c| **c == 0)
+                    .for_each(|c| *c = b'x');
+            }),
+            PS,
+            "is not ended within 512 bytes",
+        ),
+    ]
 }
 
 /// The image's kernel: its BTF's physical address and bytes.
