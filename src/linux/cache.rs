@@ -335,6 +335,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)]
     fn entries_round_trip_newest_first_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
         let file = CacheLocation::Folder(dir.path().join("sub"))
@@ -359,6 +360,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)]
     fn a_damaged_file_is_no_entries() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(FILE_NAME);
