@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../fuzz"
 export PATH="$HOME/.cargo/bin:$PATH"
 
 seconds=${1:-60}
-targets=(memory_map plugin_args page_walk engine_ops)
+targets=(memory_map plugin_args page_walk engine_ops btf)
 
 say() { printf '[fuzz] %s\n' "$*"; }
 

@@ -1,12 +1,20 @@
 //! BTF made up for tests: structs whose members lie where a test says, so
 //! that walks are shown to take every offset from BTF (the layouts made
-//! here are not any kernel's).
+//! here are not any kernel's); and BTF no compiler would make (types that
+//! contain themselves, sizes past any kernel's), for the checks.
 
 /// `BTF_KIND_*`.
-const KIND_INT: u32 = 1;
-const KIND_ARRAY: u32 = 3;
-const KIND_STRUCT: u32 = 4;
-const KIND_ENUM: u32 = 6;
+pub const KIND_INT: u32 = 1;
+pub const KIND_PTR: u32 = 2;
+pub const KIND_ARRAY: u32 = 3;
+pub const KIND_STRUCT: u32 = 4;
+pub const KIND_UNION: u32 = 5;
+pub const KIND_ENUM: u32 = 6;
+pub const KIND_TYPEDEF: u32 = 8;
+pub const KIND_VOLATILE: u32 = 9;
+pub const KIND_CONST: u32 = 10;
+pub const KIND_RESTRICT: u32 = 11;
+pub const KIND_TYPE_TAG: u32 = 18;
 
 /// Builds a BTF blob type by type.
 pub(crate) struct BtfBuilder {
@@ -30,14 +38,29 @@ impl BtfBuilder {
         b
     }
 
-    fn string(&mut self, s: &str) -> u32 {
+    /// Type 1, `long`.
+    pub fn long(&self) -> u32 {
+        self.long
+    }
+
+    /// The id the next type gets (for types that name themselves).
+    pub fn next_id(&self) -> u32 {
+        self.count + 1
+    }
+
+    /// `s` in the string section; "" is offset 0 (no name).
+    pub fn string(&mut self, s: &str) -> u32 {
+        if s.is_empty() {
+            return 0;
+        }
         let at = self.strings.len() as u32;
         self.strings.extend(s.as_bytes());
         self.strings.push(0);
         at
     }
 
-    fn push(&mut self, words: &[u32]) -> u32 {
+    /// A record of raw words: its id.
+    pub fn push(&mut self, words: &[u32]) -> u32 {
         words
             .iter()
             .for_each(|w| self.types.extend(w.to_le_bytes()));
@@ -47,7 +70,37 @@ impl BtfBuilder {
 
     /// An array of `n` longs.
     pub fn array(&mut self, n: u32) -> u32 {
-        self.push(&[0, KIND_ARRAY << 24, 0, self.long, self.long, n])
+        self.array_of(self.long, n)
+    }
+
+    /// An array of `n` of type `element`.
+    pub fn array_of(&mut self, element: u32, n: u32) -> u32 {
+        self.push(&[0, KIND_ARRAY << 24, 0, element, self.long, n])
+    }
+
+    /// A type of `kind` naming `target` (a typedef, modifier, type tag or
+    /// pointer), named `name` ("" for none).
+    pub fn alias(&mut self, kind: u32, name: &str, target: u32) -> u32 {
+        let name = self.string(name);
+        self.push(&[name, kind << 24, target])
+    }
+
+    /// A struct or union (`kind`) of `size` bytes with members (name, "" for
+    /// an anonymous one; type; byte offset): its id.
+    pub fn composite(
+        &mut self,
+        kind: u32,
+        name: &str,
+        size: u32,
+        members: &[(&str, u32, u64)],
+    ) -> u32 {
+        let name = self.string(name);
+        let mut words = vec![name, (kind << 24) | members.len() as u32, size];
+        for &(member, ty, at) in members {
+            let member = self.string(member);
+            words.extend([member, ty, (at * 8) as u32]);
+        }
+        self.push(&words)
     }
 
     /// `struct name` of `size` bytes whose members (each a long unless an
@@ -91,6 +144,11 @@ impl BtfBuilder {
         }
         self.push(&words);
         self
+    }
+
+    /// The string section's bytes, to damage.
+    pub fn strings_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.strings
     }
 
     /// The blob: header, types, strings.

@@ -368,7 +368,7 @@ pub(crate) mod tests {
                 ("meta", 240, 0),
             ],
         )
-        .structure("maple_metadata", 2, &[("end", 0)])
+        .structure("maple_metadata", 8, &[("end", 0)])
         .enumeration(
             "maple_type",
             &[

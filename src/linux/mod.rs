@@ -15,7 +15,12 @@
 //! 4. `init_task` and the few words it is checked by.
 //!
 //! None of it grows with the target's RAM. A cached kernel (see
-//! [`CacheLocation`]) skips 1 and 3 but the BTF.
+//! [`CacheLocation`]) is checked in one batch instead (`warm`): its
+//! banner, build ID, top table entry, `page_offset_base`, `init_task` and
+//! `init_struct_pid`, each where the entry says; and the walks' questions
+//! to BTF are answered from the entry, so no byte of BTF is read. When the
+//! entry lacks something, it is checked as before: its tables, its BTF
+//! and `init_task` read again.
 
 mod btf;
 #[cfg(test)]
@@ -37,7 +42,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-pub use btf::{Btf, BtfError, Header as BtfHeader};
+pub use btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX_BTF};
 pub use cache::CacheLocation;
 pub use image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
@@ -48,6 +53,7 @@ use crate::vm::{detect_paging, Paging};
 use crate::{AddressSpace, Memory};
 use image::Image;
 use init_task::{InitTask, TaskLayout};
+use kmem::Fields;
 
 /// Symbols looked up in kallsyms, checked, and kept in the cache.
 const SYMBOLS: &[&str] = &[
@@ -58,6 +64,9 @@ const SYMBOLS: &[&str] = &[
     "linux_banner",
     "__start_BTF",
     "__stop_BTF",
+    // The ELF notes, where the build ID is: the cache's key.
+    "__start_notes",
+    "__stop_notes",
     // What names special mappings such as [vdso], and vm.max_map_count,
     // which bounds the VMAs read (see `maps`).
     "special_mapping_name",
@@ -115,6 +124,10 @@ pub enum FindError {
     /// A kernel, but no BTF in its read-only data and no usable file.
     #[error("the kernel holds no BTF ({0}); it was built without CONFIG_DEBUG_INFO_BTF: give its /sys/kernel/btf/vmlinux, copied off the target, as the BTF file")]
     NoBtf(String),
+    /// A kernel whose BTF is there (named by its symbols, or a header
+    /// found) but fails the checks: damaged, or made to hurt.
+    #[error("the kernel's BTF cannot be used ({0}); give its /sys/kernel/btf/vmlinux, copied off the target, as the BTF file")]
+    BadBtf(String),
     /// The BTF given or found does not parse, or lacks a type the walk needs.
     #[error("{0}")]
     Btf(#[from] BtfError),
@@ -162,6 +175,10 @@ pub struct Kernel {
     source: Source,
     /// The offsets memory maps are read by, from BTF on first use.
     maps_layout: OnceLock<Result<maps::MapsLayout, BtfError>>,
+    /// The build-ID note (address, bytes), when the kernel has one.
+    build_id: Option<(u64, Vec<u8>)>,
+    /// `init_task.thread_pid`.
+    init_thread_pid: u64,
 }
 
 impl Kernel {
@@ -177,17 +194,26 @@ impl Kernel {
         if let Some(file) = &file {
             let mut entries = cache::load(file);
             entries.retain(|e| e.searched == SYMBOLS);
-            if let Some(kernel) = from_cache(mem, hints, &entries).await {
+            if let Some((kernel, warm)) = from_cache(mem, hints, &entries).await {
+                // An entry checked the slow way is written again, with
+                // what the next start needs to be warm.
+                if !warm {
+                    kernel.save(file);
+                }
                 return Ok(kernel);
             }
         }
         let kernel = search(mem, hints).await?;
         if let Some(file) = &file {
-            if let Err(e) = cache::save(file, &kernel.cache_entry()) {
-                log::warn!("cannot write the kernel cache {}: {e}", file.display());
-            }
+            kernel.save(file);
         }
         Ok(kernel)
+    }
+
+    fn save(&self, file: &std::path::Path) {
+        if let Err(e) = cache::save(file, &self.cache_entry()) {
+            log::warn!("cannot write the kernel cache {}: {e}", file.display());
+        }
     }
 
     /// The kernel's address space (its own top-level page table).
@@ -297,6 +323,25 @@ impl Kernel {
     }
 
     fn cache_entry(&self) -> cache::Entry {
+        // Every question the walks ask, asked now, so that the answers
+        // are kept.
+        ask_walk_questions(&self.btf);
+        let warm = match (
+            &self.build_id,
+            self.btf_location,
+            self.symbol("page_offset_base"),
+        ) {
+            (Some(build_id), Some(_), Some(_)) => Some(cache::Warm {
+                build_id: build_id.clone(),
+                top_entry: self.image.top_entry,
+                direct_map_base: self.direct_map_base,
+                segments: self.image.segments.clone(),
+                init_thread_pid: self.init_thread_pid,
+                type_count: self.btf.type_count(),
+                answers: self.btf.answers(),
+            }),
+            _ => None,
+        };
         cache::Entry {
             banner: self.banner.clone(),
             dtb: self.dtb(),
@@ -306,8 +351,24 @@ impl Kernel {
             btf: self.btf_location,
             symbols: self.symbols.clone(),
             searched: SYMBOLS.iter().map(|s| s.to_string()).collect(),
+            warm,
         }
     }
+}
+
+/// Asks `btf` every question the walks ask (the kernel's check, the
+/// process list, memory maps): the answers a warm start must have, and
+/// what the fuzz target asks of random BTF. The first error of each walk,
+/// if any.
+pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
+    [
+        TaskLayout::from_btf(btf).map(drop),
+        processes::ask_layout(btf),
+        maps::MapsLayout::from_btf(btf).map(drop),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect()
 }
 
 /// The banner at the start of `bytes`: "Linux version ", printable text,
@@ -437,48 +498,15 @@ async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
         .ok_or_else(|| {
             FindError::NotLinux("no \"Linux version\" banner in the read-only data".into())
         })?;
-    // BTF: between __start_BTF and __stop_BTF, else wherever a header
-    // parses, else the user's file.
-    let named = match (symbols.get("__start_BTF"), symbols.get("__stop_BTF")) {
+    let build_id = match (symbols.get("__start_notes"), symbols.get("__stop_notes")) {
         (Some(&start), Some(&stop)) if stop > start => {
-            in_rodata(start, stop - start).map(|b| (start, b))
+            in_rodata(start, stop - start).and_then(|notes| build_id_note(notes, start))
         }
         _ => None,
     };
-    let mut tried = Vec::new();
-    let mut parsed = None;
-    let candidates = named.into_iter().chain(
-        btf::find_headers(&bytes)
-            .map(|(at, h)| (rodata.va + at as u64, &bytes[at..at + h.total_len()])),
-    );
-    for (va, blob) in candidates.take(4) {
-        match Btf::parse(blob) {
-            Ok(btf) => {
-                let len = btf.len() as u64;
-                parsed = Some((btf, Some((va, len))));
-                break;
-            }
-            Err(e) => tried.push(format!("{va:#x}: {e}")),
-        }
-    }
-    let (btf, btf_location) = match (parsed, &hints.btf_file) {
-        (Some(found), _) => found,
-        (None, Some(file)) => (Btf::from_file(file)?, None),
-        (None, None) if tried.is_empty() => {
-            return Err(FindError::NoBtf(format!(
-                "no BTF header in its {} bytes of read-only data",
-                bytes.len()
-            )))
-        }
-        (None, None) => {
-            return Err(FindError::NoBtf(format!(
-                "BTF that does not parse at {}",
-                tried.join("; ")
-            )))
-        }
-    };
+    let (btf, btf_location) = rodata_btf(&bytes, rodata.va, &symbols, hints)?;
     drop(bytes);
-    finish(
+    let mut kernel = finish(
         mem,
         image,
         btf,
@@ -487,7 +515,93 @@ async fn search(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
         banner,
         Source::Search,
     )
-    .await
+    .await?;
+    kernel.build_id = build_id;
+    Ok(kernel)
+}
+
+/// The kernel's BTF: between `__start_BTF` and `__stop_BTF`, else wherever
+/// a header is found in `rodata` (at `rodata_va`), else the user's file.
+/// A kernel with neither symbols nor header has none; one whose BTF fails
+/// the checks says so, naming each place tried once.
+fn rodata_btf(
+    rodata: &[u8],
+    rodata_va: u64,
+    symbols: &BTreeMap<String, u64>,
+    hints: &Hints,
+) -> Result<(Btf, Option<(u64, u64)>), FindError> {
+    let in_rodata = |va: u64, len: u64| {
+        let start = usize::try_from(va.checked_sub(rodata_va)?).ok()?;
+        rodata.get(start..start.checked_add(usize::try_from(len).ok()?)?)
+    };
+    let named = match (symbols.get("__start_BTF"), symbols.get("__stop_BTF")) {
+        (Some(&start), Some(&stop)) if stop > start => Some(start),
+        _ => None,
+    };
+    // The named place (whatever it holds), then headers found elsewhere.
+    let mut places: Vec<u64> = named.into_iter().collect();
+    for (at, _) in btf::find_headers(rodata) {
+        let va = rodata_va + at as u64;
+        if places.len() >= 4 {
+            break;
+        }
+        if !places.contains(&va) {
+            places.push(va);
+        }
+    }
+    let mut tried = Vec::new();
+    for &va in &places {
+        let blob = match (Some(va) == named, named) {
+            (true, _) => in_rodata(va, symbols["__stop_BTF"] - va),
+            _ => in_rodata(va, rodata.len() as u64 - (va - rodata_va)),
+        };
+        let Some(blob) = blob else {
+            tried.push(format!("{va:#x}: outside the read-only data"));
+            continue;
+        };
+        match Btf::parse(blob) {
+            Ok(btf) => {
+                let len = btf.len() as u64;
+                return Ok((btf, Some((va, len))));
+            }
+            Err(e) => tried.push(format!("{va:#x}: {e}")),
+        }
+    }
+    if let Some(file) = &hints.btf_file {
+        return Ok((Btf::from_file(file)?, None));
+    }
+    match tried.is_empty() {
+        true => Err(FindError::NoBtf(format!(
+            "no __start_BTF symbol and no BTF header in its {} bytes of read-only data",
+            rodata.len()
+        ))),
+        false => Err(FindError::BadBtf(tried.join("; "))),
+    }
+}
+
+/// NT_GNU_BUILD_ID.
+const NOTE_BUILD_ID: u32 = 3;
+
+/// The GNU build-ID note among the ELF notes `notes` (at `va`): its
+/// address and bytes.
+fn build_id_note(notes: &[u8], va: u64) -> Option<(u64, Vec<u8>)> {
+    let mut at = 0usize;
+    let word = |at: usize| Some(u32::from_le_bytes(notes.get(at..at + 4)?.try_into().ok()?));
+    while at + 12 <= notes.len() {
+        let (name_len, desc_len, kind) = (word(at)?, word(at + 4)?, word(at + 8)?);
+        let name_end = (at + 12).checked_add(name_len as usize)?;
+        let end = name_end
+            .next_multiple_of(4)
+            .checked_add(desc_len as usize)?
+            .next_multiple_of(4);
+        let note = notes.get(at..end)?;
+        if kind == NOTE_BUILD_ID && notes.get(at + 12..name_end)? == b"GNU\0" {
+            return (note.len() <= cache::MAX_NOTE && desc_len > 0)
+                .then(|| (va + at as u64, note.to_vec()));
+        }
+        at = end;
+    }
+    None
 }
 
 /// The banner of `entry`, read where its image puts it, if it is still
@@ -505,22 +619,222 @@ async fn cached_banner(mem: &Memory, entry: &cache::Entry) -> Option<()> {
 }
 
 /// A kernel from the cache, if one entry's banner is in memory where it
-/// says and everything else checks out. The newest entry's banner, tables
-/// and BTF are read together (the usual case: the same kernel as last
-/// time); the others' banners then in one batch.
-async fn from_cache(mem: &Memory, hints: &Hints, entries: &[cache::Entry]) -> Option<Kernel> {
+/// says and everything else checks out, and whether it was warm (checked
+/// in one batch, with no BTF read). The newest entry is tried warm; then
+/// its banner, tables and BTF are read together (the usual case: the same
+/// kernel as last time); the others' banners then in one batch.
+async fn from_cache(
+    mem: &Memory,
+    hints: &Hints,
+    entries: &[cache::Entry],
+) -> Option<(Kernel, bool)> {
     let first = entries.first()?;
+    if let Some(kernel) = warm_kernel(mem, hints, first).await {
+        return Some((kernel, true));
+    }
     if let Some(kernel) = cached_kernel(mem, hints, first, true).await {
-        return Some(kernel);
+        return Some((kernel, false));
     }
     let rest = &entries[1..];
     let banners = futures::future::join_all(rest.iter().map(|e| cached_banner(mem, e))).await;
     let entry = rest.iter().zip(banners).find(|(_, b)| b.is_some())?.0;
-    cached_kernel(mem, hints, entry, false).await
+    cached_kernel(mem, hints, entry, false)
+        .await
+        .map(|k| (k, false))
+}
+
+/// The image an entry describes, if its mapping is one a kernel could
+/// have: from `_text`, contiguous, linear, below `limit`, within the image
+/// map.
+fn cached_image(entry: &cache::Entry, warm: &cache::Warm, limit: u64) -> Option<Image> {
+    let first = warm.segments.first()?;
+    let mut va = entry.virtual_base;
+    for s in &warm.segments {
+        let fits = s.va == va
+            && s.len > 0
+            && s.len % 0x1000 == 0
+            && s.pa.checked_sub(entry.physical_base)? == s.va - entry.virtual_base
+            && s.pa.checked_add(s.len)? <= limit;
+        if !fits {
+            return None;
+        }
+        va = va.checked_add(s.len)?;
+    }
+    let sane = first.pa == entry.physical_base
+        && entry.virtual_base >= KERNEL_MAP
+        && va - entry.virtual_base <= GIB
+        && entry.dtb < limit;
+    sane.then(|| Image {
+        root: entry.dtb,
+        paging: entry.paging,
+        top_entry: warm.top_entry,
+        virtual_base: entry.virtual_base,
+        physical_base: entry.physical_base,
+        segments: warm.segments.clone(),
+    })
+}
+
+/// Reads `len` bytes at physical `pa`, failed bytes zero.
+async fn read_zeroed(mem: &Memory, pa: Option<u64>, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    if let Some(pa) = pa {
+        if let Err(e) = mem.read(pa, &mut buf).await {
+            e.zero_fill(&mut buf);
+        }
+    }
+    buf
+}
+
+/// The kernel `entry` describes, checked in one batch of reads and with
+/// the walks' BTF answers from the entry: `None` when the entry lacks
+/// anything that takes (then it is checked the slow way), or memory does
+/// not hold that kernel as the entry says. Read, each where the entry
+/// puts it: the banner and the build-ID note (the same build), the top
+/// table's image entry (the same tables), `init_task` (its comm, pid 0,
+/// `real_parent` itself: the same virtual base, which KASLR moves apart
+/// from the physical one), `page_offset_base` (the same direct map) and
+/// `init_struct_pid`'s namespace (`init_pid_ns`, as kallsyms said).
+async fn warm_kernel(mem: &Memory, hints: &Hints, entry: &cache::Entry) -> Option<Kernel> {
+    let warm = entry.warm.as_ref()?;
+    let limit = mem.backend().max_address();
+    if hints.kernel_base.is_some_and(|b| b != entry.virtual_base)
+        || hints.paging.is_some_and(|p| p != entry.paging)
+    {
+        return None;
+    }
+    let image = cached_image(entry, warm, limit)?;
+    let (btf_va, btf_len) = entry.btf?;
+    let btf = Btf::recorded(
+        warm.answers.clone(),
+        usize::try_from(btf_len).ok()?,
+        warm.type_count,
+    )?;
+    // Every question the walks ask must have its answer kept.
+    if ask_walk_questions(&btf)
+        .iter()
+        .any(|e| matches!(e, BtfError::NotKept(..)))
+    {
+        log::info!(
+            "cached kernel {:?}: its BTF answers are incomplete",
+            entry.banner
+        );
+        return None;
+    }
+    let layout = TaskLayout::from_btf(&btf).ok()?;
+    let real_parent = btf.member_offset("task_struct", "real_parent").ok()?;
+    let symbol = |name: &str| entry.symbols.get(name).copied();
+    let (init_task, banner_va, offset_base, ns) = (
+        symbol("init_task")?,
+        symbol("linux_banner")?,
+        symbol("page_offset_base")?,
+        symbol("init_pid_ns")?,
+    );
+    let task_size = usize::try_from(layout.size)
+        .ok()
+        .filter(|s| (64..=1 << 16).contains(s))?;
+    let (note_va, note) = &warm.build_id;
+    let tops: Vec<u64> = [
+        Some(entry.dtb),
+        hints.dtb.map(|d| d & 0x000f_ffff_ffff_f000),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let pid_ns_at = warm.init_thread_pid.checked_add(layout.pid_ns)?;
+    // The same kernel may run in either mode (a CPU without LA57, or
+    // `no5lvl`): its own word on the mode, where it keeps one.
+    let l5 = symbol(L5_SYMBOL).and_then(|va| image.physical(va));
+    let (banner, build_id, task, offset_base, pid_ns, top_entries, l5) = futures::join!(
+        read_zeroed(mem, image.physical(banner_va), BANNER_MAX),
+        read_zeroed(mem, image.physical(*note_va), note.len()),
+        read_zeroed(mem, image.physical(init_task), task_size),
+        read_zeroed(mem, image.physical(offset_base), 8),
+        read_zeroed(mem, image.physical(pid_ns_at), 8),
+        futures::future::join_all(tops.iter().map(|&t| read_zeroed(mem, Some(t + 511 * 8), 8))),
+        async {
+            match l5 {
+                Some(pa) => Some(mem.read_val::<u32>(pa).await.ok()),
+                None => None,
+            }
+        },
+    );
+    let word = |b: &[u8], at: u64| b.u64_at(at);
+    let comm = task.as_slice().bytes_at(layout.comm, 16)?;
+    let comm = &comm[..comm.iter().position(|&c| c == 0).unwrap_or(16)];
+    let checks = [
+        (
+            "banner",
+            banner_at(&banner).as_deref() == Some(entry.banner.as_str()),
+        ),
+        ("build ID", build_id == *note),
+        (
+            "top table",
+            top_entries
+                .iter()
+                .all(|e| word(e, 0) == Some(warm.top_entry)),
+        ),
+        ("init_task comm", comm == b"swapper/0" || comm == b"swapper"),
+        (
+            "init_task pid",
+            task.as_slice().u32_at(layout.pid) == Some(0),
+        ),
+        (
+            "init_task real_parent",
+            word(&task, real_parent) == Some(init_task),
+        ),
+        (
+            "init_task thread_pid",
+            word(&task, layout.thread_pid) == Some(warm.init_thread_pid),
+        ),
+        (
+            "page_offset_base",
+            word(&offset_base, 0) == Some(warm.direct_map_base),
+        ),
+        ("init_pid_ns", word(&pid_ns, 0) == Some(ns)),
+        (
+            "paging mode",
+            l5.is_none_or(|l5| l5 == Some(u32::from(entry.paging == Paging::FiveLevel))),
+        ),
+    ];
+    if let Some((what, _)) = checks.iter().find(|(_, ok)| !ok) {
+        log::info!(
+            "cached kernel {:?}: its {what} differs in memory",
+            entry.banner
+        );
+        return None;
+    }
+    let btf_pa = image.physical(btf_va)?;
+    let loader_mem = mem.clone();
+    let btf = btf.with_loader(move || {
+        let mut blob = vec![0u8; btf_len as usize];
+        loader_mem
+            .block_on(loader_mem.read(btf_pa, &mut blob))
+            .map_err(|e| BtfError::Parse(format!("BTF at {btf_va:#x} cannot be read: {e}")))?;
+        Btf::parse(&blob)
+    });
+    Some(Kernel {
+        space: AddressSpace::new(mem.clone(), entry.dtb, entry.paging),
+        image,
+        direct_map_base: warm.direct_map_base,
+        btf,
+        btf_location: entry.btf,
+        symbols: entry.symbols.clone(),
+        banner: entry.banner.clone(),
+        init_task: InitTask {
+            address: init_task,
+            comm: String::from_utf8_lossy(comm).into_owned(),
+            pid_ns: ns,
+        },
+        source: Source::Cache,
+        maps_layout: OnceLock::new(),
+        build_id: Some(warm.build_id.clone()),
+        init_thread_pid: warm.init_thread_pid,
+    })
 }
 
 /// The kernel `entry` describes, checked against memory: its banner
-/// (unless already checked), its tables, its BTF, then as a search's.
+/// (unless already checked), its tables, its BTF and its build ID
+/// together, then as a search's.
 async fn cached_kernel(
     mem: &Memory,
     hints: &Hints,
@@ -529,18 +843,30 @@ async fn cached_kernel(
 ) -> Option<Kernel> {
     let limit = mem.backend().max_address();
     let dtb = hints.dtb.unwrap_or(entry.dtb);
+    let in_image = |va: u64| {
+        va.checked_sub(entry.virtual_base)?
+            .checked_add(entry.physical_base)
+    };
     let btf_blob = async {
         match entry.btf {
-            Some((va, len)) if len <= 1 << 28 => {
-                let pa = va
-                    .checked_sub(entry.virtual_base)?
-                    .checked_add(entry.physical_base)?;
+            Some((va, len)) if len <= btf::MAX_BTF as u64 => {
                 let mut blob = vec![0u8; len as usize];
-                mem.read(pa, &mut blob).await.ok()?;
+                mem.read(in_image(va)?, &mut blob).await.ok()?;
                 Some(blob)
             }
             _ => None,
         }
+    };
+    let notes = async {
+        let start = *entry.symbols.get("__start_notes")?;
+        let len = entry.symbols.get("__stop_notes")?.checked_sub(start)?;
+        let notes = read_zeroed(
+            mem,
+            in_image(start),
+            usize::try_from(len.min(1 << 16)).ok()?,
+        )
+        .await;
+        build_id_note(&notes, start)
     };
     let banner = async {
         match check_banner {
@@ -551,12 +877,22 @@ async fn cached_kernel(
     if hints.paging.is_some_and(|p| p != entry.paging) {
         return None;
     }
-    let (banner, image, blob) = futures::join!(
+    let (banner, image, blob, build_id) = futures::join!(
         banner,
         image::image_of(mem, dtb, Some(entry.virtual_base), limit, entry.paging),
-        btf_blob
+        btf_blob,
+        notes
     );
     banner?;
+    // Another build under the same banner: not the kernel the entry knew.
+    if entry
+        .warm
+        .as_ref()
+        .is_some_and(|w| build_id.as_ref() != Some(&w.build_id))
+    {
+        log::info!("cached kernel {:?}: its build ID differs", entry.banner);
+        return None;
+    }
     let Some(image) = image.filter(|i| i.physical_base == entry.physical_base) else {
         log::info!(
             "cached kernel {:?}: its tables no longer match",
@@ -580,7 +916,10 @@ async fn cached_kernel(
     )
     .await;
     match result {
-        Ok(kernel) => Some(kernel),
+        Ok(mut kernel) => {
+            kernel.build_id = build_id;
+            Some(kernel)
+        }
         Err(e) => {
             log::info!("cached kernel {:?} no longer checks out: {e}", entry.banner);
             None
@@ -666,6 +1005,7 @@ async fn finish(
         .filter(|base| base % GIB == 0 && *base >= paging.upper_half())
         .collect();
     let task = task.map_err(inconsistent)?;
+    let init_thread_pid = task.as_slice().u64_at(layout.thread_pid).unwrap_or(0);
     let (task, direct_map_base) =
         init_task::check(mem, &image, &layout, (init_task, &task), &bases)
             .await
@@ -690,12 +1030,27 @@ async fn finish(
         init_task: task,
         source,
         maps_layout: OnceLock::new(),
+        build_id: None,
+        init_thread_pid,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The test guest's BTF cut down to what the walks ask about
+    /// (`scripts/btf-seed.py`; the fuzz target's seed).
+    const GUEST_BTF: &[u8] = include_bytes!("../../fuzz/seeds/btf/debian12-6.1-walks.btf");
+
+    #[test]
+    fn a_real_kernels_types_pass_the_checks_and_answer_every_walk() {
+        let btf = Btf::parse(GUEST_BTF).unwrap();
+        assert_eq!(ask_walk_questions(&btf), vec![]);
+        // What the guest's kernel checks init_task by.
+        assert_eq!(btf.member_size("task_struct", "comm"), Ok(16));
+        assert_eq!(btf.enum_value("PIDTYPE_PID"), Some(0));
+    }
 
     #[test]
     fn banners_need_their_newline_and_nul() {

@@ -278,6 +278,12 @@ struct TaskLayout {
     size: u64,
 }
 
+/// Asks `btf` every question the walk asks (what a warm start must have
+/// the answers to).
+pub(super) fn ask_layout(btf: &Btf) -> Result<(), BtfError> {
+    Layout::from_btf(btf).map(drop)
+}
+
 impl Layout {
     fn from_btf(btf: &Btf) -> Result<Layout, BtfError> {
         let pid_type = btf.enum_value("PIDTYPE_PID").ok_or_else(|| {

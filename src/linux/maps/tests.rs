@@ -88,7 +88,7 @@ fn btf(maple: bool) -> Btf {
         vma.push(("anon_name", ANON_NAME));
         crate::linux::maple::tests::maple_types(&mut b, 8, 15);
         b.structure("maple_tree", 24, &[("ma_lock", 0), ("ma_root", MA_ROOT)])
-            .structure("anon_vma_name", 8, &[("name", ANON_VMA_NAME)]);
+            .structure("anon_vma_name", 16, &[("name", ANON_VMA_NAME)]);
     } else {
         mm.extend([("mmap", MM_MMAP), ("mm_rb", MM_RB)]);
         vma.extend([("vm_next", VM_NEXT), ("vm_rb", VM_RB)]);
