@@ -54,7 +54,7 @@ fn c_program_lists_the_processes_of_a_guest_image() {
             task.pid,
             task.ppid,
             task.state,
-            hex(task.task_comm().as_bytes()),
+            hex(task.comm.as_bytes()),
             hex(&task.cmdline_bytes)
         )
         .unwrap();
