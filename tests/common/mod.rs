@@ -4,6 +4,7 @@
 //! ([`qmp_monitor`]).
 #![allow(dead_code)]
 
+pub mod btf;
 pub mod elf_tools;
 pub mod linux;
 pub mod plugin;
