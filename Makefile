@@ -36,11 +36,13 @@ install: setup plugin
 test: setup check unit miri
 	@scripts/fuzz.sh 60
 
-## fresh: `make test` then `make demo` on a fresh Debian 12 in a chroot
-## (as root; about 17 minutes with the fuzz targets): catches an install step the set-up forgot
+## fresh: `make test` then `make demo` on a fresh Debian in a chroot, 12
+## (bookworm) unless `DEBIAN=trixie` (13) or another release is given (as
+## root; about 25 minutes): catches an install step the set-up forgot
+DEBIAN ?= bookworm
 .PHONY: fresh
 fresh:
-	@scripts/fresh-debian.sh
+	@scripts/fresh-debian.sh --release $(DEBIAN)
 
 ## miri: the library's unit tests under Miri, which catches undefined
 ## behaviour in the engine's unsafe code (adds Miri to rustup's nightly
