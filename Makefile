@@ -38,11 +38,13 @@ test: setup check unit miri
 
 ## fresh: `make test` then `make demo` on a fresh Debian in a chroot, 12
 ## (bookworm) unless `DEBIAN=trixie` (13) or another release is given (as
-## root; about 25 minutes): catches an install step the set-up forgot
+## root; about 25 minutes): catches an install step the set-up forgot.
+## In /var/tmp/leechio-fresh unless FRESH_DIR=DIR (removed first if it exists)
 DEBIAN ?= bookworm
+FRESH_DIR ?= /var/tmp/leechio-fresh
 .PHONY: fresh
 fresh:
-	@scripts/fresh-debian.sh --release $(DEBIAN)
+	@scripts/fresh-debian.sh --release $(DEBIAN) $(FRESH_DIR)
 
 ## miri: the library's unit tests under Miri, which catches undefined
 ## behaviour in the engine's unsafe code (adds Miri to rustup's nightly
