@@ -31,41 +31,41 @@ unit: plugin ffi
 install: setup plugin
 	scripts/install-plugin.sh "$(MEMFLOW_PLUGINS)"
 
-## test: set-up, then formatting, lints, every test, and every fuzz target
-## for a minute (see `make fuzz`)
-test: setup check unit
+## test: set-up, then formatting, lints, every test, the unit tests under
+## Miri (see `make miri`), and every fuzz target for a minute (see `make fuzz`)
+test: setup check unit miri
 	@scripts/fuzz.sh 60
 
-## fresh: `make test` then `make demo` on a fresh Debian 12 in a chroot
-## (as root; about 17 minutes with the fuzz targets): catches an install step the set-up forgot
+## fresh: `make test` then `make demo` on a fresh Debian in a chroot, 12
+## (bookworm) unless `DEBIAN=trixie` (13) or another release is given (as
+## root; about 25 minutes): catches an install step the set-up forgot.
+## In /var/tmp/leechio-fresh unless FRESH_DIR=DIR (removed first if it exists)
+DEBIAN ?= bookworm
+FRESH_DIR ?= /var/tmp/leechio-fresh
 .PHONY: fresh
 fresh:
-	@scripts/fresh-debian.sh
+	@scripts/fresh-debian.sh --release $(DEBIAN) $(FRESH_DIR)
 
 ## miri: the library's unit tests under Miri, which catches undefined
-## behaviour in the engine's unsafe code (installs a nightly toolchain with
-## Miri; about 5 minutes). Skipped: tests that need the file system,
-## sockets or processes, which Miri cannot run, one whose 1 s cache
-## lifetime runs out on Miri's clock, and the walks of whole table graphs
-## (vm has no unsafe code; they would take hours under Miri). The tests that leak futures on purpose run
-## without the leak check, and the threaded ones again with other
-## schedules (seeds), where races show.
-MIRI_SKIP := a_missing_ram_file_is_not_called_a_gone_guest \
-  device_file_names_the_image_or_guest_ram_a_device_reads diagnosis_names_the_likely_cause \
-  folders_and_other_non_images_are_refused_before_opening a_process_watch_sees_its_process_exit \
-  a_thousand_cold_reads_cost_five_calls_and_warm_ones_one \
-  random_virtual_reads_and_writes_match_a_model_of_the_tables \
-  backend::time_limit user_file::tests vm::mappings::tests
+## behaviour in the engine's unsafe code (adds Miri to rustup's nightly
+## toolchain when it lacks it; about 5 minutes). A test Miri cannot run
+## says so itself with `#[cfg_attr(miri, ignore)]`: one that needs the
+## file system, sockets or processes (which Miri's isolation refuses),
+## that counts on the clock, or that walks whole table graphs (vm has no
+## unsafe code; they would take hours under Miri). The tests that leak
+## futures on purpose run without the leak check, and the threaded ones
+## again with other schedules (seeds), where races show.
 MIRI_LEAKY := a_scope_ends_with_no_request_left_on_its_buffers \
   dropped_and_leaked_futures_never_have_their_buffers_written
+MIRI_SEEDED := a_scope_ends_on_one_thread a_future_dropped_on_another_thread \
+  join_all_waits_for_futures_woken futures_dropped_while_their_flush_is_in_the_device
 .PHONY: miri
 miri:
-	rustup toolchain install nightly --profile minimal --component miri,rust-src
-	$(CARGO) +nightly miri test --lib -p leechio -- $(addprefix --skip ,$(MIRI_SKIP) $(MIRI_LEAKY))
+	@rustup component add --toolchain nightly miri rust-src 2>/dev/null || \
+	  rustup toolchain install nightly --profile minimal --component miri,rust-src
+	$(CARGO) +nightly miri test --lib -p leechio -- $(addprefix --skip ,$(MIRI_LEAKY))
 	MIRIFLAGS=-Zmiri-ignore-leaks $(CARGO) +nightly miri test --lib -p leechio -- $(MIRI_LEAKY)
-	MIRIFLAGS=-Zmiri-many-seeds=0..8 $(CARGO) +nightly miri test --lib -p leechio -- \
-	  a_scope_ends_on_one_thread a_future_dropped_on_another_thread join_all_waits_for_futures_woken \
-	  futures_dropped_while_their_flush_is_in_the_device
+	MIRIFLAGS=-Zmiri-many-seeds=0..8 $(CARGO) +nightly miri test --lib -p leechio -- $(MIRI_SEEDED)
 
 ## fuzz: every fuzz target (fuzz/) for FUZZ_SECONDS each, under
 ## AddressSanitizer (installs a nightly toolchain and cargo-fuzz); the

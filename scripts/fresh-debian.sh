@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Runs the README's two commands, `make test` then `make demo`, on a fresh
-# Debian 12 in a chroot: the minimal base system plus make, git and
+# Debian in a chroot: the minimal base system plus make, git and
 # ca-certificates, no Rust, no Python, nothing the project installs. It
 # catches what a green run on a machine that already has it all hides: an
-# install step the set-up forgot.
+# install step the set-up forgot. On another release, it also catches
+# tests that hold only for one release's kernels: `make setup` in the
+# chroot fetches that release's guest kernels.
 #
-# usage (as root): scripts/fresh-debian.sh [DIR]   (default: /var/tmp/leechio-fresh)
+# usage (as root): scripts/fresh-debian.sh [--release NAME] [DIR]
+#   NAME: the Debian release, bookworm (12, the default), trixie (13), ...
+#   DIR: default /var/tmp/leechio-fresh
 #
 # DIR is created anew (an existing one is removed first); the committed
 # HEAD is cloned into it. The host's /proc, /sys and /dev are bind-mounted
 # (QEMU needs them) and unmounted on exit. Debian comes from the mirror
-# the host's own apt uses for bookworm (or for its own release), through
+# the host's own apt uses for that release (or for its own), through
 # the host's apt proxy if it has one, which the chroot's apt then uses
 # too (scripts/apt-host.sh); DEBIAN_MIRROR=URI chooses another. The
 # host's proxy variables (http_proxy, https_proxy, no_proxy) are passed
@@ -20,8 +24,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-root=${1:-/var/tmp/leechio-fresh}
 say() { printf '[fresh] %s\n' "$*"; }
+release=bookworm
+if [ "${1:-}" = --release ]; then
+    release=${2:?--release needs a Debian release name, such as trixie}
+    shift 2
+fi
+case $release in
+    '' | *[!a-z]*) say "--release: a Debian release name such as bookworm or trixie, not '$release'"; exit 2 ;;
+esac
+root=${1:-/var/tmp/leechio-fresh}
 
 [ "$(id -u)" -eq 0 ] || { say "run as root (debootstrap and chroot need it)"; exit 1; }
 command -v debootstrap >/dev/null || {
@@ -47,7 +59,7 @@ if [ -e "$root" ]; then
 fi
 
 . scripts/apt-host.sh
-mirror=${DEBIAN_MIRROR:-$(debian_mirror bookworm)} || {
+mirror=${DEBIAN_MIRROR:-$(debian_mirror "$release")} || {
     say "no Debian source with component main in the host's apt configuration; give one: DEBIAN_MIRROR=URI $0"
     exit 1
 }
@@ -67,8 +79,8 @@ for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
     if [ -n "${!v:-}" ]; then proxy_vars+=("$v=${!v}"); fi
 done
 
-say "debootstrap bookworm (minbase) from $mirror into $root${apt_proxy_vars:+ (${apt_proxy_vars[*]})}"
-env "${apt_proxy_vars[@]}" debootstrap --variant=minbase bookworm "$root" "$mirror" >/dev/null
+say "debootstrap $release (minbase) from $mirror into $root${apt_proxy_vars:+ (${apt_proxy_vars[*]})}"
+env "${apt_proxy_vars[@]}" debootstrap --variant=minbase "$release" "$root" "$mirror" >/dev/null
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 if [ -n "$apt_proxy_conf" ]; then
     printf '%s' "$apt_proxy_conf" >"$root/etc/apt/apt.conf.d/01host-proxy"
@@ -92,4 +104,4 @@ say "make test"
 in_root bash -c 'cd /root/leechio && make test'
 say "make demo"
 in_root bash -c 'cd /root/leechio && make demo'
-say "both commands ran through on a fresh Debian 12"
+say "both commands ran through on a fresh Debian $release ($(cat "$root/etc/debian_version"))"

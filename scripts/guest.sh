@@ -48,11 +48,14 @@
 #       vmalloc_base, __pgtable_l5_enabled,
 #       __start_BTF, __stop_BTF, linux_banner, vmcoreinfo_data,
 #       vmcoreinfo_size and the kallsyms_* tables the kernel lists)
-#   leechio-oracle: task pid=N tgid=N ppid=N state=C kthread=0|1 comm=HEX cmdline=HEX
+#   leechio-oracle: task pid=N tgid=N ppid=N state=C kthread=0|1 sched=HEX cmdline=HEX
 #       one per thread of every process (/proc/*/task/*): stat, status'
-#       Tgid, PF_KTHREAD from stat's flags; comm and cmdline as the bytes
-#       of /proc's files in hex (comm without its newline; cmdline with its
-#       NULs: arguments end in a NUL each)
+#       Tgid, PF_KTHREAD from stat's flags; the first 64 bytes of sched
+#       and cmdline, as bytes in hex. sched's first line is
+#       `COMM (PID, #threads: N)` with task_struct.comm as the kernel keeps
+#       it (comm, stat and status show a kernel thread's full name and a
+#       workqueue worker's current work instead); cmdline has its NULs:
+#       arguments end in a NUL each
 #   leechio-oracle: map PID <line of /proc/PID/maps>
 #       for pid 1 (/init), `sleep 100001`, the shell `leechio-args ...`
 #       and the pattern process
@@ -236,9 +239,10 @@ for task in /proc/[0-9]*/task/[0-9]*; do
     set -- ${stat##*) }
     kthread=0
     [ $(($7 & 0x200000)) -ne 0 ] && kthread=1 # PF_KTHREAD
-    comm=$(hexdump -v -e '1/1 "%02x"' "$task/comm")
+    sched=$(hexdump -v -n 64 -e '1/1 "%02x"' "$task/sched" 2>/dev/null)
+    [ -n "$sched" ] || continue # the thread ended
     cmdline=$(hexdump -v -e '1/1 "%02x"' "$task/cmdline")
-    echo "leechio-oracle: task pid=${stat%% *} tgid=$tgid ppid=$2 state=$1 kthread=$kthread comm=${comm%0a} cmdline=$cmdline"
+    echo "leechio-oracle: task pid=${stat%% *} tgid=$tgid ppid=$2 state=$1 kthread=$kthread sched=$sched cmdline=$cmdline"
     tasks=$((tasks + 1))
 done
 maps=0

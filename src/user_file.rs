@@ -84,6 +84,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: files
     fn a_pipe_a_device_and_a_folder_are_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("map.fifo");
@@ -112,6 +113,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: files
     fn a_file_is_read_up_to_the_limit_and_refused_past_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("map.txt");

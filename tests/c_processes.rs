@@ -48,7 +48,7 @@ fn c_program_lists_the_processes_of_a_guest_image() {
             task.pid,
             task.ppid,
             task.state,
-            c_build::hex(task.task_comm().as_bytes()),
+            c_build::hex(task.comm.as_bytes()),
             c_build::hex(&task.cmdline_bytes)
         )
         .unwrap();

@@ -7,6 +7,7 @@ mod common;
 
 use std::path::Path;
 
+use common::btf;
 use common::linux::{engine, no_cache};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestMemory, GuestOptions};
 use leechio::linux::{CacheLocation, FindError, Hints, Kernel, Source, KERNEL_MAP};
@@ -104,18 +105,21 @@ fn finds_the_kernel_of_a_live_guest() {
     assert_eq!(calls, SEARCH_CALLS);
 }
 
-/// Finds the kernel of a guest booted with `options`, and checks it.
-fn find_in_a_guest_booted_with(options: GuestOptions) -> Kernel {
+/// Boots a guest with `options`, finds its kernel and checks it.
+fn find_in_a_guest_booted_with(options: GuestOptions) -> (Guest, Kernel) {
     let guest = Guest::start_with(options);
-    let (mem, device) = engine(guest.open());
-    let _paused = guest.pause();
-    let (kernel, calls) = find(&mem, &device, &no_cache());
-    let kernel = kernel.unwrap_or_else(|e| panic!("{options:?}: {e}"));
-    check_against_guest(&kernel, &guest);
-    // 5-level paging: one more level of tables above the image.
-    let extra = u64::from(guest.paging().levels() - 4);
-    assert_eq!(calls, SEARCH_CALLS + extra, "{options:?}");
-    kernel
+    let kernel = {
+        let (mem, device) = engine(guest.open());
+        let _paused = guest.pause();
+        let (kernel, calls) = find(&mem, &device, &no_cache());
+        let kernel = kernel.unwrap_or_else(|e| panic!("{options:?}: {e}"));
+        check_against_guest(&kernel, &guest);
+        // 5-level paging: one more level of tables above the image.
+        let extra = u64::from(guest.paging().levels() - 4);
+        assert_eq!(calls, SEARCH_CALLS + extra, "{options:?}");
+        kernel
+    };
+    (guest, kernel)
 }
 
 /// A CPU with 5-level paging on (`-cpu max`), KASLR on: the tables are
@@ -124,7 +128,7 @@ fn find_in_a_guest_booted_with(options: GuestOptions) -> Kernel {
 /// below.)
 #[test]
 fn finds_the_kernel_with_5_level_paging_and_kaslr_on() {
-    let kernel = find_in_a_guest_booted_with(GuestOptions {
+    let (_guest, kernel) = find_in_a_guest_booted_with(GuestOptions {
         memory: GuestMemory::Mib256,
         kaslr: true,
         kernel: GuestKernel::Default,
@@ -142,38 +146,80 @@ fn finds_the_kernel_with_5_level_paging_and_kaslr_on() {
     );
 }
 
+/// The guest's BTF (`__start_BTF` to `__stop_BTF` of its /proc/kallsyms),
+/// read by the monitor.
+fn guest_btf(guest: &Guest) -> Vec<u8> {
+    let start = guest.symbol("__start_BTF");
+    let len = guest.symbol("__stop_BTF") - start;
+    assert_eq!(
+        Some(len),
+        guest.oracle().btf_size,
+        "/sys/kernel/btf/vmlinux"
+    );
+    let pa = guest.gva2gpa(start).expect("BTF is mapped");
+    guest.pmemsave(pa, len)
+}
+
 #[test]
 fn finds_the_kernel_of_another_build_with_other_struct_layouts() {
-    let cloud = find_in_a_guest_booted_with(GuestOptions {
+    let (cloud_guest, cloud) = find_in_a_guest_booted_with(GuestOptions {
         memory: GuestMemory::Mib256,
         kaslr: true,
         kernel: GuestKernel::Cloud,
         ..GuestOptions::default()
     });
-    // Another configuration of the same version: its offsets come from its
-    // own BTF (the checks above read init_task's fields through them).
-    let guest = shared_guest();
-    let (mem, device) = engine(guest.open());
+    // Another configuration of the same version: each is read with its own
+    // BTF. Which structs the two lay out differently depends on the
+    // version (6.1's cloud build has a smaller task_struct, 6.12's the
+    // same one but a smaller `device`): they are found here, from the
+    // BTF each guest holds, and every member of each such struct must be
+    // where its own build puts it. With the other build's BTF, the sizes
+    // at least would be wrong.
+    let default_guest = shared_guest();
+    let (mem, device) = engine(default_guest.open());
     let default = find(&mem, &device, &no_cache()).0.unwrap();
     assert_ne!(cloud.banner(), default.banner());
-    let sizes = |k: &Kernel| {
-        [
-            "task_struct",
-            "mm_struct",
-            "vm_area_struct",
-            "file",
-            "dentry",
-            "pid",
-            "signal_struct",
-        ]
-        .map(|t| k.btf().size_of(t).ok())
-    };
+    let builds = [(&cloud, &cloud_guest), (&default, &*default_guest)]
+        .map(|(kernel, guest)| (kernel, btf::layouts(&guest_btf(guest))));
+    let [(_, cloud_layouts), (_, default_layouts)] = &builds;
+    let differ: Vec<&String> = cloud_layouts
+        .iter()
+        .filter(|(name, layout)| default_layouts.get(*name).is_some_and(|d| d != *layout))
+        .map(|(name, _)| name)
+        .collect();
     eprintln!(
-        "sizes: cloud {:?}, default {:?}",
-        sizes(&cloud),
-        sizes(&default)
+        "{} of {} structs and unions laid out differently: {differ:?}",
+        differ.len(),
+        cloud_layouts.len()
     );
-    assert_ne!(sizes(&cloud), sizes(&default));
+    assert!(
+        !differ.is_empty(),
+        "the two builds lay out every struct alike: nothing tells their BTF apart"
+    );
+    for (kernel, layouts) in &builds {
+        for &name in &differ {
+            let layout = &layouts[name];
+            let size = kernel.btf().size_of(name).ok();
+            assert_eq!(
+                size,
+                Some(u64::from(layout.size)),
+                "{}: {name}",
+                kernel.release()
+            );
+            let members = cloud_layouts[name]
+                .members
+                .iter()
+                .chain(&default_layouts[name].members);
+            for (member, _) in members {
+                assert_eq!(
+                    kernel.offset_of(name, member).ok(),
+                    layout.offset(member),
+                    "{}: {name}.{member}",
+                    kernel.release()
+                );
+            }
+        }
+    }
 }
 
 #[test]

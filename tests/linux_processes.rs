@@ -95,7 +95,7 @@ fn check_against_oracle(list: &ProcessList, guest: &Guest) {
         let expected = Seen {
             tgid: task.tgid,
             ppid: Some(task.ppid),
-            comm: task.task_comm(),
+            comm: task.comm.clone(),
             state: task.state,
             kernel_thread: task.kernel_thread,
             cmdline: task.cmdline.clone(),

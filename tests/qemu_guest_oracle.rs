@@ -348,9 +348,18 @@ fn the_pattern_is_in_the_guests_ram() {
     assert!(missing.is_empty(), "pattern pages not in RAM: {missing:?}");
 }
 
+/// What the guest prints of a task's `sched` file: its first 64 bytes, in
+/// hex (a first line `COMM (PID, #threads: N)`, then a rule of dashes).
+fn sched(comm: &str, pid: u32) -> String {
+    let text = format!("{comm} ({pid}, #threads: 1)\n{}\n", "-".repeat(60));
+    text.bytes().take(64).map(|b| format!("{b:02x}")).collect()
+}
+
 /// Lines as the guest prints them (with the console's `\r`), among kernel
 /// messages; `extra` goes before the end line, which says `end`.
 fn log(extra: &str, end: &str) -> String {
+    let pattern = sched("leech (pat)", 89);
+    let worker = sched("kworker/R-kvfre", 8);
     format!(
         "[    1.3] Run /init as init process\r\n\
          leechio-oracle: pattern pid=89 start=7f0000001000 end=7f0000041000\r\n\
@@ -359,8 +368,8 @@ fn log(extra: &str, end: &str) -> String {
          leechio-oracle: btf 4359789\r\n\
          leechio-oracle: vmcoreinfo 0x0000000002a3b000 1024\r\n\
          leechio-oracle: symbol _text ffffffff81000000 T\r\n\
-         leechio-oracle: task pid=89 tgid=89 ppid=1 state=S kthread=0 comm=6c65656368202870617429 cmdline=610062000000\r\n\
-         leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 comm=6b776f726b65722f303a302d6576656e7473 cmdline=\r\n\
+         leechio-oracle: task pid=89 tgid=89 ppid=1 state=S kthread=0 sched={pattern} cmdline=610062000000\r\n\
+         leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 sched={worker} cmdline=\r\n\
          leechio-oracle: map 89 00400000-00401000 r--p 00001000 00:02 207                                /bin/leechio (x)\r\n\
          leechio-oracle: map 89 7f0000001000-7f0000021000 rw-p 00000000 00:00 0 \r\n\
          {extra}leechio-oracle: end {end}\r\n\
@@ -404,7 +413,7 @@ fn oracle_lines_are_read_back() {
     assert_eq!(task.cmdline, ["a", "b", "", ""]);
     let worker = oracle.task(8).unwrap();
     assert!(worker.kernel_thread && worker.cmdline.is_empty());
-    assert_eq!(worker.comm, "kworker/0:0-events");
+    assert_eq!(worker.comm, "kworker/R-kvfre");
     let pids: Vec<u32> = oracle.tasks.iter().map(|t| t.pid).collect();
     assert_eq!(pids, [8, 89]);
     let maps = &oracle.maps[&89];
@@ -426,13 +435,16 @@ fn a_lost_or_bad_oracle_line_is_an_error() {
         "the guest printed [3, 2, 1] tasks, map lines and symbols; [2, 2, 1] read"
     );
     let odd = Oracle::parse(&log(
-        "leechio-oracle: task pid=9 tgid=9 ppid=2 state=S kthread=0 comm=abc cmdline=\r\n",
+        "leechio-oracle: task pid=9 tgid=9 ppid=2 state=S kthread=0 sched=abc cmdline=\r\n",
         "tasks=3 maps=2 symbols=1",
     ))
     .unwrap_err();
-    assert!(odd.ends_with("comm: odd number of hex digits"), "{odd}");
+    assert!(odd.ends_with("sched: odd number of hex digits"), "{odd}");
     let twice = Oracle::parse(&log(
-        "leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 comm=61 cmdline=\r\n",
+        &format!(
+            "leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 sched={} cmdline=\r\n",
+            sched("a", 8)
+        ),
         "tasks=3 maps=2 symbols=1",
     ))
     .unwrap_err();
@@ -459,27 +471,33 @@ fn a_lost_or_bad_oracle_line_is_an_error() {
     );
 }
 
+/// The comm is what the first line of `sched` holds before
+/// ` (PID, #threads: N)`, spaces and parentheses included; a line of
+/// another task, or one that is cut, is an error.
 #[test]
-fn task_comm_is_what_task_struct_holds() {
-    let task = |comm: &str, kernel_thread| GuestTask {
-        pid: 1,
-        tgid: 1,
-        ppid: 0,
-        state: 'S',
-        kernel_thread,
-        comm: comm.into(),
-        cmdline: vec![],
-        cmdline_bytes: vec![],
+fn the_comm_is_the_one_sched_prints() {
+    let comm = |sched: String| {
+        let line = format!(
+            "leechio-oracle: task pid=7 tgid=7 ppid=2 state=S kthread=1 sched={sched} cmdline=\r\n"
+        );
+        Oracle::parse(&log(&line, "tasks=3 maps=2 symbols=1"))
+            .map(|o| o.task(7).unwrap().comm.clone())
     };
-    assert_eq!(
-        task("rcu_tasks_rude_kthread", true).task_comm(),
-        "rcu_tasks_rude_"
+    for name in [
+        "kworker/R-kvfre",
+        "rcu_tasks_rude_",
+        "x (7, #threads:",
+        "a) (b",
+        "",
+    ] {
+        assert_eq!(comm(sched(name, 7)).as_deref(), Ok(name));
+    }
+    let other = comm(sched("kthreadd", 2)).unwrap_err();
+    assert!(
+        other
+            .ends_with(r#"sched: "kthreadd (2, #threads: 1)" does not end in " (7, #threads: N)""#),
+        "{other}"
     );
-    assert_eq!(
-        task("kworker/u2:1+events_unbound", true).task_comm(),
-        "kworker/u2:1"
-    );
-    assert_eq!(task("kworker/0:1H", true).task_comm(), "kworker/0:1H");
-    assert_eq!(task("edac-poller", true).task_comm(), "edac-poller");
-    assert_eq!(task("leech (pat) x", false).task_comm(), "leech (pat) x");
+    let cut = comm(sched("kthreadd", 7)[..40].to_string()).unwrap_err();
+    assert!(cut.ends_with("sched: no whole first line"), "{cut}");
 }

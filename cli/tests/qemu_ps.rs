@@ -72,7 +72,7 @@ fn check_ps_lists_what_the_guests_proc_says(guest: SharedGuest) {
             continue;
         };
         assert_eq!(line["ppid"], task.ppid, "{line}");
-        assert_eq!(line["name"], task.task_comm(), "{line}");
+        assert_eq!(line["name"], task.comm, "{line}");
         assert_eq!(line["cmdline"], task.cmdline.join(" "), "{line}");
         assert_eq!(line["kernel_thread"], task.kernel_thread, "{line}");
         // A kernel thread may have run since the oracle (see

@@ -341,7 +341,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore)]
+    #[cfg_attr(miri, ignore)] // Miri: files
     fn entries_round_trip_newest_first_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
         let file = CacheLocation::Folder(dir.path().join("sub"))
@@ -366,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore)]
+    #[cfg_attr(miri, ignore)] // Miri: files
     fn a_damaged_file_is_no_entries() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(FILE_NAME);

@@ -296,6 +296,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: minutes (linux has no unsafe code)
     fn finds_the_trampoline_copy_and_the_image() {
         let mem = Memory::new(MemBackend::new(kernel_memory()));
         let roots = mem.block_on(low_memory_roots(&mem, 16 << 20));

@@ -354,6 +354,7 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: slow (linux has no unsafe code)
     fn decodes_both_layouts() {
         let owned = sample();
         let symbols: Vec<(&str, u64)> = owned.iter().map(|(n, a)| (n.as_str(), *a)).collect();
@@ -372,6 +373,7 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: slow (linux has no unsafe code)
     fn a_wrong_text_or_broken_markers_are_refused() {
         let owned = sample();
         let symbols: Vec<(&str, u64)> = owned.iter().map(|(n, a)| (n.as_str(), *a)).collect();

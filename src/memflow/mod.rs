@@ -364,6 +364,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: files
     fn a_map_of_100k_ranges_loads_and_a_longer_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("map.toml");
@@ -400,6 +401,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: files
     fn a_map_that_is_not_a_regular_file_is_refused() {
         // Pipes and devices too (the tests of `user_file`, which do not
         // hang when they fail); a folder shows the message in full.

@@ -225,6 +225,7 @@ fn mapped_pages(t: &mut Tables, pages: u64) -> Vec<u64> {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: its 1 s cache lifetime runs out on Miri's slow clock
 fn a_thousand_cold_reads_cost_five_calls_and_warm_ones_one() {
     let (mem, backend, mut t) = setup();
     let addrs = mapped_pages(&mut t, 600);
@@ -928,6 +929,7 @@ enum ReadForm {
 /// or one lent for a scope: every byte, failed range and write as
 /// `VirtualModel` says.
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours (vm has no unsafe code)
 fn random_virtual_reads_and_writes_match_a_model_of_the_tables() {
     let pattern = MemBackend::with_address_pattern(MEMORY_END as usize);
     let pattern = pattern.bytes(0, MEMORY_END as usize);

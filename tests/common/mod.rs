@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod bounded;
+pub mod btf;
 pub mod crafted;
 pub mod elf_tools;
 pub mod linux;

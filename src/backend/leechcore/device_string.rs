@@ -200,6 +200,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: files
     fn device_file_names_the_image_or_guest_ram_a_device_reads() {
         let file = |d: &str| device_file(d).map(|p| p.display().to_string());
         assert_eq!(file("file:///tmp/a.raw").as_deref(), Some("/tmp/a.raw"));

@@ -86,6 +86,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: files
     fn diagnosis_names_the_likely_cause() {
         let lib = Path::new("/nowhere/leechcore.so");
         let diagnose_open_failure = |device: &str, lib: &Path| {
@@ -105,6 +106,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: files and a process
     fn folders_and_other_non_images_are_refused_before_opening() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();

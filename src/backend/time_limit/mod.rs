@@ -444,6 +444,7 @@ mod tests {
     /// A socket that blocks in `recv` until the watchdog cuts it; the
     /// blocked call returns within the limit, and the device is lost.
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: sockets
     fn a_silent_socket_is_cut_at_the_limit_and_only_then() {
         let server = TcpListener::bind("127.0.0.1:0").unwrap();
         let device = format!("rawtcp://{}", server.local_addr().unwrap());
@@ -482,6 +483,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: sockets
     fn a_peer_that_closes_marks_the_device_disconnected() {
         let server = TcpListener::bind("127.0.0.1:0").unwrap();
         let dog = Watchdog::opening(&DeviceString::parse("socket test"), Duration::from_secs(60));
@@ -503,6 +505,7 @@ mod tests {
     /// a process that has not set it aside (a C host); inside a call it is
     /// taken back. Shown in a child process with SIGPIPE's default action.
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: sockets and a process
     fn a_sigpipe_inside_a_call_is_taken_back() {
         const CHILD: &str = "LEECHIO_SIGPIPE_CHILD";
         if let Some(how) = std::env::var_os(CHILD) {
@@ -542,6 +545,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: files
     fn an_opening_that_makes_no_socket_needs_no_watchdog() {
         let dog = Watchdog::opening(&DeviceString::parse("file:///x"), Duration::from_secs(1));
         let _file = std::fs::File::open("/proc/self/status").unwrap();

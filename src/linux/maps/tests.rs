@@ -490,6 +490,7 @@ pub(super) fn reasons(vmas: &Vmas) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: slow (linux has no unsafe code)
 fn a_maple_tree_of_two_levels_with_files_across_mounts() {
     let world = World::new(true);
     let (vmas, calls) = world.read(true);
@@ -507,6 +508,7 @@ fn a_maple_tree_of_two_levels_with_files_across_mounts() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: slow (linux has no unsafe code)
 fn the_red_black_tree_and_list_of_older_kernels() {
     let world = World::new(false);
     let (vmas, calls) = world.read(false);
@@ -531,6 +533,7 @@ fn the_red_black_tree_and_list_of_older_kernels() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: slow (linux has no unsafe code)
 fn loops_in_the_maple_tree_are_cut_and_reported() {
     // The root's second child is its first again.
     let mut world = World::new(true);
@@ -561,6 +564,7 @@ fn loops_in_the_maple_tree_are_cut_and_reported() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: slow (linux has no unsafe code)
 fn torn_structures_are_reported_and_the_rest_read() {
     let mut world = World::new(true);
     // A leaf freed while the tree was read: its parent is itself.

@@ -30,6 +30,7 @@ fn m(va: u64, pa: u64, size: u64, page_size: PageSize) -> Mapping {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn mappings_lists_every_mapped_range_merged_and_clipped() {
     let (mem, backend, mut t) = setup();
     for i in 0..3 {
@@ -87,6 +88,7 @@ fn mappings_lists_every_mapped_range_merged_and_clipped() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn access_is_what_every_level_of_the_walk_allows() {
     let (mem, backend, mut t) = setup();
     for i in 0..5 {
@@ -154,6 +156,7 @@ fn access_is_what_every_level_of_the_walk_allows() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn a_table_reached_with_other_permissions_is_walked_again_not_an_alias() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x40_0000, PageSize::Size4K);
@@ -190,6 +193,7 @@ fn a_table_reached_with_other_permissions_is_walked_again_not_an_alias() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn mappings_name_the_ranges_of_unreadable_tables_exactly() {
     let (mem, _backend, t) = setup();
     // A top table outside memory: both canonical halves, clipped.
@@ -257,6 +261,7 @@ fn every_entry_aliased(table: u64, paging: Paging, levels: std::ops::Range<usize
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn a_table_whose_entries_all_point_at_itself_is_walked_once_a_level() {
     let (mem, backend) = small_memory();
     let p = 8 * MIB;
@@ -288,6 +293,7 @@ fn a_table_whose_entries_all_point_at_itself_is_walked_once_a_level() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn two_tables_pointing_at_each_other_end_in_aliases_and_pages_of_each_other() {
     let (mem, backend) = small_memory();
     let (a, b) = (8 * MIB, 8 * MIB + 0x1000);
@@ -328,6 +334,7 @@ fn two_tables_pointing_at_each_other_end_in_aliases_and_pages_of_each_other() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn shared_tables_like_linux_espfix_are_listed_once_and_counted_in_full() {
     // Linux's espfix area: 4 PDPT entries share a PD whose 512 entries
     // share a PT that maps one stack page in every 16th entry.
@@ -379,6 +386,7 @@ fn shared_tables_like_linux_espfix_are_listed_once_and_counted_in_full() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn entries_a_cpu_faults_on_are_failed_ranges_and_failed_walks() {
     let (mem, backend, mut t) = setup();
     t.map(USER, 0x40_0000, PageSize::Size4K);
@@ -466,6 +474,7 @@ fn random_entry(rng: &mut fastrand::Rng, tables: &[u64]) -> u64 {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn random_tables_map_what_a_plain_walk_of_every_path_maps() {
     let mut rng = fastrand::Rng::with_seed(0x7ab1e5);
     let (mem, backend) = small_memory();
@@ -546,6 +555,7 @@ fn random_tables_map_what_a_plain_walk_of_every_path_maps() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // Miri: hours of table walks (vm has no unsafe code)
 fn memory_full_of_table_like_pages_is_read_once_a_level_with_bounded_results() {
     // 4 MiB where every page is a table of present entries pointing at
     // pages of the same memory: 512^4 paths, 1024 pages.

@@ -13,10 +13,6 @@ use std::ops::Range;
 /// The prefix of every oracle line.
 const TAG: &str = "leechio-oracle: ";
 
-/// `task_struct.comm` holds at most this many bytes (`TASK_COMM_LEN` less
-/// its NUL).
-const TASK_COMM_BYTES: usize = 15;
-
 /// One task (a thread; a process is the task whose `pid == tgid`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestTask {
@@ -27,8 +23,13 @@ pub struct GuestTask {
     pub state: char,
     /// `PF_KTHREAD` in the task's flags.
     pub kernel_thread: bool,
-    /// `/proc/PID/comm` without its newline. For kernel threads it can
-    /// say more than `task_struct.comm`: see [`GuestTask::task_comm`].
+    /// `task_struct.comm` as the kernel keeps it, from the first line of
+    /// `/proc/PID/task/TID/sched`. (`/proc/PID/comm`, `stat` and `status`
+    /// show more for kernel threads: a long name in full,
+    /// `rcu_tasks_rude_kthread` where `comm` keeps `rcu_tasks_rude_`, and a
+    /// workqueue worker's last work, `kworker/0:1-events`, or a rescuer's
+    /// whole queue name, `kworker/R-kvfree_rcu_reclaim` for
+    /// `kworker/R-kvfre` on 6.12.)
     pub comm: String,
     /// The arguments: `/proc/PID/cmdline` split at its NULs (empty for
     /// kernel threads and zombies).
@@ -42,22 +43,6 @@ impl GuestTask {
     /// Whether this task leads its thread group (what `ps` lists).
     pub fn is_process(&self) -> bool {
         self.pid == self.tgid
-    }
-
-    /// What `task_struct.comm` holds, as far as `/proc` tells: `/proc`
-    /// shows a kernel thread's full name (`rcu_tasks_rude_kthread`) where
-    /// `comm` keeps its first 15 bytes, and adds a workqueue worker's
-    /// current work after `-` or `+` (`kworker/0:1-events`).
-    pub fn task_comm(&self) -> String {
-        let mut comm = self.comm.as_str();
-        if self.kernel_thread && comm.starts_with("kworker/") {
-            comm = comm.split(['-', '+']).next().unwrap_or(comm);
-        }
-        let mut end = comm.len().min(TASK_COMM_BYTES);
-        while !comm.is_char_boundary(end) {
-            end -= 1;
-        }
-        comm[..end].to_string()
     }
 }
 
@@ -338,9 +323,10 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// `pid=N tgid=N ppid=N state=C kthread=0|1 comm=HEX cmdline=HEX`
+/// `pid=N tgid=N ppid=N state=C kthread=0|1 sched=HEX cmdline=HEX`
 fn parse_task(text: &str) -> Result<GuestTask, String> {
     let fields = Fields::new(text);
+    let pid = fields.decimal("pid")?;
     let mut state = fields.get("state")?.chars();
     let (Some(state), None) = (state.next(), state.next()) else {
         return Err("state is not one letter".into());
@@ -350,7 +336,7 @@ fn parse_task(text: &str) -> Result<GuestTask, String> {
         "1" => true,
         other => return Err(format!("kthread={other}")),
     };
-    let comm = String::from_utf8(fields.bytes("comm")?).map_err(|_| "comm is not UTF-8")?;
+    let comm = sched_comm(&fields.bytes("sched")?, pid)?;
     let cmdline_bytes = fields.bytes("cmdline")?;
     // Each argument ends in a NUL; a process may have overwritten the last.
     let args = cmdline_bytes.strip_suffix(b"\0").unwrap_or(&cmdline_bytes);
@@ -362,7 +348,7 @@ fn parse_task(text: &str) -> Result<GuestTask, String> {
             .collect()
     };
     Ok(GuestTask {
-        pid: fields.decimal("pid")?,
+        pid,
         tgid: fields.decimal("tgid")?,
         ppid: fields.decimal("ppid")?,
         state,
@@ -371,6 +357,26 @@ fn parse_task(text: &str) -> Result<GuestTask, String> {
         cmdline,
         cmdline_bytes,
     })
+}
+
+/// The comm of task `pid` from the start of its `sched` file, whose first
+/// line is `COMM (PID, #threads: N)` (the kernel's `proc_sched_show_task`);
+/// the comm itself may hold spaces and parentheses.
+fn sched_comm(sched: &[u8], pid: u32) -> Result<String, String> {
+    let line = sched
+        .split(|&b| b == b'\n')
+        .next()
+        .filter(|line| line.len() < sched.len())
+        .ok_or("sched: no whole first line")?;
+    let line = std::str::from_utf8(line).map_err(|_| "sched: comm is not UTF-8")?;
+    let tail = format!(" ({pid}, #threads: ");
+    let (comm, count) = line
+        .rsplit_once(&tail)
+        .ok_or_else(|| format!("sched: {line:?} does not end in \"{tail}N)\""))?;
+    match count.strip_suffix(')') {
+        Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => Ok(comm.to_string()),
+        _ => Err(format!("sched: {line:?} does not end in \"{tail}N)\"")),
+    }
 }
 
 /// `NAME HEX TYPE`

@@ -241,6 +241,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: /dev/shm and /proc
     fn a_missing_ram_file_is_not_called_a_gone_guest() {
         let device = DeviceString::parse(
             "qemu://shm=leechio-none-such-guest,qmp=/tmp/leechio-none-such.qmp",

@@ -46,6 +46,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: a process
     fn a_process_watch_sees_its_process_exit() {
         let mut child = std::process::Command::new("sleep")
             .arg("30")
