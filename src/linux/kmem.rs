@@ -4,7 +4,7 @@
 //! of them); anything else (vmalloc, fixmaps) through the kernel's page
 //! tables.
 
-use crate::linux::image::Segment;
+use crate::linux::find::image::Segment;
 use crate::{AddressSpace, Memory};
 
 /// Kernel virtual memory over `mem`.

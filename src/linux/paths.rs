@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::linux::btf::{Btf, BtfError};
+use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
 
 /// `PATH_MAX`: a path and its NUL fit in 4,096 bytes.

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::linux::btf_builder::BtfBuilder;
+use crate::linux::find::btf::builder::BtfBuilder;
 use crate::{AddressSpace, MemBackend, Memory};
 
 pub(super) const DIRECT: u64 = 0xffff_8880_0000_0000;
@@ -86,7 +86,7 @@ fn btf(maple: bool) -> Btf {
     if maple {
         mm.push(("mm_mt", MM_MT));
         vma.push(("anon_name", ANON_NAME));
-        crate::linux::maple::tests::maple_types(&mut b, 8, 15);
+        crate::linux::structures::maple::tests::maple_types(&mut b, 8, 15);
         b.structure("maple_tree", 24, &[("ma_lock", 0), ("ma_root", MA_ROOT)])
             .structure("anon_vma_name", 16, &[("name", ANON_VMA_NAME)]);
     } else {

@@ -26,9 +26,9 @@ use std::fmt;
 use rustc_hash::FxHashMap;
 
 use crate::join_all;
-use crate::linux::btf::{Btf, BtfError};
+use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
-use crate::linux::xarray::{self, XaLayout};
+use crate::linux::structures::xarray::{self, XaLayout};
 use crate::linux::Kernel;
 use crate::{AddressSpace, Memory};
 

@@ -21,7 +21,7 @@
 use rustc_hash::FxHashSet;
 
 use crate::join_all;
-use crate::linux::btf::{Btf, BtfError};
+use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
 
 /// Most nodes read: a full pid space (`PID_MAX_LIMIT`, 4 Mi pids) needs

@@ -16,7 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Kernel, KERNEL_MAP};
+use super::image::KERNEL_MAP;
+use crate::linux::Kernel;
 use crate::vm::Paging;
 use crate::Memory;
 

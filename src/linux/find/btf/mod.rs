@@ -46,6 +46,8 @@
 //! all ([`Btf::recorded`]); answers from there are checked against the
 //! same caps, and a question they lack reads the BTF after all.
 
+#[cfg(test)]
+pub(crate) mod builder;
 mod types;
 
 use std::collections::BTreeMap;
@@ -505,8 +507,8 @@ fn work_out(types: &Types, q: &Query) -> Answer {
 
 #[cfg(test)]
 mod tests {
+    use super::builder::*;
     use super::*;
-    use crate::linux::btf_builder::*;
 
     /// A minimal BTF blob: `struct pair { int a; long b; }`, little endian.
     pub(crate) fn tiny_btf() -> Vec<u8> {

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use crate::linux::btf::{Btf, BtfError};
+use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::maps::MapsFailure;
 

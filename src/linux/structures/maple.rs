@@ -16,7 +16,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::linux::btf::{Btf, BtfError};
+use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::maps::MapsFailure;
 
@@ -340,7 +340,7 @@ fn visit(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::linux::btf_builder::BtfBuilder;
+    use crate::linux::find::btf::builder::BtfBuilder;
 
     /// The maple tree's types in made-up BTF, as the kernel's are but for
     /// `maple_range_64`'s pivots: `pivots` of them at `pivot_at` (its 16

@@ -19,11 +19,11 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::linux::btf::{Btf, BtfError};
+use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
-use crate::linux::maple::{self, MapleLayout};
 use crate::linux::paths::{self, PathLayout};
-use crate::linux::vma_rbtree::{self, RbLayout};
+use crate::linux::structures::maple::{self, MapleLayout};
+use crate::linux::structures::rbtree::{self as vma_rbtree, RbLayout};
 use crate::linux::Kernel;
 use crate::Memory;
 

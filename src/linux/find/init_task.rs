@@ -2,8 +2,8 @@
 //! before anything is read through it, and what it leads to: the PID
 //! namespace and the direct map.
 
-use crate::linux::btf::{Btf, BtfError};
-use crate::linux::image::Image;
+use super::btf::{Btf, BtfError};
+use super::image::Image;
 use crate::Memory;
 
 /// Byte offsets, from BTF, of the members the check reads.
