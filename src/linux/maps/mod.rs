@@ -23,7 +23,8 @@ use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::paths::{self, PathLayout};
 use crate::linux::structures::maple::{self, MapleLayout};
-use crate::linux::structures::rbtree::{self as vma_rbtree, RbLayout};
+use crate::linux::structures::rbtree::{self, RbLayout};
+use crate::linux::structures::StructureFailure;
 use crate::linux::Kernel;
 use crate::Memory;
 
@@ -75,6 +76,15 @@ impl MapsFailure {
         MapsFailure {
             address,
             reason: reason.into(),
+        }
+    }
+}
+
+impl From<StructureFailure> for MapsFailure {
+    fn from(f: StructureFailure) -> MapsFailure {
+        MapsFailure {
+            address: f.address,
+            reason: f.reason,
         }
     }
 }
@@ -195,12 +205,13 @@ pub struct Vmas {
 enum Tree {
     /// `mm->mm_mt.ma_root` (6.1 and later).
     Maple { root: u64, layout: MapleLayout },
-    /// `mm->mm_rb.rb_node` (before 6.1), with `mm->mmap` and `vm_next`
-    /// to check it by.
+    /// `mm->mm_rb.rb_node` (before 6.1), whose nodes are the VMAs'
+    /// `vm_rb`, with `mm->mmap` and `vm_next` to check it by.
     RedBlack {
         root: u64,
         list: u64,
         next: u64,
+        vm_rb: u64,
         layout: RbLayout,
     },
 }
@@ -251,6 +262,7 @@ impl MapsLayout {
                 root: mm("mm_rb")? + btf.member_offset("rb_root", "rb_node")?,
                 list: mm("mmap")?,
                 next: vma("vm_next")?,
+                vm_rb: vma("vm_rb")?,
                 layout: RbLayout::from_btf(btf)?,
             },
         };
@@ -366,12 +378,12 @@ pub(crate) async fn read(
             root,
             layout: maple,
         } => {
-            let (entries, mut cut, at_limit) =
+            let (entries, cut, at_limit) =
                 maple::entries(kmem, maple, field(*root), max_vmas.count).await;
             if at_limit {
                 failed.push(MapsFailure::new(mm, max_vmas.why()));
             }
-            failed.append(&mut cut);
+            failed.extend(cut.into_iter().map(MapsFailure::from));
             for batch in entries.chunks(VMAS_PER_BATCH) {
                 let reads = batch.iter().map(|e| kmem.read_vec(e.value, vma_size));
                 let read = futures::future::join_all(reads).await;
@@ -384,14 +396,22 @@ pub(crate) async fn read(
             }
         }
         Tree::RedBlack {
-            root, layout: rb, ..
+            root,
+            vm_rb,
+            layout: rb,
+            ..
         } => {
-            let (found, mut cut, at_limit) =
-                vma_rbtree::vmas(kmem, rb, vma_size, field(*root), max_vmas.count).await;
+            let objects = rbtree::Objects {
+                node: *vm_rb,
+                size: vma_size,
+                what: "VMA",
+            };
+            let (found, cut, at_limit) =
+                rbtree::objects(kmem, rb, objects, field(*root), max_vmas.count).await;
             if at_limit {
                 failed.push(MapsFailure::new(mm, max_vmas.why()));
             }
-            failed.append(&mut cut);
+            failed.extend(cut.into_iter().map(MapsFailure::from));
             raw.extend(found.into_iter().map(|(at, bytes)| (at, bytes, None)));
         }
     }

@@ -484,7 +484,7 @@ impl Walk<'_> {
         failed.extend(
             tree.failed
                 .into_iter()
-                .map(|(node, why)| failure(Stage::PidTable, None, node, why)),
+                .map(|f| failure(Stage::PidTable, None, f.address, f.reason)),
         );
         // A `struct pid` has one number: filed under several, it is read
         // once, for the first, and said once.

@@ -18,7 +18,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
-use crate::linux::maps::MapsFailure;
+use crate::linux::structures::StructureFailure;
 
 /// Bytes of a node, and its alignment (`MAPLE_NODE_MASK + 1`).
 const NODE_SIZE: u64 = 256;
@@ -158,7 +158,7 @@ pub(crate) async fn entries(
     layout: &MapleLayout,
     root: u64,
     max_entries: usize,
-) -> (Vec<Entry>, Vec<MapsFailure>, bool) {
+) -> (Vec<Entry>, Vec<StructureFailure>, bool) {
     let mut found = Vec::new();
     let mut failed = Vec::new();
     let mut at_limit = false;
@@ -169,7 +169,7 @@ pub(crate) async fn entries(
     // a single entry at index 0, which a process's tree never holds.
     let kernel_half = kmem.kernel_half();
     if root & 3 != 2 || root < kernel_half {
-        failed.push(MapsFailure::new(
+        failed.push(StructureFailure::new(
             root,
             "the maple tree's root is not a node pointer",
         ));
@@ -191,7 +191,7 @@ pub(crate) async fn entries(
         }
         if depth == MAX_HEIGHT {
             let deepest = level[0].address;
-            failed.push(MapsFailure::new(
+            failed.push(StructureFailure::new(
                 deepest,
                 format!("the maple tree is deeper than {MAX_HEIGHT} levels; cut there"),
             ));
@@ -209,7 +209,7 @@ pub(crate) async fn entries(
                     visit(layout, kernel_half, node, &bytes, &mut next, &mut leaves)
                 });
                 if let Err(why) = visited {
-                    failed.push(MapsFailure::new(node.address, why));
+                    failed.push(StructureFailure::new(node.address, why));
                 }
             }
             for entry in leaves {
@@ -217,7 +217,7 @@ pub(crate) async fn entries(
                 if slots > max_entries {
                     at_limit = true;
                     let unread = level.len() - ((at + 1) * NODES_PER_BATCH).min(level.len());
-                    failed.push(MapsFailure::new(
+                    failed.push(StructureFailure::new(
                         root & !(NODE_SIZE - 1),
                         format!(
                             "the maple tree names more than {max_entries} entries: the walk stopped at index {:#x}, {unread} node(s) of its last level unread",
@@ -238,7 +238,7 @@ pub(crate) async fn entries(
         level = Vec::new();
         for child in next {
             if seen.len() >= MAX_NODES {
-                failed.push(MapsFailure::new(
+                failed.push(StructureFailure::new(
                     child.address,
                     format!("more than {MAX_NODES} maple nodes; the walk stopped"),
                 ));
@@ -247,7 +247,7 @@ pub(crate) async fn entries(
             if seen.insert(child.address) {
                 level.push(child);
             } else {
-                failed.push(MapsFailure::new(
+                failed.push(StructureFailure::new(
                     child.address,
                     "maple node reached twice (a loop, or a tree changing while read); not followed again",
                 ));
@@ -258,7 +258,7 @@ pub(crate) async fn entries(
     let mut twice: Vec<(u64, usize)> = named.into_iter().filter(|&(_, n)| n > 0).collect();
     twice.sort_unstable();
     for (value, more) in twice {
-        failed.push(MapsFailure::new(
+        failed.push(StructureFailure::new(
             value,
             format!("named by {more} more slot(s) of the maple tree than its own (a tree changing while read, or crafted): read once, for its first slot"),
         ));

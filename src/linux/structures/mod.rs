@@ -6,3 +6,33 @@
 pub(crate) mod maple;
 pub(crate) mod rbtree;
 pub(crate) mod xarray;
+
+use std::fmt;
+
+/// A node of a structure that could not be read, or was read and not
+/// believed (a loop, a node changing while read, a bound reached): where,
+/// and why. The one way every walk of this folder fails; each user words
+/// it in its own terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StructureFailure {
+    /// The kernel address of the node (or of what it names).
+    pub address: u64,
+    /// What was wrong, in one line.
+    pub reason: String,
+}
+
+impl StructureFailure {
+    /// A failure at `address`.
+    pub fn new(address: u64, reason: impl Into<String>) -> StructureFailure {
+        StructureFailure {
+            address,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for StructureFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}: {}", self.address, self.reason)
+    }
+}

@@ -23,6 +23,7 @@ use rustc_hash::FxHashSet;
 use crate::join_all;
 use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
+use crate::linux::structures::StructureFailure;
 
 /// Most nodes read: a full pid space (`PID_MAX_LIMIT`, 4 Mi pids) needs
 /// 65,536 leaves and 1,041 nodes above them.
@@ -93,8 +94,8 @@ impl XaLayout {
 pub(crate) struct Entries {
     /// `(index, pointer)`, in index order within each node.
     pub entries: Vec<(u64, u64)>,
-    /// `(node address, why it was cut)`.
-    pub failed: Vec<(u64, String)>,
+    /// The nodes cut, and why.
+    pub failed: Vec<StructureFailure>,
     /// Levels read (one batch each).
     pub levels: usize,
     /// The array held more entries than the limit: the walk stopped.
@@ -167,12 +168,15 @@ pub(crate) async fn entries(
             for (reached, node) in batch.iter().zip(nodes) {
                 match node.and_then(|node| walk.visit(reached, &node, &mut next)) {
                     Ok(()) => {}
-                    Err(why) => walk.found.failed.push((reached.address, why)),
+                    Err(why) => walk
+                        .found
+                        .failed
+                        .push(StructureFailure::new(reached.address, why)),
                 }
             }
             if walk.overflow {
                 let read = ((at + 1) * NODES_PER_BATCH).min(level.len());
-                walk.found.failed.push((
+                walk.found.failed.push(StructureFailure::new(
                     head - 2,
                     format!(
                         "the array holds more than {} entries: the walk stopped, {} node(s) unread",
@@ -221,7 +225,7 @@ impl Walk<'_> {
             // `check_node` keeps `slot << shift` within 64 bits.
             let index = reached.first_index + (slot << shift);
             if index > self.limits.max_index {
-                self.found.failed.push((
+                self.found.failed.push(StructureFailure::new(
                     reached.address,
                     format!(
                         "slot {slot} at shift {shift} is index {index}, past the largest allowed ({}): cut",
@@ -241,7 +245,7 @@ impl Walk<'_> {
             } else if is_node(entry) {
                 let child = entry - 2;
                 if self.seen.len() >= MAX_NODES {
-                    self.found.failed.push((
+                    self.found.failed.push(StructureFailure::new(
                         child,
                         format!(
                             "past {MAX_NODES} nodes, from slot {slot} of {:#x}: cut",
@@ -251,7 +255,7 @@ impl Walk<'_> {
                     continue;
                 }
                 if !self.seen.insert(child) {
-                    self.found.failed.push((
+                    self.found.failed.push(StructureFailure::new(
                         child,
                         format!(
                             "xa_node reached again from slot {slot} of {:#x}: cut",
@@ -268,7 +272,7 @@ impl Walk<'_> {
                     first_index: index,
                 });
             } else if !is_internal(entry) {
-                self.found.failed.push((
+                self.found.failed.push(StructureFailure::new(
                     reached.address,
                     format!("slot {slot} of a node at shift {shift} holds {entry:#x}, not a node"),
                 ));
@@ -439,7 +443,7 @@ mod tests {
         );
         let found = tree.walk(root_entry);
         assert_eq!(found.entries, [(4 * 64 + 7, 0xee0)]);
-        let reasons: Vec<&str> = found.failed.iter().map(|(_, why)| why.as_str()).collect();
+        let reasons: Vec<&str> = found.failed.iter().map(|f| f.reason.as_str()).collect();
         assert_eq!(reasons.len(), 3, "{reasons:?}");
         assert!(reasons[0].contains("reached again"), "{}", reasons[0]);
         assert!(
@@ -464,7 +468,7 @@ mod tests {
         let found = tree.walk(root);
         assert!(found.entries.is_empty());
         assert_eq!(found.failed.len(), 1);
-        assert_eq!(found.failed[0].0, BASE + (2 << 20));
+        assert_eq!(found.failed[0].address, BASE + (2 << 20));
         // A node of another array.
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(&(ARRAY + 8).to_le_bytes());
@@ -473,7 +477,7 @@ mod tests {
             .unwrap();
         let found = tree.walk(root);
         assert!(
-            found.failed[0].1.contains("belongs to the array"),
+            found.failed[0].reason.contains("belongs to the array"),
             "{:?}",
             found.failed
         );
@@ -512,9 +516,9 @@ mod tests {
         assert_eq!(found.failed.len(), 1, "{:?}", found.failed);
         assert!(found.at_limit);
         assert!(
-            found.failed[0].1.contains("more than 100 entries"),
+            found.failed[0].reason.contains("more than 100 entries"),
             "{}",
-            found.failed[0].1
+            found.failed[0].reason
         );
         // Exactly the limit is no cut.
         let found = tree.walk_within(
@@ -543,7 +547,7 @@ mod tests {
         assert_eq!(found.entries.last().map(|e| e.0), Some(150));
         assert_eq!(found.failed.len(), 1, "{:?}", found.failed);
         assert!(found.failed[0]
-            .1
+            .reason
             .contains("index 151, past the largest allowed (150)"));
     }
 }
