@@ -3,13 +3,12 @@
 //! walk reads (so no walk can be handed another target's memory).
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 use super::find::btf::{Btf, BtfError};
 use super::find::image::{Image, Segment};
 use super::find::init_task::InitTask;
 use super::kmem;
-use super::maps;
+use super::offsets::{MapsLayout, Offsets};
 use crate::vm::Paging;
 use crate::{AddressSpace, Memory};
 
@@ -35,8 +34,8 @@ pub struct Kernel {
     pub(super) banner: String,
     pub(super) init_task: InitTask,
     pub(super) source: Source,
-    /// The offsets memory maps are read by, from BTF on first use.
-    pub(super) maps_layout: OnceLock<Result<maps::MapsLayout, BtfError>>,
+    /// What the walks read by, from BTF when the kernel was found.
+    pub(super) offsets: Offsets,
     /// The build-ID note (address, bytes), when the kernel has one.
     pub(super) build_id: Option<(u64, Vec<u8>)>,
     /// `init_task.thread_pid`.
@@ -144,9 +143,7 @@ impl Kernel {
     }
 
     /// The offsets memory maps are read by.
-    pub(super) fn maps_layout(&self) -> Result<&maps::MapsLayout, &BtfError> {
-        self.maps_layout
-            .get_or_init(|| maps::MapsLayout::from_btf(&self.btf))
-            .as_ref()
+    pub(super) fn maps_layout(&self) -> Result<&MapsLayout, &BtfError> {
+        self.offsets.maps.as_ref()
     }
 }

@@ -18,6 +18,7 @@ mod find;
 mod kernel;
 mod kmem;
 mod maps;
+mod offsets;
 mod paths;
 mod processes;
 mod structures;
@@ -30,19 +31,4 @@ pub use kernel::{Kernel, Source};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 
-use find::init_task::TaskLayout;
-
-/// Asks `btf` every question the walks ask (the kernel's check, the
-/// process list, memory maps): the answers a warm start must have, and
-/// what the fuzz target asks of random BTF. The first error of each walk,
-/// if any.
-pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
-    [
-        TaskLayout::from_btf(btf).map(drop),
-        processes::ask_layout(btf),
-        maps::MapsLayout::from_btf(btf).map(drop),
-    ]
-    .into_iter()
-    .filter_map(Result::err)
-    .collect()
-}
+pub use offsets::ask_walk_questions;

@@ -15,8 +15,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
+use crate::linux::offsets::PathLayout;
 
 /// `PATH_MAX`: a path and its NUL fit in 4,096 bytes.
 const PATH_MAX: u64 = 4096;
@@ -33,60 +33,6 @@ const NAME_MAX: u32 = 255;
 pub(crate) const CUT_MARK: &str = "(cut)";
 /// What `d_path` adds to a file whose dentry was unlinked.
 const DELETED: &str = " (deleted)";
-
-/// Offsets, from BTF, of what a path is read by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PathLayout {
-    /// `file.f_path.dentry`, `file.f_path.mnt`, `file.f_inode`.
-    file_dentry: u64,
-    file_mnt: u64,
-    file_inode: u64,
-    dentry_size: u64,
-    d_parent: u64,
-    /// `dentry.d_name.len` (a `u32`) and `dentry.d_name.name`.
-    d_name_len: u64,
-    d_name_name: u64,
-    /// `dentry.d_hash.pprev`: NULL once the dentry is unhashed (deleted).
-    d_hash_pprev: u64,
-    /// `mount.mnt`: the `vfsmount` inside a `struct mount`.
-    mount_vfsmount: u64,
-    mnt_parent: u64,
-    mnt_mountpoint: u64,
-    /// `mount.mnt.mnt_root`.
-    mnt_root: u64,
-    i_ino: u64,
-    i_sb: u64,
-    /// `super_block.s_dev` (a `u32`).
-    s_dev: u64,
-}
-
-impl PathLayout {
-    /// The offsets in `btf`.
-    pub fn from_btf(btf: &Btf) -> Result<PathLayout, BtfError> {
-        let file = |m: &str| btf.member_offset("file", m);
-        let dentry = |m: &str| btf.member_offset("dentry", m);
-        let mount = |m: &str| btf.member_offset("mount", m);
-        let d_name = dentry("d_name")?;
-        let vfsmount = mount("mnt")?;
-        Ok(PathLayout {
-            file_dentry: file("f_path")? + btf.member_offset("path", "dentry")?,
-            file_mnt: file("f_path")? + btf.member_offset("path", "mnt")?,
-            file_inode: file("f_inode")?,
-            dentry_size: btf.size_of("dentry")?,
-            d_parent: dentry("d_parent")?,
-            d_name_len: d_name + btf.member_offset("qstr", "len")?,
-            d_name_name: d_name + btf.member_offset("qstr", "name")?,
-            d_hash_pprev: dentry("d_hash")? + btf.member_offset("hlist_bl_node", "pprev")?,
-            mount_vfsmount: vfsmount,
-            mnt_parent: mount("mnt_parent")?,
-            mnt_mountpoint: mount("mnt_mountpoint")?,
-            mnt_root: vfsmount + btf.member_offset("vfsmount", "mnt_root")?,
-            i_ino: btf.member_offset("inode", "i_ino")?,
-            i_sb: btf.member_offset("inode", "i_sb")?,
-            s_dev: btf.member_offset("super_block", "s_dev")?,
-        })
-    }
-}
 
 /// What a mapped file is: its path (or why it could not be read), inode
 /// number and device.

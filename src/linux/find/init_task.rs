@@ -2,42 +2,9 @@
 //! before anything is read through it, and what it leads to: the PID
 //! namespace and the direct map.
 
-use super::btf::{Btf, BtfError};
 use super::image::Image;
+use crate::linux::offsets::InitTaskLayout;
 use crate::Memory;
-
-/// Byte offsets, from BTF, of the members the check reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskLayout {
-    /// `sizeof(struct task_struct)`.
-    pub size: u64,
-    /// `task_struct.comm`.
-    pub comm: u64,
-    /// `task_struct.pid`.
-    pub pid: u64,
-    /// `task_struct.tasks` (a `list_head`: `next`, then `prev`).
-    pub tasks: u64,
-    /// `task_struct.thread_pid`.
-    pub thread_pid: u64,
-    /// `struct pid.numbers[0].ns` (`numbers` is a flexible array).
-    pub pid_ns: u64,
-}
-
-impl TaskLayout {
-    /// The offsets in `btf`.
-    pub fn from_btf(btf: &Btf) -> Result<TaskLayout, BtfError> {
-        let task = |m: &str| btf.member_offset("task_struct", m);
-        Ok(TaskLayout {
-            size: btf.size_of("task_struct")?,
-            comm: task("comm")?,
-            pid: task("pid")?,
-            tasks: task("tasks")?,
-            thread_pid: task("thread_pid")?,
-            // `numbers` is a flexible array: its first element's `ns`.
-            pid_ns: btf.member_offset("pid", "numbers")? + btf.member_offset("upid", "ns")?,
-        })
-    }
-}
 
 /// What a checked `init_task` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +26,7 @@ fn word(bytes: &[u8], at: u64) -> Option<u64> {
 pub async fn read(
     mem: &Memory,
     image: &Image,
-    layout: &TaskLayout,
+    layout: &InitTaskLayout,
     address: u64,
 ) -> Result<Vec<u8>, String> {
     let size = usize::try_from(layout.size).map_err(|_| "task_struct too large")?;
@@ -85,7 +52,7 @@ pub async fn read(
 pub async fn check(
     mem: &Memory,
     image: &Image,
-    layout: &TaskLayout,
+    layout: &InitTaskLayout,
     (address, task): (u64, &[u8]),
     direct_maps: &[u64],
 ) -> Result<(InitTask, u64), String> {

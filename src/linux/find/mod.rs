@@ -35,7 +35,7 @@ use std::path::PathBuf;
 
 pub use cache::CacheLocation;
 
-use super::ask_walk_questions;
+use super::offsets::ask_walk_questions;
 use super::Kernel;
 use crate::vm::Paging;
 use crate::Memory;

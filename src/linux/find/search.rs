@@ -3,17 +3,17 @@
 //! of `init_task` that every kernel found passes, searched or cached.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 use super::btf::{self, Btf};
 use super::image::{self, Image, KERNEL_MAP, KERNEL_MAP_SIZE};
-use super::init_task::{self, TaskLayout};
+use super::init_task;
 use super::kallsyms;
 use super::{
     banner_at, build_id_note, default_direct_map, find_banner, FindError, Hints, GIB, L5_SYMBOL,
     ROOTS_AT_ONCE, SYMBOLS,
 };
 use crate::linux::kmem::Fields;
+use crate::linux::offsets::Offsets;
 use crate::linux::{Kernel, Source};
 use crate::vm::{detect_paging, Paging};
 use crate::{AddressSpace, Memory};
@@ -213,7 +213,8 @@ pub(super) async fn finish(
     banner: String,
     source: Source,
 ) -> Result<Kernel, FindError> {
-    let layout = TaskLayout::from_btf(&btf)?;
+    let offsets = Offsets::from_btf(&btf)?;
+    let layout = offsets.init_task;
     let inconsistent = FindError::Inconsistent;
     let init_task = *symbols
         .get("init_task")
@@ -301,7 +302,7 @@ pub(super) async fn finish(
         banner,
         init_task: task,
         source,
-        maps_layout: OnceLock::new(),
+        offsets,
         build_id: None,
         init_thread_pid,
     })

@@ -2,16 +2,15 @@
 //! batch, the walks' BTF answers from the entry) when the entry has what
 //! that takes, else its tables, BTF and build ID read again.
 
-use std::sync::OnceLock;
-
 use super::btf::{self, Btf, BtfError};
 use super::cache;
 use super::image::{self, Image, KERNEL_MAP};
-use super::init_task::{InitTask, TaskLayout};
+use super::init_task::InitTask;
 use super::search::finish;
 use super::{banner_at, build_id_note, Hints, BANNER_MAX, GIB, L5_SYMBOL};
 use crate::linux::kmem::Fields;
-use crate::linux::{ask_walk_questions, Kernel, Source};
+use crate::linux::offsets::{ask_walk_questions, Offsets};
+use crate::linux::{Kernel, Source};
 use crate::vm::Paging;
 use crate::{AddressSpace, Memory};
 
@@ -131,8 +130,9 @@ async fn warm_kernel(mem: &Memory, hints: &Hints, entry: &cache::Entry) -> Optio
         );
         return None;
     }
-    let layout = TaskLayout::from_btf(&btf).ok()?;
-    let real_parent = btf.member_offset("task_struct", "real_parent").ok()?;
+    let offsets = Offsets::from_btf(&btf).ok()?;
+    let layout = offsets.init_task;
+    let real_parent = layout.real_parent?;
     let symbol = |name: &str| entry.symbols.get(name).copied();
     let (init_task, banner_va, offset_base, ns) = (
         symbol("init_task")?,
@@ -237,7 +237,7 @@ async fn warm_kernel(mem: &Memory, hints: &Hints, entry: &cache::Entry) -> Optio
             pid_ns: ns,
         },
         source: Source::Cache,
-        maps_layout: OnceLock::new(),
+        offsets,
         build_id: Some(warm.build_id.clone()),
         init_thread_pid: warm.init_thread_pid,
     })

@@ -19,11 +19,11 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
-use crate::linux::paths::{self, PathLayout};
-use crate::linux::structures::maple::{self, MapleLayout};
-use crate::linux::structures::rbtree::{self, RbLayout};
+use crate::linux::offsets::{MapsLayout, Tree};
+use crate::linux::paths;
+use crate::linux::structures::maple;
+use crate::linux::structures::rbtree;
 use crate::linux::structures::StructureFailure;
 use crate::linux::Kernel;
 use crate::Memory;
@@ -32,6 +32,10 @@ use crate::Memory;
 mod bounds_tests;
 #[cfg(test)]
 mod tests;
+
+/// A VMA as read: its address, its bytes, and the indices its tree slot
+/// covers (both ends included) when the tree says.
+type RawVma = (u64, Vec<u8>, Option<(u64, u64)>);
 
 /// `vm_flags` bits (`include/linux/mm.h`).
 const VM_READ: u64 = 0x1;
@@ -198,112 +202,6 @@ pub struct Vmas {
     pub vmas: Vec<Vma>,
     /// What was cut or could not be read.
     pub failed: Vec<MapsFailure>,
-}
-
-/// How the VMAs hang off the `mm_struct`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tree {
-    /// `mm->mm_mt.ma_root` (6.1 and later).
-    Maple { root: u64, layout: MapleLayout },
-    /// `mm->mm_rb.rb_node` (before 6.1), whose nodes are the VMAs'
-    /// `vm_rb`, with `mm->mmap` and `vm_next` to check it by.
-    RedBlack {
-        root: u64,
-        list: u64,
-        next: u64,
-        vm_rb: u64,
-        layout: RbLayout,
-    },
-}
-
-/// A VMA as read: its address, its bytes, and the indices its tree slot
-/// covers (both ends included) when the tree says.
-type RawVma = (u64, Vec<u8>, Option<(u64, u64)>);
-
-/// Offsets, from BTF, of everything the maps are read by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MapsLayout {
-    tree: Tree,
-    map_count: u64,
-    start_brk: u64,
-    brk: u64,
-    start_stack: u64,
-    vma_size: u64,
-    vm_mm: u64,
-    vm_start: u64,
-    vm_end: u64,
-    vm_flags: u64,
-    vm_pgoff: u64,
-    vm_file: u64,
-    vm_ops: u64,
-    vm_private_data: u64,
-    /// `vm_area_struct.anon_name` and `anon_vma_name.name`, when the
-    /// kernel names anonymous memory.
-    anon_name: Option<(u64, u64)>,
-    /// `vm_operations_struct.name`.
-    ops_name: u64,
-    /// `vm_special_mapping.name`.
-    special_name: u64,
-    paths: PathLayout,
-}
-
-impl MapsLayout {
-    /// The offsets in `btf`; an error names the first type or member
-    /// missing.
-    pub fn from_btf(btf: &Btf) -> Result<MapsLayout, BtfError> {
-        let mm = |m: &str| btf.member_offset("mm_struct", m);
-        let vma = |m: &str| btf.member_offset("vm_area_struct", m);
-        let tree = match mm("mm_mt") {
-            Ok(mt) => Tree::Maple {
-                root: mt + btf.member_offset("maple_tree", "ma_root")?,
-                layout: MapleLayout::from_btf(btf)?,
-            },
-            Err(_) => Tree::RedBlack {
-                root: mm("mm_rb")? + btf.member_offset("rb_root", "rb_node")?,
-                list: mm("mmap")?,
-                next: vma("vm_next")?,
-                vm_rb: vma("vm_rb")?,
-                layout: RbLayout::from_btf(btf)?,
-            },
-        };
-        let anon_name = match vma("anon_name") {
-            Ok(at) => Some((at, btf.member_offset("anon_vma_name", "name")?)),
-            Err(_) => None,
-        };
-        Ok(MapsLayout {
-            tree,
-            map_count: mm("map_count")?,
-            start_brk: mm("start_brk")?,
-            brk: mm("brk")?,
-            start_stack: mm("start_stack")?,
-            vma_size: btf.size_of("vm_area_struct")?,
-            vm_mm: vma("vm_mm")?,
-            vm_start: vma("vm_start")?,
-            vm_end: vma("vm_end")?,
-            vm_flags: vma("vm_flags")?,
-            vm_pgoff: vma("vm_pgoff")?,
-            vm_file: vma("vm_file")?,
-            vm_ops: vma("vm_ops")?,
-            vm_private_data: vma("vm_private_data")?,
-            anon_name,
-            ops_name: btf.member_offset("vm_operations_struct", "name")?,
-            special_name: btf.member_offset("vm_special_mapping", "name")?,
-            paths: PathLayout::from_btf(btf)?,
-        })
-    }
-
-    /// The span of the `mm_struct` read: from its first field used to past
-    /// its last.
-    fn mm_span(&self) -> (u64, u64) {
-        let tree = match self.tree {
-            Tree::Maple { root, .. } => vec![root],
-            Tree::RedBlack { root, list, .. } => vec![root, list],
-        };
-        let all = [self.map_count, self.start_brk, self.brk, self.start_stack];
-        let fields = tree.into_iter().chain(all);
-        let first = fields.clone().min().unwrap_or(0);
-        (first, fields.max().unwrap_or(0) + 8 - first)
-    }
 }
 
 impl Kernel {

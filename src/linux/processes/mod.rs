@@ -26,9 +26,9 @@ use std::fmt;
 use rustc_hash::FxHashMap;
 
 use crate::join_all;
-use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
-use crate::linux::structures::xarray::{self, XaLayout};
+use crate::linux::offsets::ProcessLayout;
+use crate::linux::structures::xarray;
 use crate::linux::Kernel;
 use crate::{AddressSpace, Memory};
 
@@ -207,7 +207,7 @@ impl Kernel {
     /// threads and command lines: the module's documentation says what is
     /// read in which batch.
     pub async fn processes_async(&self, mem: &Memory) -> ProcessList {
-        let layout = match Layout::from_btf(&self.btf) {
+        let layout = match &self.offsets.processes {
             Ok(layout) => layout,
             Err(e) => {
                 return ProcessList {
@@ -219,7 +219,7 @@ impl Kernel {
         let kmem = self.kernel_memory(mem);
         let walk = Walk {
             kmem,
-            layout: &layout,
+            layout,
             init_task: self.init_task(),
             top_entry: self.image.top_entry,
         };
@@ -233,91 +233,6 @@ fn failure(stage: Stage, pid: Option<u32>, address: u64, reason: String) -> Walk
         pid,
         address,
         reason,
-    }
-}
-
-/// Byte offsets (and a few sizes) of everything the walk reads, from BTF.
-#[derive(Debug, Clone)]
-struct Layout {
-    xa: XaLayout,
-    /// `pid_namespace.idr.idr_rt`, the xarray.
-    ns_array: u64,
-    /// `pid_namespace.idr.idr_rt.xa_head`.
-    ns_head: u64,
-    /// `pid_namespace.idr.idr_base`: the first pid's index.
-    ns_base: u64,
-    /// `pid.tasks[PIDTYPE_PID].first`.
-    pid_first: u64,
-    /// `pid.numbers[0].nr` (`numbers` is a flexible array).
-    pid_nr: u64,
-    task: TaskLayout,
-    /// `mm_struct.pgd`, `arg_start`, `arg_end`.
-    mm_pgd: u64,
-    mm_arg_start: u64,
-    mm_arg_end: u64,
-}
-
-/// `task_struct`'s members.
-#[derive(Debug, Clone, Copy)]
-struct TaskLayout {
-    /// `__state` (from 5.14), else `state`; its low 32 bits are read.
-    state: u64,
-    exit_state: u64,
-    flags: u64,
-    pid: u64,
-    tgid: u64,
-    real_parent: u64,
-    comm: u64,
-    comm_len: u64,
-    mm: u64,
-    /// `pid_links[PIDTYPE_PID]`, the `hlist_node` its pid's list holds.
-    pid_link: u64,
-    thread_pid: u64,
-    group_leader: u64,
-    /// `sizeof(struct task_struct)`, at least the span read of it.
-    size: u64,
-}
-
-/// Asks `btf` every question the walk asks (what a warm start must have
-/// the answers to).
-pub(super) fn ask_layout(btf: &Btf) -> Result<(), BtfError> {
-    Layout::from_btf(btf).map(drop)
-}
-
-impl Layout {
-    fn from_btf(btf: &Btf) -> Result<Layout, BtfError> {
-        let pid_type = btf.enum_value("PIDTYPE_PID").ok_or_else(|| {
-            BtfError::Parse("BTF has no enumerator PIDTYPE_PID (enum pid_type)".into())
-        })?;
-        let task = |m: &str| btf.member_offset("task_struct", m);
-        let mm = |m: &str| btf.member_offset("mm_struct", m);
-        let comm_len = btf.member_size("task_struct", "comm")?;
-        Ok(Layout {
-            xa: XaLayout::from_btf(btf)?,
-            ns_array: btf.member_offset("pid_namespace", "idr.idr_rt")?,
-            ns_head: btf.member_offset("pid_namespace", "idr.idr_rt.xa_head")?,
-            ns_base: btf.member_offset("pid_namespace", "idr.idr_base")?,
-            pid_first: btf.member_offset("pid", &format!("tasks[{pid_type}].first"))?,
-            pid_nr: btf.member_offset("pid", "numbers")? + btf.member_offset("upid", "nr")?,
-            task: TaskLayout {
-                state: task("__state").or_else(|_| task("state"))?,
-                exit_state: task("exit_state")?,
-                flags: task("flags")?,
-                pid: task("pid")?,
-                tgid: task("tgid")?,
-                real_parent: task("real_parent")?,
-                comm: task("comm")?,
-                comm_len: comm_len.min(64),
-                mm: task("mm")?,
-                pid_link: task(&format!("pid_links[{pid_type}]"))?,
-                thread_pid: task("thread_pid")?,
-                group_leader: task("group_leader")?,
-                size: btf.size_of("task_struct")?,
-            },
-            mm_pgd: mm("pgd")?,
-            mm_arg_start: mm("arg_start")?,
-            mm_arg_end: mm("arg_end")?,
-        })
     }
 }
 
@@ -422,7 +337,7 @@ struct MmFields {
 
 struct Walk<'a> {
     kmem: KernelMemory<'a>,
-    layout: &'a Layout,
+    layout: &'a ProcessLayout,
     init_task: u64,
     /// The kernel's top-table entry 511, which every process's table
     /// copies.

@@ -16,12 +16,9 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
+use crate::linux::offsets::{MapleLayout, NodeLayout, MAPLE_NODE_SIZE as NODE_SIZE};
 use crate::linux::structures::StructureFailure;
-
-/// Bytes of a node, and its alignment (`MAPLE_NODE_MASK + 1`).
-const NODE_SIZE: u64 = 256;
 /// Levels a tree may have (`MAPLE_HEIGHT_MAX`).
 const MAX_HEIGHT: usize = 31;
 /// Nodes walked at most, so that crafted memory cannot make the walk
@@ -30,103 +27,6 @@ const MAX_NODES: usize = 1 << 17;
 /// Nodes read in one batch (2 MiB): a tree of up to 8,192 nodes on a
 /// level (over 40,000 VMAs) costs one device call a level.
 const NODES_PER_BATCH: usize = 8192;
-
-/// Where pivots, slots and the data end lie in one kind of node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct NodeLayout {
-    pivots: u64,
-    pivot_count: usize,
-    slots: u64,
-    slot_count: usize,
-    /// `meta.end`: the last slot in use when the pivots do not say.
-    meta_end: u64,
-}
-
-impl NodeLayout {
-    /// The layout of `ty` (`maple_range_64` or `maple_arange_64`), whose
-    /// slot array ends where `after_slots` (a member, or the struct's end)
-    /// begins.
-    fn from_btf(btf: &Btf, ty: &str) -> Result<NodeLayout, BtfError> {
-        let pivots = btf.member_offset(ty, "pivot")?;
-        let slots = btf.member_offset(ty, "slot")?;
-        let pivot_count = btf.member_size(ty, "pivot")? / 8;
-        let slot_count = btf.member_size(ty, "slot")? / 8;
-        let meta_end =
-            btf.member_offset(ty, "meta")? + btf.member_offset("maple_metadata", "end")?;
-        // A node has one pivot fewer than slots (the last slot ends at
-        // the node's maximum), pivots and slots apart, all within its 256
-        // bytes.
-        let end = |at: u64, count: u64| count.checked_mul(8).and_then(|len| at.checked_add(len));
-        let (pivots_end, slots_end) = (end(pivots, pivot_count), end(slots, slot_count));
-        let fits = pivot_count >= 1
-            && slot_count == pivot_count + 1
-            && pivots_end.is_some_and(|e| {
-                e <= NODE_SIZE && (e <= slots || pivots >= slots_end.unwrap_or(u64::MAX))
-            })
-            && slots_end.is_some_and(|e| e <= NODE_SIZE)
-            && meta_end < NODE_SIZE;
-        match fits {
-            true => Ok(NodeLayout {
-                pivots,
-                pivot_count: pivot_count as usize,
-                slots,
-                slot_count: slot_count as usize,
-                meta_end,
-            }),
-            false => Err(BtfError::Parse(format!(
-                "BTF gives {ty} {pivot_count} pivots at {pivots} and {slot_count} slots at {slots}, metadata at {meta_end}: no maple node of {NODE_SIZE} bytes"
-            ))),
-        }
-    }
-
-    /// The last slot in use (`ma_data_end`): the allocation-range kind and
-    /// a node whose last pivot is zero keep it in their metadata; a node
-    /// whose last pivot is its maximum ends there; else every slot is used.
-    fn data_end(&self, node: &[u8], pivots: &[u64], max: u64, arange: bool) -> usize {
-        let meta = || usize::from(node[self.meta_end as usize]);
-        let last = pivots[self.pivot_count - 1];
-        if arange || last == 0 {
-            meta()
-        } else if last == max {
-            self.pivot_count - 1
-        } else {
-            self.pivot_count
-        }
-    }
-}
-
-/// The maple tree's node layouts and type numbers, from BTF.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MapleLayout {
-    /// `maple_range_64.parent` (the same place in every kind).
-    parent: u64,
-    range: NodeLayout,
-    arange: NodeLayout,
-    /// `enum maple_type`: `maple_leaf_64`, `maple_range_64`,
-    /// `maple_arange_64`.
-    leaf_type: u64,
-    range_type: u64,
-    arange_type: u64,
-}
-
-impl MapleLayout {
-    /// The layout in `btf`.
-    pub fn from_btf(btf: &Btf) -> Result<MapleLayout, BtfError> {
-        let kind = |name: &str| {
-            btf.enum_value(name)
-                .and_then(|v| u64::try_from(v).ok())
-                .ok_or_else(|| BtfError::NoType(format!("enum maple_type value {name}")))
-        };
-        Ok(MapleLayout {
-            parent: btf.member_offset("maple_range_64", "parent")?,
-            range: NodeLayout::from_btf(btf, "maple_range_64")?,
-            arange: NodeLayout::from_btf(btf, "maple_arange_64")?,
-            leaf_type: kind("maple_leaf_64")?,
-            range_type: kind("maple_range_64")?,
-            arange_type: kind("maple_arange_64")?,
-        })
-    }
-}
 
 /// An entry of a leaf: what the tree stores (a VMA's address) and the
 /// indices its slot covers, both ends included.
@@ -266,6 +166,22 @@ pub(crate) async fn entries(
     (found, failed, at_limit)
 }
 
+/// The last slot in use (`ma_data_end`) of a node of layout `nl`: the
+/// allocation-range kind and a node whose last pivot is zero keep it in
+/// their metadata; a node whose last pivot is its maximum ends there; else
+/// every slot is used.
+fn data_end(nl: &NodeLayout, node: &[u8], pivots: &[u64], max: u64, arange: bool) -> usize {
+    let meta = || usize::from(node[nl.meta_end as usize]);
+    let last = pivots[nl.pivot_count - 1];
+    if arange || last == 0 {
+        meta()
+    } else if last == max {
+        nl.pivot_count - 1
+    } else {
+        nl.pivot_count
+    }
+}
+
 /// Reads one node's slots: its children (kernel pointers, from
 /// `kernel_half` up) into `next`, or its entries into `found`; why it
 /// cannot be trusted otherwise.
@@ -291,7 +207,7 @@ fn visit(
     let pivots: Vec<u64> = (0..nl.pivot_count)
         .map(|i| bytes.u64_at(nl.pivots + 8 * i as u64).unwrap_or(0))
         .collect();
-    let end = nl.data_end(bytes, &pivots, node.max, arange);
+    let end = data_end(nl, bytes, &pivots, node.max, arange);
     if end >= nl.slot_count {
         return Err(format!(
             "maple node says its data ends at slot {end} of {}",
@@ -341,6 +257,7 @@ fn visit(
 pub(crate) mod tests {
     use super::*;
     use crate::linux::find::btf::builder::BtfBuilder;
+    use crate::linux::find::btf::{Btf, BtfError};
 
     /// The maple tree's types in made-up BTF, as the kernel's are but for
     /// `maple_range_64`'s pivots: `pivots` of them at `pivot_at` (its 16

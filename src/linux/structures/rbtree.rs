@@ -7,31 +7,13 @@
 
 use std::collections::HashSet;
 
-use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
+use crate::linux::offsets::RbLayout;
 use crate::linux::structures::StructureFailure;
 
 /// Levels followed at most: a red-black tree of 2^20 nodes is at most 40
 /// deep.
 const MAX_DEPTH: usize = 64;
-
-/// Offsets, from BTF, of a node's links.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RbLayout {
-    /// `rb_node.rb_left`, `rb_node.rb_right`.
-    left: u64,
-    right: u64,
-}
-
-impl RbLayout {
-    /// The offsets in `btf`.
-    pub fn from_btf(btf: &Btf) -> Result<RbLayout, BtfError> {
-        Ok(RbLayout {
-            left: btf.member_offset("rb_node", "rb_left")?,
-            right: btf.member_offset("rb_node", "rb_right")?,
-        })
-    }
-}
 
 /// The objects a tree orders: where their node lies in them, how many
 /// bytes of each to read, and what they are called in failures.

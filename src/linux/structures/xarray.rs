@@ -21,8 +21,8 @@
 use rustc_hash::FxHashSet;
 
 use crate::join_all;
-use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::kmem::{Fields, KernelMemory};
+use crate::linux::offsets::XaLayout;
 use crate::linux::structures::StructureFailure;
 
 /// Most nodes read: a full pid space (`PID_MAX_LIMIT`, 4 Mi pids) needs
@@ -41,52 +41,6 @@ pub(crate) struct Limits {
     pub max_index: u64,
     /// The most entries the walk gives.
     pub max_entries: usize,
-}
-
-/// Byte offsets of `struct xa_node`'s members, from BTF.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct XaLayout {
-    shift: u64,
-    offset: u64,
-    parent: u64,
-    array: u64,
-    slots: u64,
-    /// Slots per node (`XA_CHUNK_SIZE`: 64, or 16 with `BASE_SMALL`).
-    slot_count: u64,
-}
-
-impl XaLayout {
-    /// The offsets in `btf`.
-    pub fn from_btf(btf: &Btf) -> Result<XaLayout, BtfError> {
-        let node = |m: &str| btf.member_offset("xa_node", m);
-        let slot_count = btf.member_size("xa_node", "slots")? / 8;
-        if !slot_count.is_power_of_two() || !(4..=256).contains(&slot_count) {
-            return Err(BtfError::Parse(format!(
-                "xa_node has {slot_count} slots, not a power of two from 4 to 256"
-            )));
-        }
-        Ok(XaLayout {
-            shift: node("shift")?,
-            offset: node("offset")?,
-            parent: node("parent")?,
-            array: node("array")?,
-            slots: node("slots")?,
-            slot_count,
-        })
-    }
-
-    /// Bits of index each level takes.
-    fn chunk_shift(&self) -> u32 {
-        self.slot_count.trailing_zeros()
-    }
-
-    /// Bytes read of each node: its header and slots.
-    fn node_len(&self) -> usize {
-        let header = self.shift.max(self.offset).max(self.parent + 8);
-        (header
-            .max(self.array + 8)
-            .max(self.slots + 8 * self.slot_count)) as usize
-    }
 }
 
 /// What a walk found: the stored pointers by index, and what was cut.

@@ -1,0 +1,57 @@
+//! One set of offsets: every member offset, size and enumerator the walks
+//! read the kernel by is asked of its BTF here, once, when the kernel is
+//! found, and kept with the [`Kernel`](crate::linux::Kernel). A warm start
+//! answers the same questions from the cache, so this is also the list of
+//! what the cache must keep.
+//!
+//! Each walk's offsets stand or fall alone: a kernel whose BTF lacks a
+//! member of the memory maps still lists its processes, and only
+//! `init_task`'s are needed to find the kernel at all.
+
+mod maps;
+mod structures;
+mod tasks;
+
+pub(crate) use maps::{MapsLayout, PathLayout, Tree};
+pub(crate) use structures::{MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE};
+pub(crate) use tasks::{InitTaskLayout, ProcessLayout};
+
+use crate::linux::find::btf::{Btf, BtfError};
+
+/// The offsets of every walk, from one kernel's BTF.
+#[derive(Debug, Clone)]
+pub(crate) struct Offsets {
+    /// What `init_task` is checked by when the kernel is found.
+    pub init_task: InitTaskLayout,
+    /// The process list's (pid table, `struct pid`, tasks, `mm`s).
+    pub processes: Result<ProcessLayout, BtfError>,
+    /// The memory maps' (VMA tree, VMAs, file paths).
+    pub maps: Result<MapsLayout, BtfError>,
+}
+
+impl Offsets {
+    /// The offsets in `btf`; an error when even `init_task`'s are
+    /// missing (then no kernel can be found with it).
+    pub fn from_btf(btf: &Btf) -> Result<Offsets, BtfError> {
+        Ok(Offsets {
+            init_task: InitTaskLayout::from_btf(btf)?,
+            processes: ProcessLayout::from_btf(btf),
+            maps: MapsLayout::from_btf(btf),
+        })
+    }
+}
+
+/// Asks `btf` every question the walks ask (the kernel's check, the
+/// process list, memory maps): the answers a warm start must have, and
+/// what the fuzz target asks of random BTF. The first error of each walk,
+/// if any.
+pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
+    [
+        InitTaskLayout::from_btf(btf).map(drop),
+        ProcessLayout::from_btf(btf).map(drop),
+        MapsLayout::from_btf(btf).map(drop),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect()
+}
