@@ -54,7 +54,7 @@ fn tree_height(guest: &Guest, kernel: &Kernel, mm: u64) -> u64 {
 /// The maps of every process the oracle lists, one by one and then all
 /// together, against the oracle, with their exact read calls.
 fn check_maps(guest: &Guest, mem: &Memory, device: &LeechCore, kernel: &Kernel) {
-    let list = kernel.processes(mem);
+    let list = kernel.processes();
     let pids: Vec<u32> = guest.oracle().maps.keys().copied().collect();
     let mms: Vec<u64> = pids
         .iter()
@@ -66,7 +66,7 @@ fn check_maps(guest: &Guest, mem: &Memory, device: &LeechCore, kernel: &Kernel) 
     let mut heights = Vec::new();
     for (&pid, &mm) in pids.iter().zip(&mms) {
         let before = device.call_count(Call::ReadScatter);
-        let vmas = kernel.vmas(mem, mm);
+        let vmas = kernel.vmas(mm);
         let calls = device.call_count(Call::ReadScatter) - before;
         assert_eq!(vmas.failed, [], "pid {pid}");
         let found: Vec<GuestMap> = vmas.vmas.iter().map(as_proc_says).collect();
@@ -82,7 +82,7 @@ fn check_maps(guest: &Guest, mem: &Memory, device: &LeechCore, kernel: &Kernel) 
     // Read together, the processes share every batch.
     let before = device.call_count(Call::ReadScatter);
     let all = mem.block_on(futures::future::join_all(
-        mms.iter().map(|&mm| kernel.vmas_async(mem, mm)),
+        mms.iter().map(|&mm| kernel.vmas_async(mm)),
     ));
     let calls = device.call_count(Call::ReadScatter) - before;
     for (pid, vmas) in pids.iter().zip(&all) {
@@ -103,9 +103,9 @@ fn maps_of_a_live_guest_as_its_proc_says() {
     check_maps(&guest, &mem, &device, &kernel);
     // The pattern process: a read-write half and a read-only half.
     let pattern = guest.pattern();
-    let list = kernel.processes(&mem);
+    let list = kernel.processes();
     let mm = list.get(pattern.pid).unwrap().mm.unwrap();
-    let vmas = kernel.vmas(&mem, mm);
+    let vmas = kernel.vmas(mm);
     let halves: Vec<(u64, u64, String)> = pattern
         .halves()
         .iter()

@@ -38,9 +38,9 @@ const KERNEL_THREAD_CHANGES: usize = 4;
 const EXTRA_PROCESSES: u32 = 300;
 
 /// Lists the processes, and the read calls the list took.
-fn list(mem: &Memory, device: &LeechCore, kernel: &Kernel) -> (ProcessList, u64) {
+fn list(device: &LeechCore, kernel: &Kernel) -> (ProcessList, u64) {
     let before = device.call_count(Call::ReadScatter);
-    let list = kernel.processes(mem);
+    let list = kernel.processes();
     (list, device.call_count(Call::ReadScatter) - before)
 }
 
@@ -179,7 +179,7 @@ fn check_guest(guest: &Guest) -> u64 {
     let (mem, device) = engine(guest.open());
     let _paused = guest.pause();
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
-    let (list, calls) = list(&mem, &device, &kernel);
+    let (list, calls) = list(&device, &kernel);
     check_against_oracle(&list, guest);
     check_address_spaces(&list, guest, &mem);
     eprintln!(
@@ -204,13 +204,13 @@ fn lists_the_processes_from_nothing_in_under_forty_calls() {
     let _paused = guest.pause();
     let before = device.call_count(Call::ReadScatter);
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
-    let list = kernel.processes(&mem);
+    let list = kernel.processes();
     let calls = device.call_count(Call::ReadScatter) - before;
     check_against_oracle(&list, &guest);
     assert_eq!(calls, FIND_CALLS + LIST_CALLS);
     // Listed again: the process's page tables are cached for a second
     // and its command line is read again with the rest.
-    let (again, _) = self::list(&mem, &device, &kernel);
+    let (again, _) = self::list(&device, &kernel);
     assert_eq!(again, list);
 }
 
@@ -273,7 +273,7 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     let (mem, device) = engine(image_device(dir.path(), "guest.raw", &bytes));
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
     assert_eq!(kernel.paging(), guest.paging());
-    let (list, calls) = list(&mem, &device, &kernel);
+    let (list, calls) = list(&device, &kernel);
     check_against_oracle(&list, guest);
     check_address_spaces(&list, guest, &mem);
     // One more level of each process's tables with 5 levels.
@@ -306,7 +306,7 @@ fn loops_and_torn_structures_are_cut_and_reported() {
     };
     let (mem, _) = engine(image_device(dir.path(), "clean.raw", &bytes));
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
-    let clean = kernel.processes(&mem);
+    let clean = kernel.processes();
     assert!(clean.failed.is_empty(), "{:#?}", clean.failed);
     let pa = |va: u64| va - kernel.direct_map_base();
     let offset = |ty: &str, path: &str| kernel.offset_of(ty, path).unwrap();
@@ -341,7 +341,7 @@ fn loops_and_torn_structures_are_cut_and_reported() {
 
     let (mem, _) = engine(image_device(dir.path(), "torn.raw", &bytes));
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
-    let torn = kernel.processes(&mem);
+    let torn = kernel.processes();
     let failed: Vec<(Stage, Option<u32>)> = torn.failed.iter().map(|f| (f.stage, f.pid)).collect();
     eprintln!("{:#?}", torn.failed);
     assert_eq!(
@@ -394,7 +394,7 @@ fn lists_the_processes_of_a_running_guest() {
     let (mem, _) = engine(guest.open());
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
     for _ in 0..3 {
-        let list = kernel.processes(&mem);
+        let list = kernel.processes();
         for task in guest.processes().iter().filter(|t| !t.kernel_thread) {
             let p = list.get(task.pid).unwrap_or_else(|| panic!("{task:?}"));
             assert_eq!(p.cmdline, task.cmdline);

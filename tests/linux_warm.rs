@@ -84,8 +84,8 @@ fn recorded(path: &Path) -> (Memory, Arc<Recorder>) {
 }
 
 /// The pids and names of a list.
-fn rows(kernel: &Kernel, mem: &Memory) -> Vec<(u32, String)> {
-    let list = kernel.processes(mem);
+fn rows(kernel: &Kernel) -> Vec<(u32, String)> {
+    let list = kernel.processes();
     assert!(list.failed.is_empty(), "{:?}", list.failed);
     list.processes
         .iter()
@@ -111,7 +111,7 @@ fn a_warm_ps_takes_twelve_calls_and_reads_no_btf() {
     let (mem, device) = recorded(&image);
     let cold = Kernel::find(&mem, &hints).unwrap();
     assert_eq!(cold.source(), Source::Search);
-    let cold_rows = rows(&cold, &mem);
+    let cold_rows = rows(&cold);
     // The guest's own processes, as its /proc listed them at boot.
     let oracle: Vec<u32> = guest.processes().iter().map(|t| t.pid).collect();
     assert!(oracle
@@ -125,7 +125,7 @@ fn a_warm_ps_takes_twelve_calls_and_reads_no_btf() {
     let warm = Kernel::find(&mem, &hints).unwrap();
     let find_calls = device.take();
     assert_eq!(warm.source(), Source::Cache);
-    let warm_rows = rows(&warm, &mem);
+    let warm_rows = rows(&warm);
     let list_calls = device.take();
     assert_eq!(warm_rows, cold_rows);
     assert_eq!(

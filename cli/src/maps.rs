@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use leechio::linux::{Kernel, Process, ProcessList, Vma, Vmas};
-use leechio::Memory;
 use serde_json::json;
 
 use crate::output::escape;
@@ -70,8 +69,8 @@ pub fn process<'l>(list: &'l ProcessList, wanted: &Wanted) -> Result<&'l Process
 }
 
 /// The VMAs of `process`, its failures reported on stderr.
-pub fn vmas_of(kernel: &Kernel, mem: &Memory, process: &Process) -> Vmas {
-    let vmas = kernel.vmas(mem, process.mm.unwrap_or_default());
+pub fn vmas_of(kernel: &Kernel, process: &Process) -> Vmas {
+    let vmas = kernel.vmas(process.mm.unwrap_or_default());
     for f in &vmas.failed {
         errln!(
             "leechio: maps of pid {}: {}",
@@ -87,9 +86,9 @@ pub fn vmas_of(kernel: &Kernel, mem: &Memory, process: &Process) -> Vmas {
 pub fn maps(cli: &Cli, args: &MapsArgs) -> Result<ExitCode, Failure> {
     let mem = open(cli)?;
     let kernel = args.kernel.find(&mem)?;
-    let list = kernel.processes(&mem);
+    let list = kernel.processes();
     let process = process(&list, &Wanted::Pid(args.pid))?;
-    let vmas = vmas_of(&kernel, &mem, process);
+    let vmas = vmas_of(&kernel, process);
     for vma in &vmas.vmas {
         match cli.json {
             true => outln!("{}", vma_json(vma)),

@@ -70,7 +70,7 @@ pub struct PsArgs {
 pub fn ps(cli: &Cli, args: &PsArgs) -> Result<ExitCode, Failure> {
     let mem = open(cli)?;
     let kernel = args.kernel.find(&mem)?;
-    let list = kernel.processes(&mem);
+    let list = kernel.processes();
     if !cli.json {
         outln!(
             "{:>7} {:>7} S {:>4} {:>12}  {:<15}  COMMAND",
@@ -152,7 +152,7 @@ pub enum Owner<'a> {
 /// kernel can be found; `None` (with a note at `-v`) otherwise.
 pub fn owners(mem: &Memory) -> Option<(u64, ProcessList)> {
     match KernelArgs::default().find(mem) {
-        Ok(kernel) => Some((kernel.dtb(), kernel.processes(mem))),
+        Ok(kernel) => Some((kernel.dtb(), kernel.processes())),
         Err(Failure(why)) => {
             log::info!("address spaces not named by process: {why}");
             None

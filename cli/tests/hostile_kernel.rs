@@ -22,7 +22,6 @@ use common::elf_tools::notes;
 use common::linux::{engine, no_cache};
 use common::qemu::shared_guest;
 use leechio::linux::{Kernel, ProcessList, Vma};
-use leechio::Memory;
 use serde_json::Value;
 
 /// Time and memory every run must stay within (a debug build on a loaded
@@ -37,7 +36,6 @@ const MAX_MAP_COUNT: usize = 65_530;
 /// The guest's image on disk, its kernel, and what the walks find in it.
 struct Target {
     clean: Clean,
-    mem: Memory,
     kernel: Kernel,
     list: ProcessList,
     /// The pids of `sleep 100001` and of the shell whose child sleeps.
@@ -56,7 +54,7 @@ fn target() -> &'static Target {
         let clean = Clean::save(&guest);
         let (mem, _) = engine(common::qemu::open_device(&clean.device()));
         let kernel = Kernel::find(&mem, &no_cache()).unwrap();
-        let list = kernel.processes(&mem);
+        let list = kernel.processes();
         assert!(list.failed.is_empty(), "{:?}", list.failed);
         let by_cmdline = |first: &str| {
             list.processes
@@ -77,7 +75,6 @@ fn target() -> &'static Target {
             pattern: guest.pattern().pid,
             init_cmdline: guest.oracle().task(1).unwrap().cmdline.clone(),
             clean,
-            mem,
             kernel,
             list,
         }
@@ -100,9 +97,7 @@ impl Target {
 
     /// The VMAs of process `pid` in the clean image.
     fn vmas(&self, pid: u32) -> Vec<Vma> {
-        let vmas = self
-            .kernel
-            .vmas(&self.mem, self.list.get(pid).unwrap().mm.unwrap());
+        let vmas = self.kernel.vmas(self.list.get(pid).unwrap().mm.unwrap());
         assert!(vmas.failed.is_empty(), "{:?}", vmas.failed);
         vmas.vmas
     }

@@ -151,11 +151,11 @@ fn craft() -> Crafted {
     let device = format!("file://{}", path.display());
     let (mem, _) = engine(LeechCore::open(&DeviceConfig::new(&device)).unwrap());
     let kernel = Kernel::find(&mem, &no_cache()).expect("the guest's kernel in its image");
-    let list = kernel.processes(&mem);
+    let list = kernel.processes();
     let process = list.get(pattern.pid).expect("the pattern process");
     let (mm, dtb) = (process.mm.unwrap(), process.dtb.unwrap());
     let rw = pattern.halves()[0].clone();
-    let vmas = kernel.vmas(&mem, mm);
+    let vmas = kernel.vmas(mm);
     let kept = vmas
         .vmas
         .iter()
@@ -240,9 +240,12 @@ fn craft() -> Crafted {
     poke_bytes(count_at, &3u32.to_le_bytes());
     file.sync_all().unwrap();
 
-    // The crafted maps are what the kernel's structures now say.
+    // The crafted maps are what the kernel's structures now say, read by
+    // the kernel found again in the crafted image (a kernel reads the
+    // memory it was found in).
     let (mem, _) = engine(LeechCore::open(&DeviceConfig::new(&device)).unwrap());
-    let maps = kernel.vmas(&mem, mm);
+    let kernel = Kernel::find(&mem, &no_cache()).expect("the guest's kernel in the crafted image");
+    let maps = kernel.vmas(mm);
     assert!(maps.failed.is_empty(), "{:?}", maps.failed);
     let spans: Vec<(u64, u64)> = maps.vmas.iter().map(|v| (v.start, v.end)).collect();
     assert_eq!(

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::PathBuf;
 
 use engine::linux::{CacheLocation, FindError, Hints, Kernel, Process, ProcessList};
-use engine::{AddressSpace, Memory};
+use engine::AddressSpace;
 
 use crate::device::leechio_device;
 use crate::error::{guard, guard_value, non_null, Fail};
@@ -15,12 +15,11 @@ use crate::space::{leechio_cache_options, leechio_space, named_paging, vm_config
 
 /// A Linux kernel found in a device's memory (`leechio_kernel_find`):
 /// its page tables and their paging mode (`leechio_kernel_levels`), its
-/// types (BTF) and where its processes start. It
-/// keeps the device open until it is freed (`leechio_kernel_free`). Safe
-/// to use from several threads at once.
+/// types (BTF) and where its processes start. It reads the memory it was
+/// found in, and keeps the device open until it is freed
+/// (`leechio_kernel_free`). Safe to use from several threads at once.
 pub struct leechio_kernel {
     kernel: Kernel,
-    mem: Memory,
 }
 
 impl Handle for leechio_kernel {
@@ -159,13 +158,7 @@ pub unsafe extern "C" fn leechio_kernel_find(
             Fail::new(status, e.to_string())
         })?;
         // SAFETY: checked non-NULL above.
-        unsafe {
-            leechio_kernel {
-                kernel,
-                mem: d.mem.clone(),
-            }
-            .give(out)
-        };
+        unsafe { leechio_kernel { kernel }.give(out) };
         Ok(())
     })
 }
@@ -245,7 +238,7 @@ pub unsafe extern "C" fn leechio_kernel_processes(
         let Some(callback) = on_process else {
             return Err(Fail::new(LEECHIO_NULL_ARGUMENT, "`on_process` is NULL"));
         };
-        let list = k.kernel.processes(&k.mem);
+        let list = k.kernel.processes();
         for p in &list.processes {
             report(p, |record| {
                 // SAFETY: the caller vouches for the callback; `record`
@@ -311,7 +304,7 @@ pub unsafe extern "C" fn leechio_space_new_for_pid(
         let k = unsafe { leechio_kernel::lend(kernel)? };
         // SAFETY: the caller's contract.
         let config = unsafe { vm_config(options) };
-        let list = k.kernel.processes(&k.mem);
+        let list = k.kernel.processes();
         let process = list.get(pid).ok_or_else(|| {
             let why = match list.failed.is_empty() {
                 true => String::new(),
@@ -336,7 +329,8 @@ pub unsafe extern "C" fn leechio_space_new_for_pid(
             )
         })?;
         // A process's tables are in the mode of the kernel's: the CPU's.
-        let space = AddressSpace::with_config(k.mem.clone(), dtb, k.kernel.paging(), config);
+        let space =
+            AddressSpace::with_config(k.kernel.memory().clone(), dtb, k.kernel.paging(), config);
         // SAFETY: checked non-NULL above.
         unsafe { leechio_space { space }.give(out) };
         Ok(())

@@ -43,6 +43,12 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// The physical memory the kernel was found in, which every walk of
+    /// it reads (a handle: clones share the engine).
+    pub fn memory(&self) -> &Memory {
+        self.space.memory()
+    }
+
     /// The kernel's address space (its own top-level page table).
     pub fn space(&self) -> &AddressSpace {
         &self.space
@@ -131,8 +137,9 @@ impl Kernel {
         self.source
     }
 
-    /// Kernel virtual memory of `mem` as this kernel maps it.
-    pub(super) fn kernel_memory<'a>(&'a self, mem: &'a Memory) -> kmem::KernelMemory<'a> {
+    /// The kernel's virtual memory as it maps it.
+    pub(super) fn kernel_memory(&self) -> kmem::KernelMemory<'_> {
+        let mem = self.memory();
         kmem::KernelMemory {
             mem,
             segments: &self.image.segments,

@@ -170,7 +170,7 @@ pub(super) fn processes(bench: &mut Bench) -> Result<(), Failure> {
         let profile = Profile::of(&kernel)?;
         let mut list = ProcessList::default();
         bench.row(LIST, "engine: Kernel::processes, kernel known", 0, || {
-            Ok(timed(&device, || list = kernel.processes(&mem)))
+            Ok(timed(&device, || list = kernel.processes()))
         })?;
         // Named by what it found.
         let workload = list_workload(list.processes.len());
@@ -201,7 +201,7 @@ pub(super) fn processes(bench: &mut Bench) -> Result<(), Failure> {
             ..hints
         };
         let kernel = Kernel::find(&mem, &hints).ok()?;
-        Some(listing(&kernel.processes(&mem)))
+        Some(listing(&kernel.processes()))
     });
     let check = compare(&got, &before, after.as_ref());
     if let Some(row) = bench.rows.last_mut() {

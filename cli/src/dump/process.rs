@@ -118,13 +118,13 @@ pub(super) fn plan(mem: &Memory, args: &DumpArgs) -> Result<Option<ProcessPlan>,
         ..KernelArgs::default()
     }
     .find(mem)?;
-    let list = kernel.processes(mem);
+    let list = kernel.processes();
     let process = maps::process(&list, &wanted)?;
     let name = format!("pid {} ({})", process.pid, process.name);
     let dtb = process
         .dtb
         .ok_or_else(|| Failure(format!("{name}: its page-table root could not be read")))?;
-    let vmas = maps::vmas_of(&kernel, mem, process);
+    let vmas = maps::vmas_of(&kernel, process);
     let range = args.range.clone().unwrap_or(0..=u64::MAX);
     // The VMAs clipped to the range: (start, end, p_flags).
     let spans: Vec<(u64, u64, u32)> = vmas

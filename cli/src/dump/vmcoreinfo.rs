@@ -59,7 +59,7 @@ pub(super) fn note(mem: &Memory, args: &DumpArgs) -> KernelNote {
         }
     };
     let direct_map = Some(kernel.direct_map_base());
-    match kernel.vmcoreinfo(mem) {
+    match kernel.vmcoreinfo() {
         Ok(text) => KernelNote {
             note: elf_note(OWNER, NOTE_TYPE, text.as_bytes()),
             direct_map,

@@ -139,12 +139,14 @@ pub enum FindError {
 
 impl Kernel {
     /// Finds the kernel in `mem` (blocking; see [`Kernel::find_async`]).
+    /// The kernel keeps a handle on `mem`: its walks read it.
     pub fn find(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
         mem.block_on(Kernel::find_async(mem, hints))
     }
 
     /// Finds the kernel in `mem`: from the cache when a kernel there is
-    /// still the one in memory, else by searching.
+    /// still the one in memory, else by searching. The kernel keeps a
+    /// handle on `mem` ([`Kernel::memory`]), which its walks read.
     pub async fn find_async(mem: &Memory, hints: &Hints) -> Result<Kernel, FindError> {
         let file = hints.cache.file();
         if let Some(file) = &file {

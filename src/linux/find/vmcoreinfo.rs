@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use super::image::KERNEL_MAP;
 use crate::linux::Kernel;
 use crate::vm::Paging;
-use crate::Memory;
 
 /// The pointer to the text.
 pub(super) const DATA_SYMBOL: &str = "vmcoreinfo_data";
@@ -68,8 +67,8 @@ pub enum VmcoreinfoError {
 impl Kernel {
     /// The kernel's VMCOREINFO text, as `/sys/kernel/vmcoreinfo`'s note
     /// holds it (blocking; see [`Kernel::vmcoreinfo_async`]).
-    pub fn vmcoreinfo(&self, mem: &Memory) -> Result<String, VmcoreinfoError> {
-        mem.block_on(self.vmcoreinfo_async(mem))
+    pub fn vmcoreinfo(&self) -> Result<String, VmcoreinfoError> {
+        self.memory().block_on(self.vmcoreinfo_async())
     }
 
     /// The kernel's VMCOREINFO text: the pointer and the size in one
@@ -79,10 +78,10 @@ impl Kernel {
     /// `KERNELOFFSET` that is possible but puts the link-time `_text`
     /// elsewhere than distributions' kernels have it is logged as a
     /// warning.
-    pub async fn vmcoreinfo_async(&self, mem: &Memory) -> Result<String, VmcoreinfoError> {
+    pub async fn vmcoreinfo_async(&self) -> Result<String, VmcoreinfoError> {
         let symbol = |name| self.symbol(name).ok_or(VmcoreinfoError::NoSymbol(name));
         let (data_at, size_at) = (symbol(DATA_SYMBOL)?, symbol(SIZE_SYMBOL)?);
-        let kmem = self.kernel_memory(mem);
+        let kmem = self.kernel_memory();
         let (data, size) = futures::join!(kmem.read_vec(data_at, 8), kmem.read_vec(size_at, 8));
         let word = |bytes: Result<Vec<u8>, String>| {
             bytes

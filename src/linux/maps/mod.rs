@@ -26,7 +26,6 @@ use crate::linux::structures::maple;
 use crate::linux::structures::rbtree;
 use crate::linux::structures::StructureFailure;
 use crate::linux::Kernel;
-use crate::Memory;
 
 #[cfg(test)]
 mod bounds_tests;
@@ -207,14 +206,14 @@ pub struct Vmas {
 impl Kernel {
     /// The VMAs of the `mm_struct` at `mm` (blocking; see
     /// [`Kernel::vmas_async`]).
-    pub fn vmas(&self, mem: &Memory, mm: u64) -> Vmas {
-        mem.block_on(self.vmas_async(mem, mm))
+    pub fn vmas(&self, mm: u64) -> Vmas {
+        self.memory().block_on(self.vmas_async(mm))
     }
 
     /// The VMAs of the `mm_struct` at `mm`, in address order, with the
     /// paths of their files. Independent of other reads: several processes'
     /// maps read together share their batches.
-    pub async fn vmas_async(&self, mem: &Memory, mm: u64) -> Vmas {
+    pub async fn vmas_async(&self, mm: u64) -> Vmas {
         let layout = match self.maps_layout() {
             Ok(layout) => layout,
             Err(e) => {
@@ -227,7 +226,7 @@ impl Kernel {
                 }
             }
         };
-        let kmem = self.kernel_memory(mem);
+        let kmem = self.kernel_memory();
         let symbols = Symbols {
             special: self.symbol("special_mapping_name"),
             max_map_count: self.symbol("sysctl_max_map_count"),

@@ -30,7 +30,7 @@ use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::offsets::ProcessLayout;
 use crate::linux::structures::xarray;
 use crate::linux::Kernel;
-use crate::{AddressSpace, Memory};
+use crate::AddressSpace;
 
 /// `PF_KTHREAD` in `task_struct.flags` (`include/linux/sched.h`).
 const PF_KTHREAD: u32 = 0x0020_0000;
@@ -199,14 +199,14 @@ impl ProcessList {
 impl Kernel {
     /// Lists the kernel's processes (blocking; see
     /// [`Kernel::processes_async`]).
-    pub fn processes(&self, mem: &Memory) -> ProcessList {
-        mem.block_on(self.processes_async(mem))
+    pub fn processes(&self) -> ProcessList {
+        self.memory().block_on(self.processes_async())
     }
 
     /// Lists the kernel's processes from its pid table, with their
     /// threads and command lines: the module's documentation says what is
     /// read in which batch.
-    pub async fn processes_async(&self, mem: &Memory) -> ProcessList {
+    pub async fn processes_async(&self) -> ProcessList {
         let layout = match &self.offsets.processes {
             Ok(layout) => layout,
             Err(e) => {
@@ -216,7 +216,7 @@ impl Kernel {
                 }
             }
         };
-        let kmem = self.kernel_memory(mem);
+        let kmem = self.kernel_memory();
         let walk = Walk {
             kmem,
             layout,
