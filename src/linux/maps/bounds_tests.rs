@@ -5,6 +5,7 @@
 
 use super::tests::*;
 use super::*;
+use crate::linux::paths;
 
 /// What the failures say about the VMA or structure at `address`.
 fn about(vmas: &Vmas, address: u64) -> Vec<&str> {

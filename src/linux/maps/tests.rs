@@ -8,6 +8,8 @@ use std::sync::Arc;
 use super::*;
 use crate::linux::find::btf::builder::BtfBuilder;
 use crate::linux::find::btf::Btf;
+use crate::linux::kmem::KernelMemory;
+use crate::linux::offsets::MapsLayout;
 use crate::{AddressSpace, MemBackend, Memory};
 
 pub(super) const DIRECT: u64 = 0xffff_8880_0000_0000;
