@@ -8,7 +8,7 @@ use super::find::btf::{Btf, BtfError};
 use super::find::image::{Image, Segment};
 use super::find::init_task::InitTask;
 use super::kmem;
-use super::offsets::{MapsLayout, Offsets};
+use super::offsets::Offsets;
 use crate::vm::Paging;
 use crate::{AddressSpace, Memory};
 
@@ -147,10 +147,5 @@ impl Kernel {
             limit: mem.backend().max_address(),
             space: &self.space,
         }
-    }
-
-    /// The offsets memory maps are read by.
-    pub(super) fn maps_layout(&self) -> Result<&MapsLayout, &BtfError> {
-        self.offsets.maps.as_ref()
     }
 }

@@ -212,7 +212,7 @@ impl Kernel {
     /// paths of their files. Independent of other reads: several processes'
     /// maps read together share their batches.
     pub async fn vmas_async(&self, mm: u64) -> Vmas {
-        let layout = match self.maps_layout() {
+        let layout = match &self.offsets.maps {
             Ok(layout) => layout,
             Err(e) => {
                 return Vmas {
