@@ -5,11 +5,12 @@
 //! - `find`: finding the kernel (its image and page tables, kallsyms, BTF,
 //!   `init_task`, the cache of kernels found, VMCOREINFO): [`Kernel::find`];
 //! - `structures`: the kernel's generic data structures (xarray, maple
-//!   tree, red-black tree), walked level by level, knowing nothing of
-//!   what they hold;
+//!   tree, red-black tree, list), walked level by level, knowing nothing
+//!   of what they hold, and failing one way ([`StructureFailure`]);
+//! - `offsets`: every offset the walks read by, asked of BTF once;
 //! - the walks, named for what they give: [`Kernel::processes`] (tasks
 //!   from the pid table), [`Kernel::vmas`] (memory maps, with the paths
-//!   of their files).
+//!   of their files), [`Kernel::modules`] (loadable modules).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
@@ -18,6 +19,7 @@ mod find;
 mod kernel;
 mod kmem;
 mod maps;
+mod modules;
 mod offsets;
 mod paths;
 mod processes;
@@ -29,6 +31,8 @@ pub use find::vmcoreinfo::VmcoreinfoError;
 pub use find::{CacheLocation, FindError, Hints};
 pub use kernel::{Kernel, Source};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
+pub use modules::{Module, ModuleList, ModuleState};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
+pub use structures::StructureFailure;
 
 pub use offsets::ask_walk_questions;

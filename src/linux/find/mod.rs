@@ -60,6 +60,8 @@ const SYMBOLS: &[&str] = &[
     // The kernel's VMCOREINFO text (see `vmcoreinfo`).
     vmcoreinfo::DATA_SYMBOL,
     vmcoreinfo::SIZE_SYMBOL,
+    // The head of the loadable modules' list (see `modules`).
+    crate::linux::modules::SYMBOL,
     // Whether the kernel runs with 5-level paging (kernels built with
     // CONFIG_X86_5LEVEL, up to 6.16).
     L5_SYMBOL,

@@ -9,11 +9,15 @@
 //! `init_task`'s are needed to find the kernel at all.
 
 mod maps;
+mod modules;
 mod structures;
 mod tasks;
 
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
-pub(crate) use structures::{MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE};
+pub(crate) use modules::ModuleLayout;
+pub(crate) use structures::{
+    ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
+};
 pub(crate) use tasks::{InitTaskLayout, ProcessLayout};
 
 use crate::linux::find::btf::{Btf, BtfError};
@@ -27,6 +31,8 @@ pub(crate) struct Offsets {
     pub processes: Result<ProcessLayout, BtfError>,
     /// The memory maps' (VMA tree, VMAs, file paths).
     pub maps: Result<MapsLayout, BtfError>,
+    /// The module list's (`struct module`).
+    pub modules: Result<ModuleLayout, BtfError>,
 }
 
 impl Offsets {
@@ -37,12 +43,13 @@ impl Offsets {
             init_task: InitTaskLayout::from_btf(btf)?,
             processes: ProcessLayout::from_btf(btf),
             maps: MapsLayout::from_btf(btf),
+            modules: ModuleLayout::from_btf(btf),
         })
     }
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
-/// process list, memory maps): the answers a warm start must have, and
+/// process list, memory maps, the module list): the answers a warm start must have, and
 /// what the fuzz target asks of random BTF. The first error of each walk,
 /// if any.
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
@@ -50,6 +57,7 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         InitTaskLayout::from_btf(btf).map(drop),
         ProcessLayout::from_btf(btf).map(drop),
         MapsLayout::from_btf(btf).map(drop),
+        ModuleLayout::from_btf(btf).map(drop),
     ]
     .into_iter()
     .filter_map(Result::err)

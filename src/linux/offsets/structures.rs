@@ -151,3 +151,27 @@ impl RbLayout {
         })
     }
 }
+
+/// Offsets of `struct list_head`'s links, from BTF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ListLayout {
+    /// `list_head.next`.
+    pub(crate) next: u64,
+    /// `list_head.prev`.
+    pub(crate) prev: u64,
+}
+
+impl ListLayout {
+    /// The offsets in `btf`.
+    pub fn from_btf(btf: &Btf) -> Result<ListLayout, BtfError> {
+        Ok(ListLayout {
+            next: btf.member_offset("list_head", "next")?,
+            prev: btf.member_offset("list_head", "prev")?,
+        })
+    }
+
+    /// Bytes of a `list_head` read: both links.
+    pub(crate) fn len(&self) -> u64 {
+        self.next.max(self.prev) + 8
+    }
+}

@@ -3,6 +3,7 @@
 //! depth, not its size. They know nothing of what they hold: the walks
 //! that use them give the offsets and the bounds.
 
+pub(crate) mod list;
 pub(crate) mod maple;
 pub(crate) mod rbtree;
 pub(crate) mod xarray;
@@ -14,7 +15,7 @@ use std::fmt;
 /// and why. The one way every walk of this folder fails; each user words
 /// it in its own terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StructureFailure {
+pub struct StructureFailure {
     /// The kernel address of the node (or of what it names).
     pub address: u64,
     /// What was wrong, in one line.
@@ -23,7 +24,7 @@ pub(crate) struct StructureFailure {
 
 impl StructureFailure {
     /// A failure at `address`.
-    pub fn new(address: u64, reason: impl Into<String>) -> StructureFailure {
+    pub(crate) fn new(address: u64, reason: impl Into<String>) -> StructureFailure {
         StructureFailure {
             address,
             reason: reason.into(),

@@ -1,0 +1,217 @@
+//! The offsets the module list is read by: `struct module`'s state, list
+//! node and name, and where its memory is, which 6.4 laid out anew.
+
+use crate::linux::find::btf::{Btf, BtfError};
+use crate::linux::offsets::ListLayout;
+
+/// The most kinds of module memory read (6.4 has 7, `MOD_MEM_NUM_TYPES`).
+const MAX_MEMORY_TYPES: u64 = 16;
+/// Longest module name read (`MODULE_NAME_LEN` is 56 on 64-bit kernels).
+const MAX_NAME: u64 = 64;
+
+/// Where a module's memory and its size are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModuleMemory {
+    /// From 6.4: `mem[MOD_MEM_NUM_TYPES]`, a `struct module_memory` per
+    /// kind (text, data, read-only data, ..., the init kinds).
+    Typed {
+        /// `module.mem`.
+        mem: u64,
+        /// Its elements, and the bytes between them.
+        count: u64,
+        stride: u64,
+        /// `MOD_TEXT`: the kind whose base `/proc/modules` shows.
+        text: u64,
+        /// `module_memory.base`, `module_memory.size`.
+        base: u64,
+        size: u64,
+    },
+    /// Before 6.4: `core_layout` and `init_layout` (and `data_layout`
+    /// where the architecture keeps data apart), each a `struct
+    /// module_layout`.
+    Layouts {
+        core: u64,
+        init: u64,
+        data: Option<u64>,
+        /// `module_layout.base`, `module_layout.size`.
+        base: u64,
+        size: u64,
+    },
+}
+
+impl ModuleMemory {
+    /// Where the base `/proc/modules` shows is (the core text's).
+    pub(crate) fn text_base(&self) -> u64 {
+        match *self {
+            ModuleMemory::Typed {
+                mem,
+                stride,
+                text,
+                base,
+                ..
+            } => mem + text * stride + base,
+            ModuleMemory::Layouts { core, base, .. } => core + base,
+        }
+    }
+
+    /// Where each size `/proc/modules` adds up is (each a `u32`).
+    pub(crate) fn sizes(&self) -> Vec<u64> {
+        match *self {
+            ModuleMemory::Typed {
+                mem,
+                count,
+                stride,
+                size,
+                ..
+            } => (0..count).map(|i| mem + i * stride + size).collect(),
+            ModuleMemory::Layouts {
+                core,
+                init,
+                data,
+                size,
+                ..
+            } => [Some(core), Some(init), data]
+                .into_iter()
+                .flatten()
+                .map(|at| at + size)
+                .collect(),
+        }
+    }
+}
+
+/// `enum module_state`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ModuleStates {
+    pub(crate) live: i64,
+    pub(crate) coming: i64,
+    pub(crate) going: i64,
+    pub(crate) unformed: i64,
+}
+
+/// Byte offsets, from BTF, of everything the module list is read by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ModuleLayout {
+    /// `list_head`'s links.
+    pub(crate) list_links: ListLayout,
+    /// `sizeof(struct module)`.
+    pub(crate) size: u64,
+    /// `module.state` (an enum: 4 bytes).
+    pub(crate) state: u64,
+    /// `module.list`, its node in the `modules` list.
+    pub(crate) list: u64,
+    /// `module.name`, and the bytes of it read.
+    pub(crate) name: u64,
+    pub(crate) name_len: u64,
+    pub(crate) memory: ModuleMemory,
+    pub(crate) states: ModuleStates,
+}
+
+impl ModuleLayout {
+    /// The offsets in `btf`; an error names the first type, member or
+    /// enumerator missing.
+    pub fn from_btf(btf: &Btf) -> Result<ModuleLayout, BtfError> {
+        let module = |m: &str| btf.member_offset("module", m);
+        let value = |name: &str| {
+            btf.enum_value(name)
+                .ok_or_else(|| BtfError::NoEnumerator(format!("{name} (enum module_state)")))
+        };
+        let memory = match module("mem") {
+            Ok(mem) => {
+                let stride = btf.size_of("module_memory")?;
+                let count = btf.member_size("module", "mem")? / stride.max(1);
+                if stride == 0 || !(1..=MAX_MEMORY_TYPES).contains(&count) {
+                    return Err(BtfError::Parse(format!(
+                        "BTF gives module.mem {count} elements of {stride} bytes, not 1 to {MAX_MEMORY_TYPES} module_memory"
+                    )));
+                }
+                let text = btf
+                    .enum_value("MOD_TEXT")
+                    .and_then(|v| u64::try_from(v).ok())
+                    .filter(|&v| v < count)
+                    .ok_or_else(|| {
+                        BtfError::NoEnumerator(
+                            "MOD_TEXT (enum mod_mem_type) below MOD_MEM_NUM_TYPES".into(),
+                        )
+                    })?;
+                ModuleMemory::Typed {
+                    mem,
+                    count,
+                    stride,
+                    text,
+                    base: btf.member_offset("module_memory", "base")?,
+                    size: btf.member_offset("module_memory", "size")?,
+                }
+            }
+            Err(_) => ModuleMemory::Layouts {
+                core: module("core_layout")?,
+                init: module("init_layout")?,
+                data: module("data_layout").ok(),
+                base: btf.member_offset("module_layout", "base")?,
+                size: btf.member_offset("module_layout", "size")?,
+            },
+        };
+        Ok(ModuleLayout {
+            list_links: ListLayout::from_btf(btf)?,
+            size: btf.size_of("module")?,
+            state: module("state")?,
+            list: module("list")?,
+            name: module("name")?,
+            name_len: btf.member_size("module", "name")?.min(MAX_NAME),
+            memory,
+            states: ModuleStates {
+                live: value("MODULE_STATE_LIVE")?,
+                coming: value("MODULE_STATE_COMING")?,
+                going: value("MODULE_STATE_GOING")?,
+                unformed: value("MODULE_STATE_UNFORMED")?,
+            },
+        })
+    }
+
+    /// The span of a module read: every member the walk uses.
+    pub(crate) fn span(&self) -> (u64, usize) {
+        let mut members = vec![
+            (self.state, 4),
+            (self.list, self.list_links.len()),
+            (self.name, self.name_len),
+            (self.memory.text_base(), 8),
+        ];
+        members.extend(self.memory.sizes().into_iter().map(|at| (at, 4)));
+        let start = members.iter().map(|m| m.0).min().unwrap_or(0);
+        let end = members.iter().map(|m| m.0 + m.1).max().unwrap_or(0);
+        (start, (end - start) as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test guest's BTF cut down to what the walks ask about.
+    const GUEST_BTF: &[u8] = include_bytes!("../../../fuzz/seeds/btf/debian12-6.1-walks.btf");
+
+    #[test]
+    fn a_6_1_kernel_keeps_its_modules_memory_in_core_and_init_layouts() {
+        let btf = Btf::parse(GUEST_BTF).unwrap();
+        let layout = ModuleLayout::from_btf(&btf).unwrap();
+        let at = |path: &str| btf.member_offset("module", path).unwrap();
+        assert_eq!(
+            layout.memory,
+            ModuleMemory::Layouts {
+                core: at("core_layout"),
+                init: at("init_layout"),
+                data: None,
+                base: 0,
+                size: 8,
+            }
+        );
+        assert_eq!(layout.memory.text_base(), at("core_layout.base"));
+        assert_eq!(
+            layout.memory.sizes(),
+            [at("core_layout.size"), at("init_layout.size")]
+        );
+        // `MODULE_NAME_LEN`, 64 less a long.
+        assert_eq!(layout.name_len, 56);
+        let (start, len) = layout.span();
+        assert!(start <= layout.state && layout.list + 16 <= start + len as u64);
+    }
+}
