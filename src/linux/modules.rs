@@ -132,7 +132,7 @@ pub(crate) async fn read(kmem: &KernelMemory<'_>, layout: &ModuleLayout, head: u
 /// The most modules a target of `memory` bytes can hold: each takes its
 /// `struct module` of `size` bytes, and a page of the module area.
 fn max_modules(memory: u64, size: u64) -> usize {
-    let most = (memory / size.max(1)).min(MODULE_AREA / PAGE).max(1);
+    let most = (memory / size.max(1)).clamp(1, MODULE_AREA / PAGE);
     usize::try_from(most).unwrap_or(usize::MAX)
 }
 
