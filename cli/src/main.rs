@@ -8,6 +8,7 @@ mod output;
 mod bench;
 mod dump;
 mod maps;
+mod modules;
 mod numbers;
 mod paging;
 mod processes;
@@ -99,6 +100,8 @@ enum Command {
     Ps(processes::PsArgs),
     /// Memory maps of a Linux process, as /proc/PID/maps shows them: range, permissions, offset, device, inode, path
     Maps(maps::MapsArgs),
+    /// Loadable modules of a Linux target, as lsmod shows them: name, size, state, base
+    Modules(modules::ModulesArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -200,6 +203,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Spaces => spaces(cli),
         Command::Ps(args) => processes::ps(cli, args),
         Command::Maps(args) => maps::maps(cli, args),
+        Command::Modules(args) => modules::modules(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }

@@ -2,7 +2,7 @@
 //! write on the analyst's terminal: an image of the test guest changed
 //! where the project's own API finds the structures (offsets from the
 //! kernel's BTF), with hostile shapes built in the guest's free RAM.
-//! `ps`, `maps`, `spaces` and `dump` must end within a deadline and a
+//! `ps`, `maps`, `spaces`, `dump` and `modules` must end within a deadline and a
 //! memory cap, with a result that names what was cut or a one-line error,
 //! show no value that failed a check as fact, and escape every string of
 //! the target, as the README states.
@@ -640,5 +640,173 @@ fn names_and_paths_from_the_target_are_escaped_for_the_terminal() {
             .contains(&format!("{} \\u{{1b}}[1A\\u{{1b}}[2K\\n31337", t.sleep)),
         "{}",
         spaces.stdout
+    );
+}
+
+/// `/proc/modules`' word for each `enum module_state` enumerator.
+const MODULE_STATES: [(&str, &str); 3] = [
+    ("MODULE_STATE_LIVE", "Live"),
+    ("MODULE_STATE_COMING", "Loading"),
+    ("MODULE_STATE_GOING", "Unloading"),
+];
+
+/// Modules made in free RAM, one per `(name, state, base)` (a state of
+/// [`MODULE_STATES`]), each with sizes of its own, linked both ways into
+/// the kernel's `modules` list (which the guest leaves empty). Every
+/// offset from the kernel's BTF, by member path, for the layout the
+/// kernel has: `mem[]` from 6.4, `core_layout` and `init_layout` before.
+/// Their addresses, and the JSON lines `modules --json` must print.
+fn craft_modules(
+    k: &Kernel,
+    image: &mut Crafted,
+    made: &[(&str, &str, u64)],
+) -> (Vec<u64>, Vec<Value>) {
+    let btf = k.btf();
+    let at = |path: &str| offset(k, "module", path);
+    let head = k.symbol("modules").expect("kallsyms' modules");
+    let (next, prev) = (
+        offset(k, "list_head", "next"),
+        offset(k, "list_head", "prev"),
+    );
+    assert_eq!(
+        image.peek_u64(physical(k, head + next)),
+        head,
+        "the guest loads no modules: its list is empty"
+    );
+    let size = btf.size_of("module").unwrap();
+    let (mut modules, mut expected) = (Vec::new(), Vec::new());
+    for (i, &(name, state, base)) in made.iter().enumerate() {
+        let pa = image.alloc(size, 64);
+        let value = btf.enum_value(state).unwrap() as u32;
+        image.poke(pa + at("state"), &value.to_le_bytes());
+        image.poke(pa + at("name"), name.as_bytes());
+        let put_size = |image: &Crafted, path: &str, size: u32| {
+            image.poke(pa + at(path), &size.to_le_bytes());
+            u64::from(size)
+        };
+        let total = match k.offset_of("module", "mem") {
+            Ok(_) => {
+                let kinds = btf.member_size("module", "mem").unwrap()
+                    / btf.size_of("module_memory").unwrap();
+                let text = btf.enum_value("MOD_TEXT").unwrap();
+                image.poke(pa + at(&format!("mem[{text}].base")), &le(base));
+                (0..kinds)
+                    .map(|kind| {
+                        let size = 0x1000 * (kind as u32 + 1) + i as u32;
+                        put_size(image, &format!("mem[{kind}].size"), size)
+                    })
+                    .sum()
+            }
+            Err(_) => {
+                image.poke(pa + at("core_layout.base"), &le(base));
+                image.poke(pa + at("init_layout.base"), &le(base + 0x10_0000));
+                put_size(image, "core_layout.size", 0x5000 + i as u32)
+                    + put_size(image, "init_layout.size", 0x2000)
+            }
+        };
+        let word = MODULE_STATES.iter().find(|s| s.0 == state).unwrap().1;
+        let module = direct(k, pa);
+        modules.push(module);
+        expected.push(serde_json::json!({
+            "name": name, "size": total, "base": format!("{base:#x}"),
+            "state": word, "module": format!("{module:#x}"),
+        }));
+    }
+    let nodes: Vec<u64> = std::iter::once(head)
+        .chain(modules.iter().map(|m| m + at("list")))
+        .collect();
+    for (i, &node) in nodes.iter().enumerate() {
+        let n = nodes.len();
+        image.poke(physical(k, node + next), &le(nodes[(i + 1) % n]));
+        image.poke(physical(k, node + prev), &le(nodes[(i + n - 1) % n]));
+    }
+    (modules, expected)
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn modules_crafted_into_the_list_are_shown_as_lsmod_shows_them() {
+    let (_turn, t, mut image) = start();
+    let k = &t.kernel;
+    let made = [
+        ("ext4", "MODULE_STATE_LIVE", 0xffff_ffff_c0a0_0000),
+        ("virtio_net", "MODULE_STATE_COMING", 0xffff_ffff_c0b4_0000),
+        (
+            "ev\u{1b}]0;pwn\u{7}il",
+            "MODULE_STATE_GOING",
+            0xffff_ffff_c0c8_0000,
+        ),
+    ];
+    let (_, expected) = craft_modules(k, &mut image, &made);
+    let json = leechio(&image.device(), &["modules", "--json"]);
+    assert!(json.status.success(), "{}", json.stderr);
+    assert_eq!(json.stderr, "");
+    assert_eq!(json_lines(&json), expected);
+    // The table, its strings escaped.
+    let table = leechio(&image.device(), &["modules"]);
+    assert!(table.status.success(), "{}", table.stderr);
+    assert_terminal_safe(&table.stdout, "modules");
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", table.stdout);
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["Module", "Size", "State", "Base"]
+    );
+    for (line, want) in lines[1..].iter().zip(&expected) {
+        let name = want["name"].as_str().unwrap().replace('\u{1b}', "\\u{1b}");
+        let name = name.replace('\u{7}', "\\u{7}");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            words,
+            [
+                name.as_str(),
+                &want["size"].to_string(),
+                want["state"].as_str().unwrap(),
+                want["base"].as_str().unwrap()
+            ],
+            "{line}"
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_module_list_that_loops_or_tears_stops_there_with_what_it_read() {
+    let (_turn, t, mut image) = start();
+    let k = &t.kernel;
+    let made = [
+        ("first", "MODULE_STATE_LIVE", 0xffff_ffff_c000_0000),
+        ("second", "MODULE_STATE_LIVE", 0xffff_ffff_c010_0000),
+    ];
+    let (modules, expected) = craft_modules(k, &mut image, &made);
+    let list = offset(k, "module", "list") + offset(k, "list_head", "next");
+    // The second leads back to the first: a loop.
+    image.poke(
+        physical(k, modules[1] + list),
+        &le(modules[0] + offset(k, "module", "list")),
+    );
+    let run = leechio(&image.device(), &["modules", "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_eq!(json_lines(&run), expected);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "leechio: modules: {:#x}: module reached twice in the list (a loop, or a list changing while read): the walk stopped\n\
+             leechio: 1 item(s) could not be read; 2 modules listed\n",
+            modules[0]
+        )
+    );
+    // The first leads to memory past the end of RAM.
+    let outside = direct(k, 1 << 40);
+    image.poke(physical(k, modules[0] + list), &le(outside));
+    let run = leechio(&image.device(), &["modules", "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_eq!(json_lines(&run), expected[..1]);
+    let unreadable = outside - offset(k, "module", "list");
+    assert!(
+        run.stderr
+            .starts_with(&format!("leechio: modules: {unreadable:#x}: module: ")),
+        "{}",
+        run.stderr
     );
 }
