@@ -195,9 +195,9 @@ typedef struct leechio_device leechio_device;
 
 // A Linux kernel found in a device's memory (`leechio_kernel_find`):
 // its page tables and their paging mode (`leechio_kernel_levels`), its
-// types (BTF) and where its processes start. It
-// keeps the device open until it is freed (`leechio_kernel_free`). Safe
-// to use from several threads at once.
+// types (BTF) and where its processes start. It reads the memory it was
+// found in, and keeps the device open until it is freed
+// (`leechio_kernel_free`). Safe to use from several threads at once.
 typedef struct leechio_kernel leechio_kernel;
 
 // A queue of reads on one device, flushed by the caller. Use it from one
