@@ -81,7 +81,7 @@ pub const MAX_TYPE_SIZE: u64 = u32::MAX as u64;
 pub const MAX_ANSWER: u64 = 64 << 10;
 /// x86-64's.
 const POINTER_SIZE: u64 = 8;
-/// Most answers a recorded BTF holds (the walks ask about 70 questions).
+/// Most answers a recorded BTF holds (the walks ask about 100 questions).
 pub const MAX_ANSWERS: usize = 1024;
 
 /// Why BTF could not be used, or a question about it not answered.
