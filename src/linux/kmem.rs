@@ -21,7 +21,20 @@ pub(crate) struct KernelMemory<'a> {
     pub space: &'a AddressSpace,
 }
 
-impl KernelMemory<'_> {
+impl<'a> KernelMemory<'a> {
+    /// Kernel memory of made-up tests: all of `space`'s memory as the
+    /// direct map from `direct_map_base`, and no image.
+    #[cfg(test)]
+    pub fn direct_map_only(space: &'a AddressSpace, direct_map_base: u64) -> KernelMemory<'a> {
+        KernelMemory {
+            mem: space.memory(),
+            segments: &[],
+            direct_map_base,
+            limit: space.memory().backend().max_address(),
+            space,
+        }
+    }
+
     /// The first address of the kernel half, where every kernel pointer
     /// lies (it depends on the paging mode).
     pub fn kernel_half(&self) -> u64 {

@@ -474,13 +474,7 @@ impl World {
         let mem = Memory::with_config(backend.clone(), Default::default());
         let layout = MapsLayout::from_btf(&btf(maple)).unwrap();
         let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
-        let kmem = KernelMemory {
-            mem: &mem,
-            segments: &[],
-            direct_map_base: DIRECT,
-            limit: MEMORY as u64,
-            space: &space,
-        };
+        let kmem = KernelMemory::direct_map_only(&space, DIRECT);
         let vmas = mem.block_on(read(&kmem, &layout, self.mm, symbols));
         (vmas, backend.read_calls())
     }

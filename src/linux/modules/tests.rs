@@ -168,13 +168,7 @@ impl World {
         let mem = Memory::with_config(backend.clone(), Default::default());
         let layout = ModuleLayout::from_btf(&btf(self.typed)).unwrap();
         let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
-        let kmem = KernelMemory {
-            mem: &mem,
-            segments: &[],
-            direct_map_base: DIRECT,
-            limit: MEMORY as u64,
-            space: &space,
-        };
+        let kmem = KernelMemory::direct_map_only(&space, DIRECT);
         let list = mem.block_on(read(&kmem, &layout, HEAD));
         (list, backend.read_calls())
     }
@@ -266,13 +260,7 @@ fn no_more_modules_are_read_than_the_walk_allows() {
     let mem = Memory::with_config(backend.clone(), Default::default());
     let layout = ModuleLayout::from_btf(&btf(false)).unwrap();
     let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
-    let kmem = KernelMemory {
-        mem: &mem,
-        segments: &[],
-        direct_map_base: DIRECT,
-        limit: MEMORY as u64,
-        space: &space,
-    };
+    let kmem = KernelMemory::direct_map_only(&space, DIRECT);
     let objects = list::Objects {
         node: layout.list,
         span: layout.span(),

@@ -31,13 +31,7 @@ impl Tree {
     }
 
     fn kmem(&self) -> KernelMemory<'_> {
-        KernelMemory {
-            mem: &self.mem,
-            segments: &[],
-            direct_map_base: BASE,
-            limit: 1 << 20,
-            space: &self.space,
-        }
+        KernelMemory::direct_map_only(&self.space, BASE)
     }
 
     /// A node at physical `pa`; returns its entry.
