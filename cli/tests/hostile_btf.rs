@@ -23,6 +23,7 @@ use leechio::{DeviceConfig, LeechCore, Memory};
 
 const KIND_ARRAY: u32 = 3;
 const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
 const KIND_TYPEDEF: u32 = 8;
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -112,6 +113,28 @@ impl Blob {
             .unwrap()
     }
 
+    /// Member `name` of struct `id`, or of the anonymous structs and
+    /// unions inside it, however deep (where it lies differs between
+    /// kernel versions): the struct or union that holds it, and its index.
+    fn find_member_deep(&self, id: u32, name: &[u8]) -> Option<(u32, usize)> {
+        let vlen = u32_at(&self.types, self.starts[id as usize - 1] + 4) & 0xffff;
+        (0..vlen as usize).find_map(|i| {
+            let at = self.member(id, i);
+            match self.name(u32_at(&self.types, at)) {
+                n if n == name => Some((id, i)),
+                b"" => {
+                    let ty = u32_at(&self.types, at + 4);
+                    let kind = (u32_at(&self.types, self.starts[ty as usize - 1] + 4) >> 24) & 0x1f;
+                    [KIND_STRUCT, KIND_UNION]
+                        .contains(&kind)
+                        .then(|| self.find_member_deep(ty, name))
+                        .flatten()
+                }
+                _ => None,
+            }
+        })
+    }
+
     /// The id the next record gets.
     fn next_id(&self) -> u32 {
         self.starts.len() as u32 + 1
@@ -132,11 +155,23 @@ impl Blob {
         put(&mut self.types, at, ty);
     }
 
-    /// `task_struct`'s first anonymous member, which every member lookup
-    /// in it looks inside.
+    /// The first anonymous member of `task_struct`, or of `mm_struct`
+    /// where the task has none (6.12's): every member lookup in the struct
+    /// looks inside it.
     fn task_anonymous(&self) -> (u32, usize) {
-        let task = self.id_of("task_struct");
-        (task, self.find_member(task, |n| n.is_empty()))
+        ["task_struct", "mm_struct"]
+            .iter()
+            .find_map(|name| {
+                let id = self.id_of(name);
+                let vlen = u32_at(&self.types, self.starts[id as usize - 1] + 4) & 0xffff;
+                (0..vlen as usize)
+                    .find(|&i| {
+                        self.name(u32_at(&self.types, self.member(id, i)))
+                            .is_empty()
+                    })
+                    .map(|i| (id, i))
+            })
+            .expect("no anonymous member in task_struct or mm_struct")
     }
 }
 
@@ -202,8 +237,9 @@ fn hostile(real: &Blob) -> Vec<Case> {
             "a member 512 MiB in",
             changed(&|b| {
                 let mm = b.id_of("mm_struct");
-                let fields = u32_at(&b.types, b.member(mm, 0) + 4);
-                let arg_end = b.find_member(fields, |n| n == b"arg_end");
+                let (fields, arg_end) = b
+                    .find_member_deep(mm, b"arg_end")
+                    .expect("mm_struct.arg_end");
                 let at = b.member(fields, arg_end) + 8;
                 put(&mut b.types, at, ((512u32 << 20) - 8) << 3);
             }),
