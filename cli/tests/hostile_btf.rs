@@ -104,15 +104,6 @@ impl Blob {
         self.starts[id as usize - 1] + 12 + 12 * index
     }
 
-    /// The index of struct `id`'s first member that `pick` takes (given
-    /// its name).
-    fn find_member(&self, id: u32, pick: impl Fn(&[u8]) -> bool) -> usize {
-        let vlen = u32_at(&self.types, self.starts[id as usize - 1] + 4) & 0xffff;
-        (0..vlen as usize)
-            .find(|&i| pick(self.name(u32_at(&self.types, self.member(id, i)))))
-            .unwrap()
-    }
-
     /// Member `name` of struct `id`, or of the anonymous structs and
     /// unions inside it, however deep (where it lies differs between
     /// kernel versions): the struct or union that holds it, and its index.
@@ -184,7 +175,7 @@ type Case = (&'static str, Blob, &'static [&'static str], &'static str);
 fn hostile(real: &Blob) -> Vec<Case> {
     const PS: &[&str] = &["ps"];
     const ITSELF: &str = "contains itself";
-    let (task, anon) = real.task_anonymous();
+    let (holder, anon) = real.task_anonymous();
     let changed = |change: &dyn Fn(&mut Blob)| {
         let mut b = real.clone();
         change(&mut b);
@@ -197,7 +188,7 @@ fn hostile(real: &Blob) -> Vec<Case> {
             changed(&|b| {
                 let own = b.next_id();
                 typedef(b, own);
-                b.retype(task, anon, own);
+                b.retype(holder, anon, own);
             }),
             PS,
             ITSELF,
@@ -208,24 +199,26 @@ fn hostile(real: &Blob) -> Vec<Case> {
                 let first = b.next_id();
                 typedef(b, first + 1);
                 typedef(b, first);
-                b.retype(task, anon, first);
+                b.retype(holder, anon, first);
             }),
             PS,
             ITSELF,
         ),
         (
             "a struct whose anonymous member is itself",
-            changed(&|b| b.retype(task, anon, task)),
+            changed(&|b| b.retype(holder, anon, holder)),
             PS,
             ITSELF,
         ),
         (
             "an array whose element is itself",
             changed(&|b| {
-                let comm = b.find_member(task, |n| n == b"comm");
+                let (holder, comm) = b
+                    .find_member_deep(b.id_of("task_struct"), b"comm")
+                    .expect("task_struct.comm");
                 let own = b.next_id();
                 b.push(&[0, KIND_ARRAY << 24, 0, own, own, 16]);
-                b.retype(task, comm, own);
+                b.retype(holder, comm, own);
             }),
             PS,
             ITSELF,
