@@ -17,6 +17,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::bounded::{run_bounded, Run};
+use common::crafted::btf_record_len;
 use common::qemu::shared_guest;
 use leechio::linux::{Hints, Kernel};
 use leechio::{DeviceConfig, LeechCore, Memory};
@@ -53,16 +54,7 @@ impl Blob {
         let mut at = 0;
         while at < types.len() {
             starts.push(at);
-            let info = u32_at(&types, at + 4);
-            let vlen = (info & 0xffff) as usize;
-            at += 12
-                + match (info >> 24) & 0x1f {
-                    1 | 14 | 17 => 4,
-                    3 => 12,
-                    4 | 5 | 15 | 19 => 12 * vlen,
-                    6 | 13 => 8 * vlen,
-                    _ => 0,
-                };
+            at += btf_record_len(u32_at(&types, at + 4));
         }
         Blob {
             types,
