@@ -17,12 +17,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::bounded::{run_bounded, Run};
+use common::crafted::btf_record_len;
 use common::qemu::shared_guest;
 use leechio::linux::{Hints, Kernel};
 use leechio::{DeviceConfig, LeechCore, Memory};
 
 const KIND_ARRAY: u32 = 3;
 const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
 const KIND_TYPEDEF: u32 = 8;
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -52,16 +54,7 @@ impl Blob {
         let mut at = 0;
         while at < types.len() {
             starts.push(at);
-            let info = u32_at(&types, at + 4);
-            let vlen = (info & 0xffff) as usize;
-            at += 12
-                + match (info >> 24) & 0x1f {
-                    1 | 14 | 17 => 4,
-                    3 => 12,
-                    4 | 5 | 15 | 19 => 12 * vlen,
-                    6 | 13 => 8 * vlen,
-                    _ => 0,
-                };
+            at += btf_record_len(u32_at(&types, at + 4));
         }
         Blob {
             types,
@@ -103,13 +96,26 @@ impl Blob {
         self.starts[id as usize - 1] + 12 + 12 * index
     }
 
-    /// The index of struct `id`'s first member that `pick` takes (given
-    /// its name).
-    fn find_member(&self, id: u32, pick: impl Fn(&[u8]) -> bool) -> usize {
+    /// Member `name` of struct `id`, or of the anonymous structs and
+    /// unions inside it, however deep (where it lies differs between
+    /// kernel versions): the struct or union that holds it, and its index.
+    fn find_member_deep(&self, id: u32, name: &[u8]) -> Option<(u32, usize)> {
         let vlen = u32_at(&self.types, self.starts[id as usize - 1] + 4) & 0xffff;
-        (0..vlen as usize)
-            .find(|&i| pick(self.name(u32_at(&self.types, self.member(id, i)))))
-            .unwrap()
+        (0..vlen as usize).find_map(|i| {
+            let at = self.member(id, i);
+            match self.name(u32_at(&self.types, at)) {
+                n if n == name => Some((id, i)),
+                b"" => {
+                    let ty = u32_at(&self.types, at + 4);
+                    let kind = (u32_at(&self.types, self.starts[ty as usize - 1] + 4) >> 24) & 0x1f;
+                    [KIND_STRUCT, KIND_UNION]
+                        .contains(&kind)
+                        .then(|| self.find_member_deep(ty, name))
+                        .flatten()
+                }
+                _ => None,
+            }
+        })
     }
 
     /// The id the next record gets.
@@ -132,11 +138,23 @@ impl Blob {
         put(&mut self.types, at, ty);
     }
 
-    /// `task_struct`'s first anonymous member, which every member lookup
-    /// in it looks inside.
+    /// The first anonymous member of `task_struct`, or of `mm_struct`
+    /// where the task has none (6.12's): every member lookup in the struct
+    /// looks inside it.
     fn task_anonymous(&self) -> (u32, usize) {
-        let task = self.id_of("task_struct");
-        (task, self.find_member(task, |n| n.is_empty()))
+        ["task_struct", "mm_struct"]
+            .iter()
+            .find_map(|name| {
+                let id = self.id_of(name);
+                let vlen = u32_at(&self.types, self.starts[id as usize - 1] + 4) & 0xffff;
+                (0..vlen as usize)
+                    .find(|&i| {
+                        self.name(u32_at(&self.types, self.member(id, i)))
+                            .is_empty()
+                    })
+                    .map(|i| (id, i))
+            })
+            .expect("no anonymous member in task_struct or mm_struct")
     }
 }
 
@@ -149,7 +167,7 @@ type Case = (&'static str, Blob, &'static [&'static str], &'static str);
 fn hostile(real: &Blob) -> Vec<Case> {
     const PS: &[&str] = &["ps"];
     const ITSELF: &str = "contains itself";
-    let (task, anon) = real.task_anonymous();
+    let (holder, anon) = real.task_anonymous();
     let changed = |change: &dyn Fn(&mut Blob)| {
         let mut b = real.clone();
         change(&mut b);
@@ -162,7 +180,7 @@ fn hostile(real: &Blob) -> Vec<Case> {
             changed(&|b| {
                 let own = b.next_id();
                 typedef(b, own);
-                b.retype(task, anon, own);
+                b.retype(holder, anon, own);
             }),
             PS,
             ITSELF,
@@ -173,24 +191,26 @@ fn hostile(real: &Blob) -> Vec<Case> {
                 let first = b.next_id();
                 typedef(b, first + 1);
                 typedef(b, first);
-                b.retype(task, anon, first);
+                b.retype(holder, anon, first);
             }),
             PS,
             ITSELF,
         ),
         (
             "a struct whose anonymous member is itself",
-            changed(&|b| b.retype(task, anon, task)),
+            changed(&|b| b.retype(holder, anon, holder)),
             PS,
             ITSELF,
         ),
         (
             "an array whose element is itself",
             changed(&|b| {
-                let comm = b.find_member(task, |n| n == b"comm");
+                let (holder, comm) = b
+                    .find_member_deep(b.id_of("task_struct"), b"comm")
+                    .expect("task_struct.comm");
                 let own = b.next_id();
                 b.push(&[0, KIND_ARRAY << 24, 0, own, own, 16]);
-                b.retype(task, comm, own);
+                b.retype(holder, comm, own);
             }),
             PS,
             ITSELF,
@@ -202,8 +222,9 @@ fn hostile(real: &Blob) -> Vec<Case> {
             "a member 512 MiB in",
             changed(&|b| {
                 let mm = b.id_of("mm_struct");
-                let fields = u32_at(&b.types, b.member(mm, 0) + 4);
-                let arg_end = b.find_member(fields, |n| n == b"arg_end");
+                let (fields, arg_end) = b
+                    .find_member_deep(mm, b"arg_end")
+                    .expect("mm_struct.arg_end");
                 let at = b.member(fields, arg_end) + 8;
                 put(&mut b.types, at, ((512u32 << 20) - 8) << 3);
             }),

@@ -281,6 +281,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: minutes of table reads (vm has no unsafe code)
     fn linux_like_tables_are_read_in_their_own_mode_in_five_batches() {
         for paging in Paging::ALL {
             let (mem, backend, _) = setup();
@@ -299,6 +300,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: minutes of table reads (vm has no unsafe code)
     fn a_4_level_reading_of_5_level_tables_never_faults_a_5_level_one_of_4_level_tables_does() {
         let (mem, backend, _) = setup();
         let mut five = Tables::in_mode(backend.clone(), 48 * MIB, Paging::FiveLevel);
@@ -323,6 +325,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: minutes of table reads (vm has no unsafe code)
     fn tables_that_do_not_tell_are_said_not_to() {
         // 5-level tables of large pages only: no page table to show that
         // a 4-level reading would be wrong.
@@ -351,6 +354,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Miri: minutes of table reads (vm has no unsafe code)
     fn a_table_pointer_past_memory_is_a_fault() {
         let (mem, backend, _) = setup();
         let mut t = Tables::in_mode(backend.clone(), 48 * MIB, Paging::FiveLevel);

@@ -270,6 +270,23 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
 }
 
+/// The length of a BTF type record whose info word is `info`: 12 bytes
+/// and what its kind adds.
+pub fn btf_record_len(info: u32) -> usize {
+    let vlen = (info & 0xffff) as usize;
+    12 + match (info >> 24) & 0x1f {
+        // int, var, decl tag
+        1 | 14 | 17 => 4,
+        // array
+        3 => 12,
+        // struct, union, datasec, enum64
+        4 | 5 | 15 | 19 => 12 * vlen,
+        // enum, function prototype
+        6 | 13 => 8 * vlen,
+        _ => 0,
+    }
+}
+
 impl BtfTypes {
     fn parse(btf: &[u8]) -> BtfTypes {
         let hdr = u32_at(btf, 4) as usize;
@@ -280,20 +297,7 @@ impl BtfTypes {
         let mut at = types;
         while at < types + type_len {
             records.push(at);
-            let info = u32_at(btf, at + 4);
-            let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
-            at += 12
-                + match kind {
-                    // int, var, decl tag
-                    1 | 14 | 17 => 4,
-                    // array
-                    3 => 12,
-                    // struct, union, datasec, enum64
-                    4 | 5 | 15 | 19 => 12 * vlen,
-                    // enum, function prototype
-                    6 | 13 => 8 * vlen,
-                    _ => 0,
-                };
+            at += btf_record_len(u32_at(btf, at + 4));
         }
         BtfTypes {
             records,
