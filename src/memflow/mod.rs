@@ -15,7 +15,10 @@ use std::sync::Arc;
 
 use crate::{BatchOutcome, Memory, MemoryMap, MemoryRange};
 
+mod backend;
 mod os_map;
+
+pub use backend::PhysicalMemoryBackend;
 
 use os_map::{OsMap, Run};
 
