@@ -32,8 +32,11 @@ mod kallsyms;
 mod kmem;
 mod maple;
 mod maps;
+mod modules;
 mod paths;
 mod processes;
+mod symbols;
+mod task_details;
 mod vma_rbtree;
 mod vmcoreinfo;
 mod xarray;
@@ -46,7 +49,9 @@ pub use btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX
 pub use cache::CacheLocation;
 pub use image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
+pub use modules::{KernelModule, ModuleFailure, ModuleList, ModuleState};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
+pub use task_details::{exit_status, TaskDetails, TaskState};
 pub use vmcoreinfo::VmcoreinfoError;
 
 use crate::vm::{detect_paging, Paging};
@@ -77,6 +82,8 @@ const SYMBOLS: &[&str] = &[
     // Whether the kernel runs with 5-level paging (kernels built with
     // CONFIG_X86_5LEVEL, up to 6.16).
     L5_SYMBOL,
+    // The list of loaded modules (see `modules`).
+    modules::LIST_SYMBOL,
 ];
 /// The kernel's own word on its paging mode: 1 with 5 levels.
 const L5_SYMBOL: &str = "__pgtable_l5_enabled";
@@ -365,6 +372,8 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         TaskLayout::from_btf(btf).map(drop),
         processes::ask_layout(btf),
         maps::MapsLayout::from_btf(btf).map(drop),
+        task_details::ask_layout(btf),
+        modules::ask_layout(btf),
     ]
     .into_iter()
     .filter_map(Result::err)

@@ -207,13 +207,27 @@ impl Kernel {
     /// threads and command lines: the module's documentation says what is
     /// read in which batch.
     pub async fn processes_async(&self, mem: &Memory) -> ProcessList {
+        self.processes_beside(mem, |_| async {}).await.0
+    }
+
+    /// Lists the processes as [`Kernel::processes_async`] does, and runs
+    /// `beside` on every task the walk checked (its address, and its `mm`
+    /// unless it is a kernel thread) while the walk reads the processes'
+    /// `mm`s and command lines: what `beside` reads shares those batches.
+    /// `None` from `beside` when the walk stopped before it had tasks.
+    pub(crate) async fn processes_beside<F: std::future::Future>(
+        &self,
+        mem: &Memory,
+        beside: impl FnOnce(Vec<(u64, Option<u64>)>) -> F,
+    ) -> (ProcessList, Option<F::Output>) {
         let layout = match Layout::from_btf(&self.btf) {
             Ok(layout) => layout,
             Err(e) => {
-                return ProcessList {
+                let list = ProcessList {
                     processes: Vec::new(),
                     failed: vec![failure(Stage::Layout, None, 0, e.to_string())],
-                }
+                };
+                return (list, None);
             }
         };
         let kmem = self.kernel_memory(mem);
@@ -223,7 +237,8 @@ impl Kernel {
             init_task: self.init_task(),
             top_entry: self.image.top_entry,
         };
-        walk.run(self.init_pid_ns()).await
+        let (list, other) = walk.run(self.init_pid_ns(), beside).await;
+        (list, Some(other))
     }
 }
 
@@ -430,13 +445,21 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    async fn run(&self, ns: u64) -> ProcessList {
+    async fn run<F: std::future::Future>(
+        &self,
+        ns: u64,
+        beside: impl FnOnce(Vec<(u64, Option<u64>)>) -> F,
+    ) -> (ProcessList, F::Output) {
         let mut failed = Vec::new();
         let filed = self.pid_table(ns, &mut failed).await;
         let tasks = self.tasks(&filed, &mut failed).await;
-        let mut list = self.processes(tasks, &mut failed).await;
+        let found = tasks
+            .iter()
+            .map(|t| (t.address, (t.mm != 0 && !t.kernel_thread).then_some(t.mm)))
+            .collect();
+        let (mut list, other) = futures::join!(self.processes(tasks, &mut failed), beside(found));
         list.failed = failed;
-        list
+        (list, other)
     }
 
     /// The most tasks the target's memory can hold: one `task_struct`

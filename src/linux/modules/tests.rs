@@ -1,0 +1,429 @@
+//! Module lists read from made-up kernel memory whose layouts (given by
+//! made-up BTF) are no kernel's: the typed memories of 6.4 and later and
+//! the layouts before, exported symbols both ways, sections, and lists
+//! that loop or break.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::linux::btf_builder::{BtfBuilder, KIND_INT, KIND_STRUCT};
+use crate::{AddressSpace, MemBackend};
+
+const DIRECT: u64 = 0xffff_8880_0000_0000;
+const MEMORY: usize = 1 << 20;
+/// The list head (in the made-up kernel's data).
+const HEAD: u64 = DIRECT + 0x100;
+
+// The made-up layout of `struct module`.
+const STATE: u64 = 4;
+const LIST: u64 = 16;
+const NAME: u64 = 40;
+const NAME_LEN: u32 = 56;
+const SYMS: u64 = 112;
+const NUM_SYMS: u64 = 124;
+const MEMS: u64 = 160;
+const MEM_SIZE: u32 = 24;
+const MEM_TYPES: u64 = 7;
+const SECT_ATTRS: u64 = 400;
+const MODULE_SIZE: u32 = 512;
+const CORE_LAYOUT: u64 = 200;
+const INIT_LAYOUT: u64 = 264;
+// `struct module_sect_attrs` and `module_sect_attr`.
+const NSECTIONS: u64 = 8;
+const ATTRS: u64 = 16;
+const SECT_ATTR_SIZE: u64 = 48;
+const SECT_NAME: u64 = 8;
+const SECT_ADDRESS: u64 = 40;
+
+/// Whether the made-up kernel describes module memory by type (6.4 on).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Typed,
+    Layouts,
+}
+
+fn btf(form: Form, relative: bool) -> Btf {
+    let mut b = BtfBuilder::new();
+    let name = b.string("char");
+    let char_ty = b.push(&[name, KIND_INT << 24, 1, 8]);
+    let name = b.string("int");
+    let int_ty = b.push(&[name, KIND_INT << 24, 4, 32]);
+    let chars = b.array_of(char_ty, NAME_LEN);
+    let long = b.long();
+    let list_head = b.composite(
+        KIND_STRUCT,
+        "list_head",
+        16,
+        &[("next", long, 0), ("prev", long, 8)],
+    );
+    let mut members = vec![
+        ("state", int_ty, STATE),
+        ("list", list_head, LIST),
+        ("name", chars, NAME),
+        ("syms", long, SYMS),
+        ("num_syms", int_ty, NUM_SYMS),
+        ("sect_attrs", long, SECT_ATTRS),
+    ];
+    let states = [
+        ("MODULE_STATE_LIVE", 0),
+        ("MODULE_STATE_COMING", 1),
+        ("MODULE_STATE_GOING", 2),
+        ("MODULE_STATE_UNFORMED", 3),
+    ];
+    b.enumeration("module_state", &states);
+    match form {
+        Form::Typed => {
+            let memory = b.composite(
+                KIND_STRUCT,
+                "module_memory",
+                MEM_SIZE,
+                &[("base", long, 0), ("size", int_ty, 8)],
+            );
+            let mems = b.array_of(memory, MEM_TYPES as u32);
+            members.push(("mem", mems, MEMS));
+            b.enumeration(
+                "mod_mem_type",
+                &[
+                    ("MOD_TEXT", 0),
+                    ("MOD_DATA", 1),
+                    ("MOD_RODATA", 2),
+                    ("MOD_RO_AFTER_INIT", 3),
+                    ("MOD_INIT_TEXT", 4),
+                    ("MOD_INIT_DATA", 5),
+                    ("MOD_INIT_RODATA", 6),
+                    ("MOD_MEM_NUM_TYPES", 7),
+                ],
+            );
+        }
+        Form::Layouts => {
+            let layout = b.composite(
+                KIND_STRUCT,
+                "module_layout",
+                64,
+                &[
+                    ("base", long, 0),
+                    ("size", int_ty, 8),
+                    ("text_size", int_ty, 12),
+                ],
+            );
+            members.push(("core_layout", layout, CORE_LAYOUT));
+            members.push(("init_layout", layout, INIT_LAYOUT));
+        }
+    }
+    b.composite(KIND_STRUCT, "module", MODULE_SIZE, &members);
+    match relative {
+        true => b.composite(
+            KIND_STRUCT,
+            "kernel_symbol",
+            12,
+            &[
+                ("value_offset", int_ty, 0),
+                ("name_offset", int_ty, 4),
+                ("namespace_offset", int_ty, 8),
+            ],
+        ),
+        false => b.composite(
+            KIND_STRUCT,
+            "kernel_symbol",
+            24,
+            &[
+                ("value", long, 0),
+                ("name", long, 8),
+                ("namespace", long, 16),
+            ],
+        ),
+    };
+    let attribute = b.composite(KIND_STRUCT, "attribute", 16, &[("name", long, 0)]);
+    let bin_attribute = b.composite(KIND_STRUCT, "bin_attribute", 40, &[("attr", attribute, 0)]);
+    let sect_attr = b.composite(
+        KIND_STRUCT,
+        "module_sect_attr",
+        SECT_ATTR_SIZE as u32,
+        &[
+            ("battr", bin_attribute, SECT_NAME),
+            ("address", long, SECT_ADDRESS),
+        ],
+    );
+    let attrs = b.array_of(sect_attr, 0);
+    b.composite(
+        KIND_STRUCT,
+        "module_sect_attrs",
+        16,
+        &[("nsections", int_ty, NSECTIONS), ("attrs", attrs, ATTRS)],
+    );
+    Btf::parse(&b.finish()).unwrap()
+}
+
+/// Kernel memory being made, in the direct map.
+struct Fake {
+    bytes: Vec<u8>,
+    top: u64,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        Fake {
+            bytes: vec![0; MEMORY],
+            top: 0x1000,
+        }
+    }
+
+    fn alloc(&mut self, len: u64) -> u64 {
+        self.top = self.top.next_multiple_of(64);
+        let va = DIRECT + self.top;
+        self.top += len;
+        va
+    }
+
+    fn put(&mut self, va: u64, value: u64) {
+        self.put_bytes(va, &value.to_le_bytes());
+    }
+
+    fn put_u32(&mut self, va: u64, value: u32) {
+        self.put_bytes(va, &value.to_le_bytes());
+    }
+
+    fn put_bytes(&mut self, va: u64, bytes: &[u8]) {
+        let pa = (va - DIRECT) as usize;
+        self.bytes[pa..pa + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn string(&mut self, s: &str) -> u64 {
+        let at = self.alloc(s.len() as u64 + 1);
+        self.put_bytes(at, s.as_bytes());
+        at
+    }
+
+    /// A module named `name` whose memory starts at `base`, `sizes` bytes
+    /// of each type (the first two for the older layouts' core and init).
+    fn module(&mut self, form: Form, name: &str, base: u64, sizes: &[u32]) -> u64 {
+        let m = self.alloc(u64::from(MODULE_SIZE));
+        self.put_bytes(m + NAME, name.as_bytes());
+        match form {
+            Form::Typed => {
+                self.put(m + MEMS, base);
+                for (i, &size) in sizes.iter().enumerate() {
+                    self.put_u32(m + MEMS + i as u64 * u64::from(MEM_SIZE) + 8, size);
+                }
+            }
+            Form::Layouts => {
+                self.put(m + CORE_LAYOUT, base);
+                self.put_u32(m + CORE_LAYOUT + 8, sizes[0]);
+                self.put_u32(m + INIT_LAYOUT + 8, sizes[1]);
+            }
+        }
+        m
+    }
+
+    /// Links `modules` into the list at `HEAD`, in order.
+    fn link(&mut self, modules: &[u64]) {
+        let nodes: Vec<u64> = std::iter::once(HEAD)
+            .chain(modules.iter().map(|m| m + LIST))
+            .collect();
+        for (i, &node) in nodes.iter().enumerate() {
+            let next = nodes[(i + 1) % nodes.len()];
+            let prev = nodes[(i + nodes.len() - 1) % nodes.len()];
+            self.put(node, next);
+            self.put(node + 8, prev);
+        }
+    }
+}
+
+/// Runs `f` over `fake` as kernel memory, with the read calls it took.
+fn with_kmem<T>(fake: &Fake, f: impl AsyncFnOnce(&KernelMemory<'_>) -> T) -> (T, u64) {
+    let backend = Arc::new(MemBackend::new(fake.bytes.clone()));
+    let mem = Memory::with_config(backend.clone(), Default::default());
+    let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
+    let kmem = KernelMemory {
+        mem: &mem,
+        segments: &[],
+        direct_map_base: DIRECT,
+        limit: MEMORY as u64,
+        space: &space,
+    };
+    let out = mem.block_on(f(&kmem));
+    (out, backend.read_calls())
+}
+
+fn list(fake: &Fake, form: Form) -> (ModuleList, u64) {
+    let layout = ModulesLayout::from_btf(&btf(form, true)).unwrap();
+    with_kmem(fake, async |kmem| read(kmem, &layout, HEAD).await)
+}
+
+fn names(list: &ModuleList) -> Vec<&str> {
+    list.modules.iter().map(|m| m.name.as_str()).collect()
+}
+
+const NAMES: [&str; 5] = ["alpha", "bravo", "charlie", "delta", "echo"];
+
+fn five(f: &mut Fake, form: Form) -> Vec<u64> {
+    let modules: Vec<u64> = NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let i = i as u32;
+            let sizes = [0x1000 * (i + 1), 0x200, 0x300, 0x40, 0, 0, 0];
+            f.module(
+                form,
+                name,
+                0xffff_ffff_c000_0000 + u64::from(i) * 0x10_0000,
+                &sizes,
+            )
+        })
+        .collect();
+    f.link(&modules);
+    modules
+}
+
+#[test]
+fn both_layouts_give_every_module_as_proc_modules_does_from_both_ends() {
+    for form in [Form::Typed, Form::Layouts] {
+        let mut f = Fake::new();
+        let modules = five(&mut f, form);
+        f.put_u32(modules[3] + STATE, 1);
+        let (got, calls) = list(&f, form);
+        assert_eq!(got.failed, vec![]);
+        assert_eq!(names(&got), NAMES);
+        let m = &got.modules[1];
+        assert_eq!(m.address, modules[1]);
+        assert_eq!(m.base, 0xffff_ffff_c010_0000);
+        let size = match form {
+            Form::Typed => 0x2000 + 0x200 + 0x300 + 0x40,
+            Form::Layouts => 0x2000 + 0x200,
+        };
+        assert_eq!(m.size, size);
+        assert_eq!(m.state, ModuleState::Live);
+        assert_eq!(got.modules[3].state, ModuleState::Coming);
+        // The head, then three steps from both ends (1 and 5, 2 and 4, 3).
+        assert_eq!(calls, 4);
+    }
+    // No module: the head alone.
+    let mut f = Fake::new();
+    f.link(&[]);
+    let (got, calls) = list(&f, Form::Typed);
+    assert_eq!((got, calls), (ModuleList::default(), 1));
+}
+
+#[test]
+fn a_list_that_loops_or_breaks_is_cut_and_says_where() {
+    // charlie's next leads back to bravo: the walk from the head loops,
+    // the walk from the tail meets it; every module is listed once.
+    let mut f = Fake::new();
+    let modules = five(&mut f, Form::Typed);
+    f.put(modules[2] + LIST, modules[1] + LIST);
+    let (got, _) = list(&f, Form::Typed);
+    assert_eq!(names(&got), NAMES);
+    assert_eq!(got.failed.len(), 1, "{:?}", got.failed);
+    assert_eq!(got.failed[0].address, modules[1] + LIST);
+    assert!(got.failed[0].reason.contains("a loop"), "{}", got.failed[0]);
+
+    // A module whose links point at itself both ways: its link back is
+    // not the head that leads to it, so it is cut, not followed.
+    let mut f = Fake::new();
+    let m = f.module(Form::Typed, "self", 0, &[0; 7]);
+    f.put(HEAD, m + LIST);
+    f.put(HEAD + 8, m + LIST);
+    f.put(m + LIST, m + LIST);
+    f.put(m + LIST + 8, m + LIST);
+    let (got, _) = list(&f, Form::Typed);
+    assert_eq!(names(&got), Vec::<&str>::new());
+    assert_eq!(got.failed.len(), 1, "{:?}", got.failed);
+    assert!(
+        got.failed[0].reason.contains("link back"),
+        "{}",
+        got.failed[0]
+    );
+
+    // charlie's prev changed while the list was read (as an unlink in
+    // progress leaves it): it does not lead back to bravo, so the walk
+    // from the head stops there; the walk from the tail lists the rest.
+    let mut f = Fake::new();
+    let modules = five(&mut f, Form::Typed);
+    f.put(modules[2] + LIST + 8, DIRECT + 0x8000);
+    let (got, _) = list(&f, Form::Typed);
+    assert_eq!(names(&got), ["alpha", "bravo", "delta", "echo"]);
+    assert_eq!(got.failed.len(), 1, "{:?}", got.failed);
+    assert_eq!(got.failed[0].address, modules[2] + LIST);
+    assert!(
+        got.failed[0].reason.contains("link back"),
+        "{}",
+        got.failed[0]
+    );
+
+    // A node that is no module (its name is not a string).
+    let mut f = Fake::new();
+    let modules = five(&mut f, Form::Typed);
+    f.put_bytes(modules[0] + NAME, &[0xff; NAME_LEN as usize]);
+    let (got, _) = list(&f, Form::Typed);
+    assert_eq!(names(&got), ["bravo", "charlie", "delta", "echo"]);
+    assert!(
+        got.failed[0].reason.contains("not a module"),
+        "{:?}",
+        got.failed
+    );
+}
+
+#[test]
+fn exported_symbols_both_ways_and_sections() {
+    for relative in [true, false] {
+        let mut f = Fake::new();
+        let modules = five(&mut f, Form::Typed);
+        // (Relative offsets reach 2 GiB either way: the symbols lie near
+        // their table, as a module's do.)
+        let exported = [
+            ("alpha_open", DIRECT + 0x9_1230),
+            ("alpha_close", DIRECT + 0x8_4560),
+        ];
+        let size: u64 = if relative { 12 } else { 24 };
+        let syms = f.alloc(size * exported.len() as u64);
+        for (i, (name, value)) in exported.iter().enumerate() {
+            let name = f.string(name);
+            let entry = syms + i as u64 * size;
+            if relative {
+                f.put_u32(entry, value.wrapping_sub(entry) as u32);
+                f.put_u32(entry + 4, name.wrapping_sub(entry + 4) as u32);
+            } else {
+                f.put(entry, *value);
+                f.put(entry + 8, name);
+            }
+        }
+        f.put(modules[0] + SYMS, syms);
+        f.put_u32(modules[0] + NUM_SYMS, exported.len() as u32);
+        let attrs = f.alloc(ATTRS + 2 * SECT_ATTR_SIZE);
+        f.put_u32(attrs + NSECTIONS, 2);
+        for (i, (name, at)) in [
+            (".text", 0xffff_ffff_c000_0000u64),
+            (".data", 0xffff_ffff_c000_8000),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let name = f.string(name);
+            let entry = attrs + ATTRS + i as u64 * SECT_ATTR_SIZE;
+            f.put(entry + SECT_NAME, name);
+            f.put(entry + SECT_ADDRESS, *at);
+        }
+        f.put(modules[0] + SECT_ATTRS, attrs);
+        let btf = btf(Form::Typed, relative);
+        let layout = ModulesLayout::from_btf(&btf).unwrap();
+        let form = symbol_form(&btf).unwrap();
+        let ((got, sections, none), _) = with_kmem(&f, async |kmem| {
+            let list = read(kmem, &layout, HEAD).await;
+            (
+                exports(kmem, form, &list.modules[0]).await,
+                sections(kmem, &btf, &list.modules[0]).await,
+                exports(kmem, form, &list.modules[1]).await,
+            )
+        });
+        let want: Vec<(String, u64)> = exported.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        assert_eq!(got, Ok(want));
+        assert_eq!(
+            sections,
+            Ok(vec![
+                (".text".into(), 0xffff_ffff_c000_0000),
+                (".data".into(), 0xffff_ffff_c000_8000)
+            ])
+        );
+        assert_eq!(none, Ok(vec![]));
+    }
+}
