@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crate::{BatchOutcome, Memory, MemoryMap, MemoryRange};
 
 mod backend;
+pub mod linux;
 mod os_map;
 
 pub use backend::PhysicalMemoryBackend;
