@@ -18,6 +18,7 @@ use common::plugin::{connect_with_cache, inventory, logged};
 use common::qemu::oracle::ZOMBIE_EXIT_STATUS;
 use common::qemu::{shared_guest, Guest};
 use leechio::{Call, DeviceConfig, LeechCore};
+use memflow::cglue::{CTup2, CTup3};
 use memflow::prelude::v1::*;
 
 /// One test at a time (LeechCore's counters are shared).
@@ -204,4 +205,288 @@ fn lists_the_processes_of_an_image_of_the_guest_in_few_calls() {
     eprintln!("process list: (find, total) calls from nothing and warm: {costs:?}");
     assert!(costs[0].1 <= 25, "{costs:?}");
     assert!(costs[1].1 <= 12, "{costs:?}");
+}
+
+/// The OS over the guest's image, with no kernel cache.
+fn image_os() -> OsInstanceArcBox<'static> {
+    os(
+        connector(&format!("file://{}", image().path.display())),
+        "kernel_cache=off",
+    )
+    .unwrap()
+}
+
+/// Reads `len` bytes at `va` of `view` through `read_raw_iter`, returning
+/// the runs reported read and failed, each (offset, length).
+fn read_split(
+    view: &mut impl MemoryView,
+    va: u64,
+    buf: &mut [u8],
+) -> (Vec<(u64, usize)>, Vec<(u64, usize)>) {
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    let items = [CTup3(Address::from(va), Address::from(0u64), buf.into())];
+    let mut on_ok = |CTup2(a, d): ReadData| {
+        ok.push((a.to_umem(), d.len()));
+        true
+    };
+    let mut on_fail = |CTup2(a, d): ReadData| {
+        failed.push((a.to_umem(), d.len()));
+        true
+    };
+    MemOps::with_raw(
+        items.into_iter(),
+        Some(&mut (&mut on_ok).into()),
+        Some(&mut (&mut on_fail).into()),
+        |ops| view.read_raw_iter(ops),
+    )
+    .unwrap();
+    (ok, failed)
+}
+
+#[test]
+#[cfg_attr(miri, ignore)] // Miri: processes and files
+fn a_process_reads_through_its_own_page_tables_a_batch_a_level() {
+    let image = image();
+    let guest = shared_guest();
+    let _one = one_at_a_time();
+    let pattern = guest.pattern();
+    let os = os(
+        connector(&format!("file://{}", image.path.display())),
+        "kernel_cache=off",
+    )
+    .unwrap();
+    let mut process = os.into_process_by_pid(pattern.pid).unwrap();
+    assert_eq!(process.info().name.as_ref(), "leech (pat) x");
+    assert_eq!(process.state(), ProcessState::Alive);
+    // 1000 cold reads of 8 bytes anywhere in the pattern, in one batch:
+    // one call per page-table level and one for the data.
+    let mut rng = fastrand::Rng::with_seed(7);
+    let words: Vec<u64> = (0..1000)
+        .map(|_| rng.u64(pattern.start / 8..pattern.end / 8) * 8)
+        .collect();
+    let mut bufs = vec![[0u8; 8]; words.len()];
+    let mut list: Vec<ReadData> = words
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&va, b)| CTup2(Address::from(va), b.as_mut_slice().into()))
+        .collect();
+    let calls = Calls::new();
+    let before = calls.now();
+    process.read_raw_list(&mut list).unwrap();
+    assert_eq!(calls.now() - before, 4 + 1);
+    for (&va, b) in words.iter().zip(&bufs) {
+        assert_eq!(b[..], pattern.bytes(va, 8)[..], "{va:#x}");
+    }
+    // A read across the pattern's end into its guard page (not mapped):
+    // the first half read, the second reported failed.
+    let mut buf = [0x55u8; 16];
+    let (ok, failed) = read_split(&mut process, pattern.end - 8, &mut buf);
+    assert_eq!((ok, failed), (vec![(0, 8)], vec![(8, 8)]));
+    assert_eq!(buf[..8], pattern.bytes(pattern.end - 8, 8)[..]);
+    assert_eq!(buf[8..], [0x55; 8]);
+}
+
+/// The VMAs of `/proc/PID/maps` as memflow's ranges: touching ones of one
+/// page type merged, the vsyscall page (no VMA: /proc adds it) left out.
+fn expected_ranges(guest: &Guest, pid: u32) -> Vec<(u64, u64, PageType)> {
+    let mut ranges: Vec<(u64, u64, PageType)> = Vec::new();
+    for m in guest.maps(pid).iter().filter(|m| m.path != "[vsyscall]") {
+        let mut kind = match m.perms.as_bytes()[1] {
+            b'w' => PageType::WRITEABLE,
+            _ => PageType::READ_ONLY,
+        };
+        if m.perms.as_bytes()[2] != b'x' {
+            kind |= PageType::NOEXEC;
+        }
+        match ranges.last_mut() {
+            Some(last) if last.1 == m.start && last.2 == kind => last.1 = m.end,
+            _ => ranges.push((m.start, m.end, kind)),
+        }
+    }
+    ranges
+}
+
+#[test]
+#[cfg_attr(miri, ignore)] // Miri: processes and files
+fn maps_and_mapped_files_of_processes_match_their_proc_maps() {
+    let _image = image();
+    let guest = shared_guest();
+    let _one = one_at_a_time();
+    let mut os = image_os();
+    let pids: Vec<u32> = guest.oracle().maps.keys().copied().collect();
+    assert_eq!(pids.len(), 4);
+    for pid in pids {
+        let mut process = os.process_by_pid(pid).unwrap();
+        let calls = Calls::new();
+        let before = calls.now();
+        let ranges = process.mapped_mem_vec(0);
+        let cost = calls.now() - before;
+        eprintln!("maps of pid {pid}: {cost} calls");
+        assert!(cost <= 10, "pid {pid}: {cost} calls");
+        let got: Vec<(u64, u64, PageType)> = ranges
+            .iter()
+            .map(|CTup3(a, s, t)| (a.to_umem(), a.to_umem() + s, *t))
+            .collect();
+        assert_eq!(got, expected_ranges(&guest, pid), "pid {pid}");
+        // One module per mapped file: its lowest mapping to its highest.
+        let mut files: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for m in guest.maps(pid).iter().filter(|m| m.path.starts_with('/')) {
+            let span = files.entry(&m.path).or_insert((m.start, m.end));
+            span.0 = span.0.min(m.start);
+            span.1 = span.1.max(m.end);
+        }
+        let modules = process.module_list().unwrap();
+        let got: BTreeMap<String, (u64, u64)> = modules
+            .iter()
+            .map(|m| {
+                let base = m.base.to_umem();
+                (m.path.to_string(), (base, base + m.size))
+            })
+            .collect();
+        let want: BTreeMap<String, (u64, u64)> =
+            files.iter().map(|(p, s)| (p.to_string(), *s)).collect();
+        assert_eq!(got, want, "pid {pid}");
+        let primary = process.primary_module().unwrap();
+        assert_eq!(primary.path.as_ref(), process.info().path.as_ref());
+        assert_eq!(
+            primary.name.as_ref(),
+            primary.path.rsplit('/').next().unwrap()
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)] // Miri: processes and files
+fn the_kernel_and_its_modules_match_proc_modules_and_kallsyms() {
+    let _image = image();
+    let guest = shared_guest();
+    let _one = one_at_a_time();
+    let mut os = image_os();
+    let text = guest.symbol("_text");
+    let calls = Calls::new();
+    let before = calls.now();
+    let modules = os.module_list().unwrap();
+    let cost = calls.now() - before;
+    eprintln!("module list: {cost} calls");
+    assert!(cost <= 10, "module list: {cost} calls");
+    let loaded = guest.modules();
+    assert!(loaded.len() >= 2, "the guest loaded {loaded:?}");
+    let got: Vec<(String, u64, u64)> = modules
+        .iter()
+        .map(|m| (m.name.to_string(), m.base.to_umem(), m.size))
+        .collect();
+    let mut want = vec![("vmlinux".to_string(), text, os.info().size)];
+    want.extend(loaded.iter().map(|m| (m.name.clone(), m.address, m.size)));
+    assert_eq!(got, want);
+    assert_eq!(os.info().base.to_umem(), text);
+    let kernel = os.primary_module().unwrap();
+    assert_eq!(kernel.base.to_umem(), text);
+
+    // The kernel's exports are kallsyms: every symbol the guest printed of
+    // the kernel image (not of a module) at its offset from _text.
+    let exports = os.module_export_list(&kernel).unwrap();
+    let by_name: BTreeMap<&str, u64> = exports
+        .iter()
+        .rev()
+        .map(|e| (e.name.as_ref(), e.offset))
+        .collect();
+    assert!(exports.len() > 50_000, "{} symbols", exports.len());
+    let module_symbols = ["crc7_be", "crc8_populate_msb", "crc_itu_t"];
+    for s in guest
+        .oracle()
+        .symbols
+        .iter()
+        .filter(|s| !module_symbols.contains(&s.name.as_str()))
+    {
+        assert_eq!(
+            by_name.get(s.name.as_str()).map(|o| text.wrapping_add(*o)),
+            Some(s.address),
+            "{}",
+            s.name
+        );
+    }
+    let sections = os.module_section_list(&kernel).unwrap();
+    let text_section = sections
+        .iter()
+        .find(|s| s.name.as_ref() == ".text")
+        .unwrap();
+    assert_eq!(text_section.base.to_umem(), guest.symbol("_stext"));
+
+    // A module's exports: what it exports, at the address kallsyms gives.
+    let mut found = 0;
+    for m in modules.iter().skip(1) {
+        let exports = os.module_export_list(m).unwrap();
+        for s in guest
+            .oracle()
+            .symbols
+            .iter()
+            .filter(|s| module_symbols.contains(&s.name.as_str()))
+        {
+            if let Some(e) = exports.iter().find(|e| e.name.as_ref() == s.name) {
+                assert_eq!(m.base.to_umem() + e.offset, s.address, "{}", s.name);
+                found += 1;
+            }
+        }
+        let sections = os.module_section_list(m).unwrap();
+        let text = sections.iter().find(|s| s.name.as_ref() == ".text");
+        assert_eq!(text.map(|s| s.base), Some(m.base), "{}", m.name);
+    }
+    assert_eq!(found, loaded.len(), "module exports found");
+}
+
+#[test]
+#[cfg_attr(miri, ignore)] // Miri: processes and files
+fn a_process_that_exits_between_the_list_and_the_open_is_a_clean_error() {
+    let image = image();
+    let guest = shared_guest();
+    let _one = one_at_a_time();
+    // A writable copy of the image, whose tasks the test changes as the
+    // kernel would when a process exits and its task is reused.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("guest.raw");
+    std::fs::copy(&image.path, &copy).unwrap();
+    let device = format!("file://file={},write=1", copy.display());
+    let mut os = os(connector(&device), "kernel_cache=off").unwrap();
+    // The offset of task_struct.pid, from the kernel's BTF.
+    let kernel = {
+        let mem = leechio::Memory::new(
+            LeechCore::open(&DeviceConfig::new(format!(
+                "file://{}",
+                image.path.display()
+            )))
+            .unwrap(),
+        );
+        leechio::linux::Kernel::find(&mem, &common::linux::no_cache()).unwrap()
+    };
+    let pid_offset = kernel.offset_of("task_struct", "pid").unwrap();
+    let list = os.process_info_list().unwrap();
+    let sleeper = guest
+        .oracle()
+        .processes()
+        .find(|t| t.cmdline == ["sleep", "100001"])
+        .unwrap()
+        .pid;
+    let info = list.iter().find(|p| p.pid == sleeper).unwrap().clone();
+    let mut open = os.clone().into_process_by_info(info.clone()).unwrap();
+    assert_eq!(open.state(), ProcessState::Alive);
+    // The task now holds another pid: the open process says its state is
+    // unknown, and opening it again fails.
+    let task = info.address.to_umem();
+    os.as_mut_impl_memoryview()
+        .expect("the OS is a memory view")
+        .write(Address::from(task + pid_offset), &(sleeper + 7000))
+        .unwrap();
+    assert_eq!(open.state(), ProcessState::Unknown);
+    let err = match os.process_by_info(info.clone()) {
+        Ok(_) => panic!("a process whose task holds another pid was opened"),
+        Err(e) => e,
+    };
+    assert_eq!(err.1, ErrorKind::ProcessNotFound);
+    assert!(logged(&format!(
+        "linux_btf: process {sleeper} (sleep) is gone: its task at {task:#x} now holds pid {}",
+        sleeper + 7000
+    )));
+    // A new list no longer has it.
+    let list = os.process_info_list().unwrap();
+    assert!(list.iter().all(|p| p.pid != sleeper));
 }
