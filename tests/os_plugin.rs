@@ -221,11 +221,7 @@ type Runs = Vec<(u64, usize)>;
 
 /// Reads `len` bytes at `va` of `view` through `read_raw_iter`, returning
 /// the runs reported read and failed, each (offset, length).
-fn read_split(
-    view: &mut impl MemoryView,
-    va: u64,
-    buf: &mut [u8],
-) -> (Runs, Runs) {
+fn read_split(view: &mut impl MemoryView, va: u64, buf: &mut [u8]) -> (Runs, Runs) {
     let (mut ok, mut failed) = (Vec::new(), Vec::new());
     let items = [CTup3(Address::from(va), Address::from(0u64), buf.into())];
     let mut on_ok = |CTup2(a, d): ReadData| {

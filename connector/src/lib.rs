@@ -27,7 +27,30 @@ use memflow::prelude::v1::*;
 /// The plugin's physical memory. Clones share the device, which closes
 /// with the last clone.
 #[derive(Clone)]
-pub struct LeechCoreConnector(MemflowPhysical);
+pub struct LeechCoreConnector {
+    phys: MemflowPhysical,
+    /// Held for its drop, with the last clone.
+    _closing: Arc<Closing>,
+}
+
+/// Says, when the last clone of a connector goes, how many calls its
+/// device served: what a memflow tool cost, in LeechCore's own count
+/// (memflow's log at level info, `-vv` in its examples).
+struct Closing {
+    device: Arc<LeechCore>,
+    name: String,
+}
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        log::info!(
+            "leechcore: closing device `{}` after {} read calls and {} write calls",
+            self.name,
+            self.device.call_count(leechio::Call::ReadScatter),
+            self.device.call_count(leechio::Call::WriteScatter)
+        );
+    }
+}
 
 cglue_impl_group!(LeechCoreConnector, ConnectorInstance, {});
 
@@ -52,20 +75,20 @@ fn guarded_connector<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> 
 
 impl PhysicalMemory for LeechCoreConnector {
     fn phys_read_raw_iter(&mut self, data: PhysicalReadMemOps) -> Result<()> {
-        guarded_connector("a read", || self.0.phys_read_raw_iter(data))
+        guarded_connector("a read", || self.phys.phys_read_raw_iter(data))
     }
 
     fn phys_write_raw_iter(&mut self, data: PhysicalWriteMemOps) -> Result<()> {
-        guarded_connector("a write", || self.0.phys_write_raw_iter(data))
+        guarded_connector("a write", || self.phys.phys_write_raw_iter(data))
     }
 
     fn metadata(&self) -> PhysicalMemoryMetadata {
-        self.0.metadata()
+        self.phys.metadata()
     }
 
     fn set_mem_map(&mut self, mem_map: &[PhysicalMemoryMapping]) {
         let _ = guarded_connector("set_mem_map", || {
-            self.0.set_mem_map(mem_map);
+            self.phys.set_mem_map(mem_map);
             Ok(())
         });
     }
@@ -119,11 +142,16 @@ fn open(args: &ConnectorArgs) -> Result<LeechCoreConnector> {
     let engine = EngineConfig {
         max_entries_per_call: settings.max_entries.unwrap_or(usize::MAX),
     };
-    let mem = Memory::with_config(Arc::new(device), engine);
-    Ok(LeechCoreConnector(MemflowPhysical::new(
-        mem,
-        memmap.is_some(),
-    )))
+    let device = Arc::new(device);
+    let closing = Closing {
+        device: device.clone(),
+        name: settings.device.device.clone(),
+    };
+    let mem = Memory::with_config(device, engine);
+    Ok(LeechCoreConnector {
+        phys: MemflowPhysical::new(mem, memmap.is_some()),
+        _closing: Arc::new(closing),
+    })
 }
 
 /// The help text memflow shows for `leechcore`.
