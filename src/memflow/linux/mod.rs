@@ -68,6 +68,20 @@ struct Shared {
     listed: Mutex<Vec<Listed>>,
     /// The kernel's symbol table, read on first use.
     kallsyms: OnceLock<std::result::Result<Vec<(String, u64)>, String>>,
+    /// The connector's read and write calls so far.
+    calls: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
+}
+
+impl Drop for Shared {
+    /// Says what the OS cost in the connector's calls, once every clone
+    /// of it (and every process opened) is gone: each call is one
+    /// `phys_read_raw_iter` (or write), however many reads it carried.
+    fn drop(&mut self) {
+        let (reads, writes) = (self.calls)();
+        log::info!(
+            "linux_btf: closing after {reads} read calls and {writes} write calls to the connector"
+        );
+    }
 }
 
 /// A process as the last list gave it.
@@ -100,7 +114,8 @@ impl<P: PhysicalMemory + Clone + 'static> LinuxOs<P> {
     /// Finds the Linux kernel in `phys`, as [`Kernel::find`] does with
     /// `hints`, reading through the engine over a clone of `phys`.
     pub fn new(phys: P, hints: &Hints) -> std::result::Result<LinuxOs<P>, FindError> {
-        let mem = Memory::new(PhysicalMemoryBackend::new(phys.clone()));
+        let backend = Arc::new(PhysicalMemoryBackend::new(phys.clone()));
+        let mem = Memory::with_config(backend.clone(), crate::EngineConfig::default());
         let kernel = Kernel::find(&mem, hints)?;
         let image_end = kernel
             .segments()
@@ -118,6 +133,7 @@ impl<P: PhysicalMemory + Clone + 'static> LinuxOs<P> {
                 kernel,
                 listed: Mutex::default(),
                 kallsyms: OnceLock::new(),
+                calls: Box::new(move || (backend.read_calls(), backend.write_calls())),
             }),
             phys,
             kernel_view,
