@@ -378,7 +378,7 @@ pub(super) fn sections(
         return Ok(());
     };
     let bytes = elf.read(at, len).map_err(|e| bad(info, e))?;
-    let headers = SectionHeader::parse(&bytes, 0, count, elf.ctx).map_err(|e| bad(info, e))?;
+    let headers = SectionHeader::parse_from(&bytes, 0, count, elf.ctx).map_err(|e| bad(info, e))?;
     let names = headers
         .get(usize::from(h.e_shstrndx))
         .and_then(|s| Some((mapped(s.sh_offset, s.sh_size)?, s.sh_size)))
@@ -402,3 +402,6 @@ pub(super) fn sections(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
