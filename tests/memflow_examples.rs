@@ -536,7 +536,20 @@ fn memflows_examples_on_an_image_of_the_guest() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();
     let path = image_of(&guest, dir.path());
+    // With memflow's page cache, on by default, batches reach LeechCore
+    // cut into calls of at most 64 entries.
+    let cached = run(
+        "process_list",
+        &format!("leechcore:\"file://{}\"", path.display()),
+        "kernel_cache=off",
+        &[],
+    );
     all_examples(&Target::Image(&guest, path));
+    eprintln!(
+        "process_list with memflow's page cache: {} LeechCore calls, {} from the OS",
+        cached.calls, cached.os_calls
+    );
+    assert!(cached.calls > cached.os_calls);
 }
 
 #[test]
