@@ -71,7 +71,8 @@
 # The processes it starts (children of /init; they run for ever): `sleep
 # 100001`; the shell `sh -c 'while :; do sleep 100002; done' leechio-args
 # ...` with a command line of 5 KiB (spaces, parentheses, UTF-8, a tab, an
-# empty argument); the pattern process, comm "leech (pat) x", with two
+# empty argument); the 32-bit process `leechio-32bit` (where the kernel
+# runs 32-bit code); the pattern process, comm "leech (pat) x", with two
 # threads (leechio-thr-1, -2), a stopped child and a zombie child. The
 # oracle is printed by a subshell that leaves itself out, and /init then
 # waits for its children: no user process starts or ends after the oracle,
@@ -132,7 +133,7 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found: r
 
 # The initramfs: busybox (with a link per applet, so processes have their
 # applets' names), the pattern process (scripts/guest-pattern.c, linked
-# statically), the modules of each kernel in target/guest/modules/ (in
+# statically), a 32-bit process (scripts/guest-32bit.S), the modules of each kernel in target/guest/modules/ (in
 # /lib/modules/RELEASE/) and /init, which mounts proc, sys and dev, starts the test
 # processes, prints the oracle and the marker lines and sleeps. Rebuilt when
 # this script, the pattern process's source or busybox is newer; built under
@@ -140,7 +141,9 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found: r
 # file.
 initramfs=$guest/initramfs.cpio.gz
 pattern_source=$here/scripts/guest-pattern.c
+compat_source=$here/scripts/guest-32bit.S
 if [ ! -s "$initramfs" ] || [ "$0" -nt "$initramfs" ] || [ "$pattern_source" -nt "$initramfs" ] ||
+    [ "$compat_source" -nt "$initramfs" ] ||
     [ /bin/busybox -nt "$initramfs" ] || [ "$guest/modules" -nt "$initramfs" ]; then
     command -v gcc >/dev/null || die "gcc not found (it builds the guest's pattern process): run make setup"
     build=$(mktemp -d "$guest/initramfs.XXXXXX")
@@ -155,6 +158,9 @@ if [ ! -s "$initramfs" ] || [ "$0" -nt "$initramfs" ] || [ "$pattern_source" -nt
     fi
     gcc -static -O2 -pthread -o "$build/root/bin/leechio-pattern" "$pattern_source" ||
         { rm -rf "$build"; die "cannot build the pattern process (static glibc comes with libc6-dev)"; }
+    { as --32 -o "$build/32bit.o" "$compat_source" &&
+        ld -m elf_i386 -o "$build/root/bin/leechio-32bit" "$build/32bit.o"; } ||
+        { rm -rf "$build"; die "cannot build the 32-bit process (binutils, with gcc)"; }
     cat >"$build/root/init" <<'INIT'
 #!/bin/busybox sh
 # The guest's /init: see "What the guest prints" in scripts/guest.sh.
@@ -194,6 +200,8 @@ sleep_pid=$!
 sh -c 'while :; do sleep 100002; done' leechio-args 'two words' '(paren) ) (' \
     'ünïcödé ✓ λ' '' "tab	and 'quotes'" $(seq 1000001 1000600) last-argument &
 args_pid=$!
+# A 32-bit process, where the kernel runs them (CONFIG_IA32_EMULATION).
+leechio-32bit &
 mkfifo /pattern.fifo
 leechio-pattern >/pattern.fifo &
 pattern_pid=$!

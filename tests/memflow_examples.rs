@@ -288,11 +288,16 @@ fn process_list(target: &Target) -> (u64, u64) {
                 'Z' => ProcessState::Dead(ZOMBIE_EXIT_STATUS),
                 _ => ProcessState::Alive,
             };
+            // (The guest's 32-bit process runs x86_32 code.)
+            let proc_arch = match t.comm.as_str() {
+                "leechio-32bit" => ArchitectureIdent::X86(32, false),
+                _ => arch,
+            };
             let want = format!(
                 "{:>5} {:^10} {:^10} {} ({}) ({:?})",
                 t.pid,
                 arch,
-                arch,
+                proc_arch,
                 t.comm,
                 t.cmdline.join(" "),
                 state

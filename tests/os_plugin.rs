@@ -21,6 +21,9 @@ use leechio::{Call, DeviceConfig, LeechCore};
 use memflow::cglue::{CTup2, CTup3};
 use memflow::prelude::v1::*;
 
+/// The guest's 32-bit process (`scripts/guest-32bit.S`).
+const COMPAT_COMM: &str = "leechio-32bit";
+
 /// One test at a time (LeechCore's counters are shared).
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
@@ -115,7 +118,16 @@ fn check_processes(list: &[ProcessInfo], guest: &Guest, arch: ArchitectureIdent)
             _ => ProcessState::Alive,
         };
         assert_eq!(p.state, state, "pid {} ({})", t.pid, t.comm);
-        assert_eq!((p.sys_arch, p.proc_arch), (arch, arch), "pid {}", t.pid);
+        let proc_arch = match t.comm == COMPAT_COMM {
+            true => ArchitectureIdent::X86(32, false),
+            false => arch,
+        };
+        assert_eq!(
+            (p.sys_arch, p.proc_arch),
+            (arch, proc_arch),
+            "pid {}",
+            t.pid
+        );
         assert_eq!(p.dtb2, Address::invalid());
         // The executable: what /proc/PID/maps maps first, where the guest
         // printed the maps.
@@ -488,4 +500,38 @@ fn a_process_that_exits_between_the_list_and_the_open_is_a_clean_error() {
     // A new list no longer has it.
     let list = os.process_info_list().unwrap();
     assert!(list.iter().all(|p| p.pid != sleeper));
+}
+
+#[test]
+#[cfg_attr(miri, ignore)] // Miri: processes and files
+fn a_32_bit_process_is_x86_32_and_so_is_its_executable() {
+    let _image = image();
+    let guest = shared_guest();
+    let _one = one_at_a_time();
+    let task = guest
+        .oracle()
+        .processes()
+        .find(|t| t.comm == COMPAT_COMM)
+        .expect("the default guest kernel runs the 32-bit process");
+    let os = image_os();
+    let mut process = os.into_process_by_pid(task.pid).unwrap();
+    let x86_32 = ArchitectureIdent::X86(32, false);
+    assert_eq!(process.info().proc_arch, x86_32);
+    assert_eq!(process.info().path.as_ref(), "/bin/leechio-32bit");
+    let modules = process.module_list().unwrap();
+    assert_eq!(modules.len(), 1, "{modules:?}");
+    assert_eq!(
+        (modules[0].path.as_ref(), modules[0].arch),
+        ("/bin/leechio-32bit", x86_32)
+    );
+    // The module's base holds the file's first bytes: an ELF32 header.
+    let mut header = [0u8; 20];
+    process.read_raw_into(modules[0].base, &mut header).unwrap();
+    assert_eq!(header[..5], *b"\x7fELF\x01");
+    assert_eq!(
+        u16::from_le_bytes([header[18], header[19]]),
+        3,
+        "e_machine EM_386"
+    );
+    assert_eq!(process.primary_module().unwrap().base, modules[0].base);
 }
