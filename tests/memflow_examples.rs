@@ -21,7 +21,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use common::plugin::plugin_dir;
+use common::plugin::{mapped_files, page_ranges, plugin_dir};
 use common::qemu::oracle::ZOMBIE_EXIT_STATUS;
 use common::qemu::{shared_guest, shared_la57_guest, Guest, GuestKernel, GuestOptions};
 use common::{output_within, repo_root};
@@ -332,24 +332,7 @@ fn mem_maps(target: &Target) -> u64 {
         run.stdout
     );
     let mut want = Vec::new();
-    let mut ranges: Vec<(u64, u64, PageType)> = Vec::new();
-    for m in guest
-        .maps(pattern.pid)
-        .iter()
-        .filter(|m| m.path != "[vsyscall]")
-    {
-        let mut kind = match m.perms.as_bytes()[1] {
-            b'w' => PageType::WRITEABLE,
-            _ => PageType::READ_ONLY,
-        };
-        if m.perms.as_bytes()[2] != b'x' {
-            kind |= PageType::NOEXEC;
-        }
-        match ranges.last_mut() {
-            Some(last) if last.1 == m.start && last.2 == kind => last.1 = m.end,
-            _ => ranges.push((m.start, m.end, kind)),
-        }
-    }
+    let ranges = page_ranges(guest.maps(pattern.pid));
     for (a, b, p) in ranges {
         // (Formatted as the example does: an `Address` takes no padding.)
         want.push(format!(
@@ -373,17 +356,10 @@ fn module_list(target: &Target) {
         &["-p", "init"],
     );
     let lines = printed(&run);
-    let mut files: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for m in guest.maps(1).iter().filter(|m| m.path.starts_with('/')) {
-        let span = files.entry(&m.path).or_insert((m.start, m.end));
-        span.0 = span.0.min(m.start);
-        span.1 = span.1.max(m.end);
-    }
-    let mut files: Vec<(&str, (u64, u64))> = files.into_iter().collect();
-    files.sort_by_key(|f| f.1 .0);
+    let files = mapped_files(guest.maps(1));
     let want: Vec<String> = files
         .iter()
-        .map(|(path, (a, b))| {
+        .map(|(path, a, b)| {
             format!(
                 "0x{:0>8x} 0x{:0>8x} {:^10} {} ({path})",
                 Address::from(*a),

@@ -14,11 +14,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use common::plugin::{connect_with_cache, inventory, logged};
+use common::plugin::{
+    connect_with_cache, inventory, logged, mapped_files, page_ranges, view_read_split,
+};
 use common::qemu::oracle::ZOMBIE_EXIT_STATUS;
 use common::qemu::{shared_guest, Guest};
 use leechio::{Call, DeviceConfig, LeechCore};
-use memflow::cglue::{CTup2, CTup3};
+use memflow::cglue::CTup2;
 use memflow::prelude::v1::*;
 
 /// The guest's 32-bit process (`scripts/guest-32bit.S`).
@@ -228,32 +230,6 @@ fn image_os() -> OsInstanceArcBox<'static> {
     .unwrap()
 }
 
-/// Runs of bytes as (offset, length).
-type Runs = Vec<(u64, usize)>;
-
-/// Reads `len` bytes at `va` of `view` through `read_raw_iter`, returning
-/// the runs reported read and failed, each (offset, length).
-fn read_split(view: &mut impl MemoryView, va: u64, buf: &mut [u8]) -> (Runs, Runs) {
-    let (mut ok, mut failed) = (Vec::new(), Vec::new());
-    let items = [CTup3(Address::from(va), Address::from(0u64), buf.into())];
-    let mut on_ok = |CTup2(a, d): ReadData| {
-        ok.push((a.to_umem(), d.len()));
-        true
-    };
-    let mut on_fail = |CTup2(a, d): ReadData| {
-        failed.push((a.to_umem(), d.len()));
-        true
-    };
-    MemOps::with_raw(
-        items.into_iter(),
-        Some(&mut (&mut on_ok).into()),
-        Some(&mut (&mut on_fail).into()),
-        |ops| view.read_raw_iter(ops),
-    )
-    .unwrap();
-    (ok, failed)
-}
-
 #[test]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn a_process_reads_through_its_own_page_tables_a_batch_a_level() {
@@ -291,30 +267,10 @@ fn a_process_reads_through_its_own_page_tables_a_batch_a_level() {
     // A read across the pattern's end into its guard page (not mapped):
     // the first half read, the second reported failed.
     let mut buf = [0x55u8; 16];
-    let (ok, failed) = read_split(&mut process, pattern.end - 8, &mut buf);
+    let (ok, failed) = view_read_split(&mut process, pattern.end - 8, &mut buf);
     assert_eq!((ok, failed), (vec![(0, 8)], vec![(8, 8)]));
     assert_eq!(buf[..8], pattern.bytes(pattern.end - 8, 8)[..]);
     assert_eq!(buf[8..], [0x55; 8]);
-}
-
-/// The VMAs of `/proc/PID/maps` as memflow's ranges: touching ones of one
-/// page type merged, the vsyscall page (no VMA: /proc adds it) left out.
-fn expected_ranges(guest: &Guest, pid: u32) -> Vec<(u64, u64, PageType)> {
-    let mut ranges: Vec<(u64, u64, PageType)> = Vec::new();
-    for m in guest.maps(pid).iter().filter(|m| m.path != "[vsyscall]") {
-        let mut kind = match m.perms.as_bytes()[1] {
-            b'w' => PageType::WRITEABLE,
-            _ => PageType::READ_ONLY,
-        };
-        if m.perms.as_bytes()[2] != b'x' {
-            kind |= PageType::NOEXEC;
-        }
-        match ranges.last_mut() {
-            Some(last) if last.1 == m.start && last.2 == kind => last.1 = m.end,
-            _ => ranges.push((m.start, m.end, kind)),
-        }
-    }
-    ranges
 }
 
 #[test]
@@ -338,14 +294,8 @@ fn maps_and_mapped_files_of_processes_match_their_proc_maps() {
             .iter()
             .map(|CTup3(a, s, t)| (a.to_umem(), a.to_umem() + s, *t))
             .collect();
-        assert_eq!(got, expected_ranges(&guest, pid), "pid {pid}");
+        assert_eq!(got, page_ranges(guest.maps(pid)), "pid {pid}");
         // One module per mapped file: its lowest mapping to its highest.
-        let mut files: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-        for m in guest.maps(pid).iter().filter(|m| m.path.starts_with('/')) {
-            let span = files.entry(&m.path).or_insert((m.start, m.end));
-            span.0 = span.0.min(m.start);
-            span.1 = span.1.max(m.end);
-        }
         let modules = process.module_list().unwrap();
         let got: BTreeMap<String, (u64, u64)> = modules
             .iter()
@@ -354,8 +304,10 @@ fn maps_and_mapped_files_of_processes_match_their_proc_maps() {
                 (m.path.to_string(), (base, base + m.size))
             })
             .collect();
-        let want: BTreeMap<String, (u64, u64)> =
-            files.iter().map(|(p, s)| (p.to_string(), *s)).collect();
+        let want: BTreeMap<String, (u64, u64)> = mapped_files(guest.maps(pid))
+            .into_iter()
+            .map(|(path, start, end)| (path, (start, end)))
+            .collect();
         assert_eq!(got, want, "pid {pid}");
         let primary = process.primary_module().unwrap();
         assert_eq!(primary.path.as_ref(), process.info().path.as_ref());

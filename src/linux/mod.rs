@@ -26,6 +26,8 @@ mod btf;
 #[cfg(test)]
 mod btf_builder;
 mod cache;
+#[cfg(test)]
+mod fake_memory;
 mod image;
 mod init_task;
 mod kallsyms;

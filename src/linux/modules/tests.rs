@@ -3,13 +3,10 @@
 //! the layouts before, exported symbols both ways, sections, and lists
 //! that loop or break.
 
-use std::sync::Arc;
-
 use super::*;
 use crate::linux::btf_builder::{BtfBuilder, KIND_INT, KIND_STRUCT};
-use crate::{AddressSpace, MemBackend};
+use crate::linux::fake_memory::{FakeMemory as Fake, DIRECT};
 
-const DIRECT: u64 = 0xffff_8880_0000_0000;
 const MEMORY: usize = 1 << 20;
 /// The list head (in the made-up kernel's data).
 const HEAD: u64 = DIRECT + 0x100;
@@ -154,46 +151,13 @@ fn btf(form: Form, relative: bool) -> Btf {
     Btf::parse(&b.finish()).unwrap()
 }
 
-/// Kernel memory being made, in the direct map.
-struct Fake {
-    bytes: Vec<u8>,
-    top: u64,
+/// The made-up kernel's modules.
+trait Modules {
+    fn module(&mut self, form: Form, name: &str, base: u64, sizes: &[u32]) -> u64;
+    fn link(&mut self, modules: &[u64]);
 }
 
-impl Fake {
-    fn new() -> Fake {
-        Fake {
-            bytes: vec![0; MEMORY],
-            top: 0x1000,
-        }
-    }
-
-    fn alloc(&mut self, len: u64) -> u64 {
-        self.top = self.top.next_multiple_of(64);
-        let va = DIRECT + self.top;
-        self.top += len;
-        va
-    }
-
-    fn put(&mut self, va: u64, value: u64) {
-        self.put_bytes(va, &value.to_le_bytes());
-    }
-
-    fn put_u32(&mut self, va: u64, value: u32) {
-        self.put_bytes(va, &value.to_le_bytes());
-    }
-
-    fn put_bytes(&mut self, va: u64, bytes: &[u8]) {
-        let pa = (va - DIRECT) as usize;
-        self.bytes[pa..pa + bytes.len()].copy_from_slice(bytes);
-    }
-
-    fn string(&mut self, s: &str) -> u64 {
-        let at = self.alloc(s.len() as u64 + 1);
-        self.put_bytes(at, s.as_bytes());
-        at
-    }
-
+impl Modules for Fake {
     /// A module named `name` whose memory starts at `base`, `sizes` bytes
     /// of each type (the first two for the older layouts' core and init).
     fn module(&mut self, form: Form, name: &str, base: u64, sizes: &[u32]) -> u64 {
@@ -229,25 +193,9 @@ impl Fake {
     }
 }
 
-/// Runs `f` over `fake` as kernel memory, with the read calls it took.
-fn with_kmem<T>(fake: &Fake, f: impl AsyncFnOnce(&KernelMemory<'_>) -> T) -> (T, u64) {
-    let backend = Arc::new(MemBackend::new(fake.bytes.clone()));
-    let mem = Memory::with_config(backend.clone(), Default::default());
-    let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
-    let kmem = KernelMemory {
-        mem: &mem,
-        segments: &[],
-        direct_map_base: DIRECT,
-        limit: MEMORY as u64,
-        space: &space,
-    };
-    let out = mem.block_on(f(&kmem));
-    (out, backend.read_calls())
-}
-
 fn list(fake: &Fake, form: Form) -> (ModuleList, u64) {
     let layout = ModulesLayout::from_btf(&btf(form, true)).unwrap();
-    with_kmem(fake, async |kmem| read(kmem, &layout, HEAD).await)
+    fake.read(async |kmem| read(kmem, &layout, HEAD).await)
 }
 
 fn names(list: &ModuleList) -> Vec<&str> {
@@ -278,7 +226,7 @@ fn five(f: &mut Fake, form: Form) -> Vec<u64> {
 #[test]
 fn both_layouts_give_every_module_as_proc_modules_does_from_both_ends() {
     for form in [Form::Typed, Form::Layouts] {
-        let mut f = Fake::new();
+        let mut f = Fake::new(MEMORY);
         let modules = five(&mut f, form);
         f.put_u32(modules[3] + STATE, 1);
         let (got, calls) = list(&f, form);
@@ -298,7 +246,7 @@ fn both_layouts_give_every_module_as_proc_modules_does_from_both_ends() {
         assert_eq!(calls, 4);
     }
     // No module: the head alone.
-    let mut f = Fake::new();
+    let mut f = Fake::new(MEMORY);
     f.link(&[]);
     let (got, calls) = list(&f, Form::Typed);
     assert_eq!((got, calls), (ModuleList::default(), 1));
@@ -308,7 +256,7 @@ fn both_layouts_give_every_module_as_proc_modules_does_from_both_ends() {
 fn a_list_that_loops_or_breaks_is_cut_and_says_where() {
     // charlie's next leads back to bravo: the walk from the head loops,
     // the walk from the tail meets it; every module is listed once.
-    let mut f = Fake::new();
+    let mut f = Fake::new(MEMORY);
     let modules = five(&mut f, Form::Typed);
     f.put(modules[2] + LIST, modules[1] + LIST);
     let (got, _) = list(&f, Form::Typed);
@@ -319,7 +267,7 @@ fn a_list_that_loops_or_breaks_is_cut_and_says_where() {
 
     // A module whose links point at itself both ways: its link back is
     // not the head that leads to it, so it is cut, not followed.
-    let mut f = Fake::new();
+    let mut f = Fake::new(MEMORY);
     let m = f.module(Form::Typed, "self", 0, &[0; 7]);
     f.put(HEAD, m + LIST);
     f.put(HEAD + 8, m + LIST);
@@ -337,7 +285,7 @@ fn a_list_that_loops_or_breaks_is_cut_and_says_where() {
     // charlie's prev changed while the list was read (as an unlink in
     // progress leaves it): it does not lead back to bravo, so the walk
     // from the head stops there; the walk from the tail lists the rest.
-    let mut f = Fake::new();
+    let mut f = Fake::new(MEMORY);
     let modules = five(&mut f, Form::Typed);
     f.put(modules[2] + LIST + 8, DIRECT + 0x8000);
     let (got, _) = list(&f, Form::Typed);
@@ -351,7 +299,7 @@ fn a_list_that_loops_or_breaks_is_cut_and_says_where() {
     );
 
     // A node that is no module (its name is not a string).
-    let mut f = Fake::new();
+    let mut f = Fake::new(MEMORY);
     let modules = five(&mut f, Form::Typed);
     f.put_bytes(modules[0] + NAME, &[0xff; NAME_LEN as usize]);
     let (got, _) = list(&f, Form::Typed);
@@ -366,7 +314,7 @@ fn a_list_that_loops_or_breaks_is_cut_and_says_where() {
 #[test]
 fn exported_symbols_both_ways_and_sections() {
     for relative in [true, false] {
-        let mut f = Fake::new();
+        let mut f = Fake::new(MEMORY);
         let modules = five(&mut f, Form::Typed);
         // (Relative offsets reach 2 GiB either way: the symbols lie near
         // their table, as a module's do.)
@@ -407,7 +355,7 @@ fn exported_symbols_both_ways_and_sections() {
         let btf = btf(Form::Typed, relative);
         let layout = ModulesLayout::from_btf(&btf).unwrap();
         let form = symbol_form(&btf).unwrap();
-        let ((got, sections, none), _) = with_kmem(&f, async |kmem| {
+        let ((got, sections, none), _) = f.read(async |kmem| {
             let list = read(kmem, &layout, HEAD).await;
             (
                 exports(kmem, form, &list.modules[0]).await,

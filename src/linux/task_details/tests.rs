@@ -1,13 +1,10 @@
 //! Details read from made-up kernel memory whose layout (given by made-up
 //! BTF) is no kernel's.
 
-use std::sync::Arc;
-
 use super::*;
 use crate::linux::btf_builder::{BtfBuilder, KIND_STRUCT};
-use crate::{AddressSpace, MemBackend};
+use crate::linux::fake_memory::{FakeMemory as Fake, DIRECT};
 
-const DIRECT: u64 = 0xffff_8880_0000_0000;
 const MEMORY: usize = 1 << 20;
 
 // The made-up layout.
@@ -85,40 +82,20 @@ fn btf(context: Context) -> Btf {
     Btf::parse(&b.finish()).unwrap()
 }
 
-/// Kernel memory being made: objects placed one after another in the
-/// direct map.
-struct Fake {
-    bytes: Vec<u8>,
-    top: u64,
+/// The made-up kernel's files and tasks.
+trait Objects {
+    fn dentry(&mut self, name: &str, parent: Option<u64>) -> u64;
+    fn file(&mut self, dentry: u64, mount: u64) -> u64;
+    fn task(&mut self, exit_code: u32, mm: Option<(u64, u64)>) -> (u64, Option<u64>);
 }
 
-impl Fake {
-    fn new() -> Fake {
-        Fake {
-            bytes: vec![0; MEMORY],
-            top: 0x1000,
-        }
-    }
-
-    fn alloc(&mut self, len: u64) -> u64 {
-        self.top = self.top.next_multiple_of(64);
-        let va = DIRECT + self.top;
-        self.top += len;
-        va
-    }
-
-    fn put(&mut self, va: u64, value: u64) {
-        let pa = (va - DIRECT) as usize;
-        self.bytes[pa..pa + 8].copy_from_slice(&value.to_le_bytes());
-    }
-
+impl Objects for Fake {
     fn dentry(&mut self, name: &str, parent: Option<u64>) -> u64 {
         let d = self.alloc(192);
         self.put(d + D_PARENT, parent.unwrap_or(d));
         self.put(d + D_HASH + 8, d + 0x10);
         self.put(d + D_NAME, (name.len() as u64) << 32);
-        let pa = (d + D_INAME - DIRECT) as usize;
-        self.bytes[pa..pa + name.len()].copy_from_slice(name.as_bytes());
+        self.put_bytes(d + D_INAME, name.as_bytes());
         self.put(d + D_NAME + 8, d + D_INAME);
         d
     }
@@ -139,8 +116,7 @@ impl Fake {
     /// `exe` with context flags `flags`.
     fn task(&mut self, exit_code: u32, mm: Option<(u64, u64)>) -> (u64, Option<u64>) {
         let t = self.alloc(1024);
-        let pa = (t + EXIT_CODE - DIRECT) as usize;
-        self.bytes[pa..pa + 4].copy_from_slice(&exit_code.to_le_bytes());
+        self.put_u32(t + EXIT_CODE, exit_code);
         let mm = mm.map(|(exe, flags)| {
             let m = self.alloc(1024);
             self.put(m + EXE_FILE, exe);
@@ -154,19 +130,8 @@ impl Fake {
 /// Reads the details of `tasks` in `fake` with layout `btf`, and the read
 /// calls it took.
 fn details(fake: &Fake, btf: &Btf, tasks: &[(u64, Option<u64>)]) -> (Vec<TaskDetails>, u64) {
-    let backend = Arc::new(MemBackend::new(fake.bytes.clone()));
-    let mem = Memory::with_config(backend.clone(), Default::default());
-    let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
-    let kmem = KernelMemory {
-        mem: &mem,
-        segments: &[],
-        direct_map_base: DIRECT,
-        limit: MEMORY as u64,
-        space: &space,
-    };
     let layout = DetailsLayout::from_btf(btf).unwrap();
-    let details = mem.block_on(read(&kmem, &layout, tasks));
-    (details, backend.read_calls())
+    fake.read(async |kmem| read(kmem, &layout, tasks).await)
 }
 
 /// A root mount with /bin/busybox and /usr/lib/x in it: their files.
@@ -186,7 +151,7 @@ fn files(f: &mut Fake) -> (u64, u64) {
 
 #[test]
 fn executables_exit_codes_and_32_bit_mms_of_every_task_at_once() {
-    let mut f = Fake::new();
+    let mut f = Fake::new(MEMORY);
     let (busybox, x) = files(&mut f);
     let tasks = [
         f.task(0, Some((busybox, 0))),
@@ -232,7 +197,7 @@ fn executables_exit_codes_and_32_bit_mms_of_every_task_at_once() {
 
 #[test]
 fn older_kernels_say_32_bit_in_ia32_compat_and_some_kernels_not_at_all() {
-    let mut f = Fake::new();
+    let mut f = Fake::new(MEMORY);
     let (busybox, _) = files(&mut f);
     let tasks = [f.task(0, Some((busybox, 0))), f.task(0, Some((busybox, 3)))];
     let (got, _) = details(&f, &btf(Context::Ia32Compat), &tasks);
