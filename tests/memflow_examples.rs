@@ -21,7 +21,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use common::plugin::{mapped_files, page_ranges, plugin_dir};
+use common::plugin::{check_kernel_symbols, mapped_files, page_ranges, plugin_dir};
 use common::qemu::oracle::ZOMBIE_EXIT_STATUS;
 use common::qemu::{shared_guest, shared_la57_guest, Guest, GuestKernel, GuestOptions};
 use common::{output_within, repo_root};
@@ -154,6 +154,11 @@ struct Run {
 /// its own (so no plugin installed for this user is found).
 fn run(example: &str, connector: &str, os_args: &str, extra: &[&str]) -> Run {
     run_with(example, connector, os_args, extra, &[])
+}
+
+/// [`run`] with no kernel cache, on `target`.
+fn run_cold(example: &str, target: &Target, extra: &[&str]) -> Run {
+    run(example, &target.connector(), "kernel_cache=off", extra)
 }
 
 /// [`run`] with more plugin folders.
@@ -319,12 +324,7 @@ fn process_list(target: &Target) -> (u64, u64) {
 fn mem_maps(target: &Target) -> u64 {
     let guest = target.guest();
     let pattern = guest.pattern();
-    let run = run(
-        "mem_maps",
-        &target.connector(),
-        "kernel_cache=off",
-        &["-p", "leech (pat) x"],
-    );
+    let run = run_cold("mem_maps", target, &["-p", "leech (pat) x"]);
     let lines = printed(&run);
     assert!(
         lines[0].starts_with("found process: ProcessInfo"),
@@ -349,12 +349,7 @@ fn mem_maps(target: &Target) -> u64 {
 /// mapped file, from its lowest mapping to its highest.
 fn module_list(target: &Target) {
     let guest = target.guest();
-    let run = run(
-        "module_list",
-        &target.connector(),
-        "kernel_cache=off",
-        &["-p", "init"],
-    );
+    let run = run_cold("module_list", target, &["-p", "init"]);
     let lines = printed(&run);
     let files = mapped_files(guest.maps(1));
     let want: Vec<String> = files
@@ -413,13 +408,7 @@ fn kernel_modules(target: &Target) -> u64 {
 /// checked for every kernel symbol the guest printed.
 fn kernel_exports(target: &Target) {
     let guest = target.guest();
-    let run = run(
-        "kernel_exports",
-        &target.connector(),
-        "kernel_cache=off",
-        &[],
-    );
-    let text = guest.symbol("_text");
+    let run = run_cold("kernel_exports", target, &[]);
     let mut offsets: BTreeMap<&str, u64> = BTreeMap::new();
     for line in printed(&run).iter().skip(1) {
         let mut words = line.split_whitespace();
@@ -431,20 +420,7 @@ fn kernel_exports(target: &Target) {
             .or_insert_with(|| u64::from_str_radix(offset, 16).unwrap());
     }
     assert!(offsets.len() > 50_000, "{} symbols", offsets.len());
-    let module_symbols = ["crc7_be", "crc8_populate_msb", "crc_itu_t"];
-    for s in guest
-        .oracle()
-        .symbols
-        .iter()
-        .filter(|s| !module_symbols.contains(&s.name.as_str()))
-    {
-        assert_eq!(
-            offsets.get(s.name.as_str()).map(|o| text.wrapping_add(*o)),
-            Some(s.address),
-            "{}",
-            s.name
-        );
-    }
+    check_kernel_symbols(guest, |name| offsets.get(name).copied());
 }
 
 /// `open_process` of pid 1 and its busybox: memflow's own view of the
@@ -452,12 +428,7 @@ fn kernel_exports(target: &Target) {
 /// dynamic symbols: as many as the file itself has, none).
 fn open_process(target: &Target) {
     let guest = target.guest();
-    let run = run(
-        "open_process",
-        &target.connector(),
-        "kernel_cache=off",
-        &["-p", "init", "-m", "busybox"],
-    );
+    let run = run_cold("open_process", target, &["-p", "init", "-m", "busybox"]);
     let lines = printed(&run);
     assert!(lines[0].starts_with("ProcessInfo {"), "{}", run.stdout);
     // (memflow prints its strings as `ReprCString { 0: "…" }`.)

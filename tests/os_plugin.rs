@@ -15,9 +15,10 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use common::plugin::{
-    connect_with_cache, inventory, logged, mapped_files, page_ranges, view_read_split,
+    check_kernel_symbols, connect_with_cache, inventory, logged, mapped_files, page_ranges,
+    view_read_split,
 };
-use common::qemu::oracle::ZOMBIE_EXIT_STATUS;
+use common::qemu::oracle::{MODULE_SYMBOLS, ZOMBIE_EXIT_STATUS};
 use common::qemu::{shared_guest, Guest};
 use leechio::{Call, DeviceConfig, LeechCore};
 use memflow::cglue::CTup2;
@@ -354,20 +355,7 @@ fn the_kernel_and_its_modules_match_proc_modules_and_kallsyms() {
         .map(|e| (e.name.as_ref(), e.offset))
         .collect();
     assert!(exports.len() > 50_000, "{} symbols", exports.len());
-    let module_symbols = ["crc7_be", "crc8_populate_msb", "crc_itu_t"];
-    for s in guest
-        .oracle()
-        .symbols
-        .iter()
-        .filter(|s| !module_symbols.contains(&s.name.as_str()))
-    {
-        assert_eq!(
-            by_name.get(s.name.as_str()).map(|o| text.wrapping_add(*o)),
-            Some(s.address),
-            "{}",
-            s.name
-        );
-    }
+    check_kernel_symbols(&guest, |name| by_name.get(name).copied());
     let sections = os.module_section_list(&kernel).unwrap();
     let text_section = sections
         .iter()
@@ -383,7 +371,7 @@ fn the_kernel_and_its_modules_match_proc_modules_and_kallsyms() {
             .oracle()
             .symbols
             .iter()
-            .filter(|s| module_symbols.contains(&s.name.as_str()))
+            .filter(|s| MODULE_SYMBOLS.contains(&s.name.as_str()))
         {
             if let Some(e) = exports.iter().find(|e| e.name.as_ref() == s.name) {
                 assert_eq!(m.base.to_umem() + e.offset, s.address, "{}", s.name);

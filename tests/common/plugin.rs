@@ -8,7 +8,8 @@ use std::sync::{Mutex, OnceLock};
 use memflow::cglue::{CTup2, CTup3};
 use memflow::prelude::v1::*;
 
-use super::qemu::oracle::GuestMap;
+use super::qemu::oracle::{GuestMap, MODULE_SYMBOLS};
+use super::qemu::Guest;
 use super::Image;
 
 /// Log lines the plugin sent to the host.
@@ -196,4 +197,24 @@ pub fn assert_refused(args: &str, kind: ErrorKind, needle: &str) {
         "`{args}`: no log line holds {needle:?}: {:?}",
         LOG.lock().unwrap_or_else(|e| e.into_inner())
     );
+}
+
+/// Checks an OS's kernel exports (`offset_of` gives a symbol's offset from
+/// `_text`) against every kernel-image symbol the guest printed from its
+/// `/proc/kallsyms`.
+pub fn check_kernel_symbols(guest: &Guest, offset_of: impl Fn(&str) -> Option<u64>) {
+    let text = guest.symbol("_text");
+    for s in guest
+        .oracle()
+        .symbols
+        .iter()
+        .filter(|s| !MODULE_SYMBOLS.contains(&s.name.as_str()))
+    {
+        assert_eq!(
+            offset_of(&s.name).map(|o| text.wrapping_add(o)),
+            Some(s.address),
+            "{}",
+            s.name
+        );
+    }
 }

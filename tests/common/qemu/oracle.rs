@@ -94,6 +94,10 @@ impl PatternProcess {
 /// (`scripts/guest-pattern.c`).
 pub const ZOMBIE_EXIT_STATUS: i32 = 42;
 
+/// The symbols the guest prints that its modules export (the rest are
+/// the kernel image's).
+pub const MODULE_SYMBOLS: [&str; 3] = ["crc7_be", "crc8_populate_msb", "crc_itu_t"];
+
 /// One line of `/proc/modules`: `NAME SIZE REFS DEPS STATE ADDRESS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestModule {
