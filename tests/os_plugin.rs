@@ -345,6 +345,15 @@ fn the_kernel_and_its_modules_match_proc_modules_and_kallsyms() {
     assert_eq!(os.info().base.to_umem(), text);
     let kernel = os.primary_module().unwrap();
     assert_eq!(kernel.base.to_umem(), text);
+    // The OS's memory view is the kernel's virtual memory: the banner at
+    // linux_banner is what /proc/version said.
+    let version = &guest.oracle().version;
+    let mut banner = vec![0u8; version.len()];
+    os.as_mut_impl_memoryview()
+        .expect("the OS is a memory view")
+        .read_raw_into(Address::from(guest.symbol("linux_banner")), &mut banner)
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&banner), *version);
 
     // The kernel's exports are kallsyms: every symbol the guest printed of
     // the kernel image (not of a module) at its offset from _text.
@@ -418,6 +427,12 @@ fn a_process_that_exits_between_the_list_and_the_open_is_a_clean_error() {
         .unwrap()
         .pid;
     let info = list.iter().find(|p| p.pid == sleeper).unwrap().clone();
+    // Found by its task's address too.
+    let by_address = os.process_info_by_address(info.address).unwrap();
+    assert_eq!(
+        (by_address.pid, by_address.name.as_ref()),
+        (sleeper, "sleep")
+    );
     let mut open = os.clone().into_process_by_info(info.clone()).unwrap();
     assert_eq!(open.state(), ProcessState::Alive);
     // The task now holds another pid: the open process says its state is
