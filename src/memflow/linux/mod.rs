@@ -391,3 +391,15 @@ mod groups {
 fn space(shared: &Shared, dtb: u64) -> AddressSpace {
     AddressSpace::new(shared.mem.clone(), dtb, shared.kernel.paging())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_an_error_that_names_what_was_being_done() {
+        let err = guard("a test's walk", || -> Result<()> { panic!("a walk's bug") }).unwrap_err();
+        assert_eq!(err, Error(ErrorOrigin::OsLayer, ErrorKind::Unknown));
+        assert_eq!(guard("a test's walk", || Ok(7)), Ok(7));
+    }
+}
