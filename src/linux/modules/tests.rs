@@ -3,6 +3,7 @@
 //! the layouts before, exported symbols both ways, sections, and lists
 //! that loop or break.
 
+use super::exports::{exports, sections, symbol_form};
 use super::*;
 use crate::linux::btf_builder::{BtfBuilder, KIND_INT, KIND_STRUCT};
 use crate::linux::fake_memory::{FakeMemory as Fake, DIRECT};
