@@ -19,8 +19,9 @@ ROOTS = [
     b"path", b"dentry", b"qstr", b"hlist_bl_node", b"mount", b"vfsmount",
     b"inode", b"super_block", b"vm_operations_struct",
     b"vm_special_mapping", b"rb_root", b"rb_node", b"pid_type",
-    b"maple_type", b"list_head", b"module", b"module_layout",
-    b"module_memory", b"module_state", b"mod_mem_type",
+    b"maple_type", b"module", b"module_layout", b"module_memory",
+    b"mod_mem_type", b"module_state", b"list_head", b"kernel_symbol",
+    b"module_sect_attrs", b"module_sect_attr",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,

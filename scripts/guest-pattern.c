@@ -15,8 +15,8 @@
  *     has three tasks (pid == tgid for the first only);
  *   - a comm with spaces and parentheses, "leech (pat) x";
  *   - two children that stay in known states: one stopped (state T, comm
- *     leechio-stopped) and one exited but never reaped (state Z, comm
- *     leechio-zombie: no mm, yet not a kernel thread).
+ *     leechio-stopped) and one exited with status 42 but never reaped
+ *     (state Z, comm leechio-zombie: no mm, yet not a kernel thread).
  *
  * Once all of that is in place it writes one line "START END" (hex, no
  * 0x) to standard output, closes it, and then waits for ever. /init reads
@@ -87,7 +87,7 @@ static void zombie_child(void)
         fail("fork");
     if (pid == 0) {
         prctl(PR_SET_NAME, "leechio-zombie");
-        _exit(0);
+        _exit(42);
     }
     if (waitid(P_PID, pid, &info, WEXITED | WNOWAIT) != 0)
         fail("waitid (zombie child)");

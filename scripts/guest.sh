@@ -47,7 +47,13 @@
 #       _text, init_top_pgt, init_task, init_pid_ns, page_offset_base,
 #       vmalloc_base, __pgtable_l5_enabled,
 #       __start_BTF, __stop_BTF, linux_banner, vmcoreinfo_data,
-#       vmcoreinfo_size and the kallsyms_* tables the kernel lists)
+#       vmcoreinfo_size and the kallsyms_* tables the kernel lists, and
+#       of crc7_be, crc8_populate_msb and crc_itu_t, which the modules
+#       below export)
+#   leechio-oracle: module <line of /proc/modules>
+#       the modules /init loads first: those `make setup` keeps for the
+#       kernel booted (target/guest/modules/RELEASE/*.ko: crc7, crc8 and
+#       crc-itu-t where the kernel package has them)
 #   leechio-oracle: task pid=N tgid=N ppid=N state=C kthread=0|1 sched=HEX cmdline=HEX
 #       one per thread of every process (/proc/*/task/*): stat, status'
 #       Tgid, PF_KTHREAD from stat's flags; the first 64 bytes of sched
@@ -59,12 +65,14 @@
 #   leechio-oracle: map PID <line of /proc/PID/maps>
 #       for pid 1 (/init), `sleep 100001`, the shell `leechio-args ...`
 #       and the pattern process
-#   leechio-oracle: end tasks=N maps=N symbols=N   (how many lines of each)
+#   leechio-oracle: end tasks=N maps=N symbols=N modules=N   (how many
+#       lines of each)
 #   leechio-guest: ready
 # The processes it starts (children of /init; they run for ever): `sleep
 # 100001`; the shell `sh -c 'while :; do sleep 100002; done' leechio-args
 # ...` with a command line of 5 KiB (spaces, parentheses, UTF-8, a tab, an
-# empty argument); the pattern process, comm "leech (pat) x", with two
+# empty argument); the 32-bit process `leechio-32bit` (where the kernel
+# runs 32-bit code); the pattern process, comm "leech (pat) x", with two
 # threads (leechio-thr-1, -2), a stopped child and a zombie child. The
 # oracle is printed by a subshell that leaves itself out, and /init then
 # waits for its children: no user process starts or ends after the oracle,
@@ -125,15 +133,18 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found: r
 
 # The initramfs: busybox (with a link per applet, so processes have their
 # applets' names), the pattern process (scripts/guest-pattern.c, linked
-# statically) and /init, which mounts proc, sys and dev, starts the test
+# statically), a 32-bit process (scripts/guest-32bit.S), the modules of each kernel in target/guest/modules/ (in
+# /lib/modules/RELEASE/) and /init, which mounts proc, sys and dev, starts the test
 # processes, prints the oracle and the marker lines and sleeps. Rebuilt when
 # this script, the pattern process's source or busybox is newer; built under
 # a temporary name and renamed, so guests starting at once never see half a
 # file.
 initramfs=$guest/initramfs.cpio.gz
 pattern_source=$here/scripts/guest-pattern.c
+compat_source=$here/scripts/guest-32bit.S
 if [ ! -s "$initramfs" ] || [ "$0" -nt "$initramfs" ] || [ "$pattern_source" -nt "$initramfs" ] ||
-    [ /bin/busybox -nt "$initramfs" ]; then
+    [ "$compat_source" -nt "$initramfs" ] ||
+    [ /bin/busybox -nt "$initramfs" ] || [ "$guest/modules" -nt "$initramfs" ]; then
     command -v gcc >/dev/null || die "gcc not found (it builds the guest's pattern process): run make setup"
     build=$(mktemp -d "$guest/initramfs.XXXXXX")
     mkdir -p "$build/root/bin" "$build/root/proc" "$build/root/sys" "$build/root/dev"
@@ -141,8 +152,15 @@ if [ ! -s "$initramfs" ] || [ "$0" -nt "$initramfs" ] || [ "$pattern_source" -nt
     for applet in $(/bin/busybox --list); do
         [ "$applet" = busybox ] || ln -s busybox "$build/root/bin/$applet"
     done
+    if [ -d "$guest/modules" ]; then
+        mkdir -p "$build/root/lib"
+        cp -r "$guest/modules" "$build/root/lib/modules"
+    fi
     gcc -static -O2 -pthread -o "$build/root/bin/leechio-pattern" "$pattern_source" ||
         { rm -rf "$build"; die "cannot build the pattern process (static glibc comes with libc6-dev)"; }
+    { as --32 -o "$build/32bit.o" "$compat_source" &&
+        ld -m elf_i386 -o "$build/root/bin/leechio-32bit" "$build/32bit.o"; } ||
+        { rm -rf "$build"; die "cannot build the 32-bit process (binutils, with gcc)"; }
     cat >"$build/root/init" <<'INIT'
 #!/bin/busybox sh
 # The guest's /init: see "What the guest prints" in scripts/guest.sh.
@@ -155,6 +173,12 @@ exec </dev/console >/dev/console 2>&1
 # /proc/kallsyms, whatever the kernel's default.
 echo 1 >/proc/sys/kernel/printk
 echo 0 >/proc/sys/kernel/kptr_restrict
+# The modules of this kernel, so /proc/modules and kallsyms list some.
+read -r release </proc/sys/kernel/osrelease
+for module in /lib/modules/"$release"/*.ko; do
+    [ -e "$module" ] || continue
+    insmod "$module" || echo "leechio-oracle: error cannot load $module"
+done
 # The kernel symbols the tests check, in one pass over /proc/kallsyms: awk
 # looks each name up in a table (grep -w with many patterns takes seconds
 # under TCG).
@@ -163,7 +187,8 @@ awk 'BEGIN {
         "__pgtable_l5_enabled __start_BTF " \
         "__stop_BTF linux_banner kallsyms_num_syms kallsyms_names kallsyms_token_table " \
         "kallsyms_token_index kallsyms_offsets kallsyms_relative_base kallsyms_markers " \
-        "kallsyms_addresses kallsyms_seqs_of_names vmcoreinfo_data vmcoreinfo_size", names, " ")
+        "kallsyms_addresses kallsyms_seqs_of_names vmcoreinfo_data vmcoreinfo_size " \
+        "crc7_be crc8_populate_msb crc_itu_t", names, " ")
     for (i in names) wanted[names[i]] = 1
 } $3 in wanted' /proc/kallsyms >/symbols
 echo "leechio-guest: $(grep -w -e _text -e init_top_pgt /symbols | tr '\n' ' ')"
@@ -175,6 +200,8 @@ sleep_pid=$!
 sh -c 'while :; do sleep 100002; done' leechio-args 'two words' '(paren) ) (' \
     'ünïcödé ✓ λ' '' "tab	and 'quotes'" $(seq 1000001 1000600) last-argument &
 args_pid=$!
+# A 32-bit process, where the kernel runs them (CONFIG_IA32_EMULATION).
+leechio-32bit &
 mkfifo /pattern.fifo
 leechio-pattern >/pattern.fifo &
 pattern_pid=$!
@@ -222,7 +249,8 @@ else
     echo "leechio-oracle: vmcoreinfo none"
 fi
 symbols=0
-while read -r address type name; do
+# (A module's symbol has its module's name, `[crc7]`, after it.)
+while read -r address type name _; do
     echo "leechio-oracle: symbol $name $address $type"
     symbols=$((symbols + 1))
 done </symbols
@@ -252,7 +280,12 @@ for pid in 1 $sleep_pid $args_pid $pattern_pid; do
         maps=$((maps + 1))
     done <"/proc/$pid/maps"
 done
-echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols"
+modules=0
+while IFS= read -r line; do
+    echo "leechio-oracle: module $line"
+    modules=$((modules + 1))
+done </proc/modules
+echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols modules=$modules"
 )
 echo "leechio-guest: ready"
 # The test processes run for ever: `wait` returns only if they all end.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Copies the built memflow plugin and LeechCore (leechcore.so, its device
-# plugins and their libraries) into one folder, by default memflow's
-# ~/.local/lib/memflow: memflow's Inventory::scan() finds the plugin there,
-# and the plugin finds leechcore.so beside itself.
+# Copies the built memflow plugin library (the connector `leechcore` and the
+# OS plugin `linux_btf`) and LeechCore (leechcore.so, its device plugins
+# and their libraries) into one folder, by default memflow's
+# ~/.local/lib/memflow: memflow's Inventory::scan() finds both plugins
+# there, and the connector finds leechcore.so beside itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${1:-$HOME/.local/lib/memflow}

@@ -20,8 +20,9 @@
 #   - for the live-guest tests (scripts/guest.sh): Debian's qemu-system-x86
 #     (no GUI), busybox-static and cpio, and the kernel of Debian's
 #     linux-image-amd64 and of its cloud flavour linux-image-cloud-amd64 (a
-#     second kernel for tests), of which only vmlinuz is kept, in
-#     target/guest/ (booted by QEMU, never installed on this machine).
+#     second kernel for tests), of which vmlinuz and three small modules
+#     are kept, in target/guest/ (booted by QEMU, never installed on this
+#     machine).
 # Prints nothing when there is nothing to do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -126,14 +127,21 @@ if ! "$DRGN/bin/python" -c "import sys, drgn; sys.exit(drgn.__version__ != '$DRG
 fi
 
 # The guest kernels: linux-image-amd64 is a metapackage; the kernel is the
-# linux-image-* package it depends on. Its files are pulled out of the .deb
-# (vmlinuz only: the guest needs no modules, and the package's System.map is
-# a placeholder; the guest prints the symbols the tests need itself).
+# linux-image-* package it depends on. Its files are pulled out of the .deb:
+# vmlinuz, and the few small modules the guest loads (GUEST_MODULES, those
+# the package has, uncompressed: busybox's insmod reads plain .ko files) in
+# target/guest/modules/VERSION/, so the tests see loaded modules in
+# /proc/modules (the package's System.map is a placeholder; the guest
+# prints the symbols the tests need itself).
 # `fetch_kernel METAPACKAGE SUFFIX` keeps it as target/guest/vmlinuz-SUFFIX
 # with its version in KERNEL-SUFFIX (vmlinuz and KERNEL when SUFFIX is empty).
+GUEST_MODULES="crc7 crc8 crc-itu-t"
 fetch_kernel() {
-    local meta=$1 suffix=${2:+-$2} pkg version ktmp
-    [ -f "$GUEST/vmlinuz$suffix" ] && [ -f "$GUEST/KERNEL$suffix" ] && return 0
+    local meta=$1 suffix=${2:+-$2} pkg version ktmp ko name
+    if [ -f "$GUEST/vmlinuz$suffix" ] && [ -f "$GUEST/KERNEL$suffix" ] &&
+        [ -d "$GUEST/modules/$(cat "$GUEST/KERNEL$suffix")" ]; then
+        return 0
+    fi
     kernel_package() {
         apt-cache depends "$meta" 2>/dev/null |
             sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -n 1
@@ -150,15 +158,32 @@ fetch_kernel() {
     # As root, apt fetches into a folder its sandbox user cannot write to.
     (cd "$ktmp" && apt-get download -qq -o APT::Sandbox::User=root "$pkg" >/dev/null)
     version=${pkg#linux-image-}
-    dpkg-deb --fsys-tarfile "$ktmp"/"$pkg"_*.deb |
-        tar -x -C "$ktmp" "./boot/vmlinuz-$version"
+    # The members wanted, as the package names them.
+    local members=("./boot/vmlinuz-$version") listing
+    listing=$(dpkg-deb --fsys-tarfile "$ktmp"/"$pkg"_*.deb | tar -t)
+    for name in $GUEST_MODULES; do
+        ko=$(grep -E "/modules/$version/.*/$name\.ko(\.xz)?\$" <<<"$listing" | head -n 1 || true)
+        case "$ko" in
+            '') say "$pkg has no module $name; the guest loads the others" ;;
+            *) members+=("$ko") ;;
+        esac
+    done
+    mkdir -p "$ktmp/root"
+    dpkg-deb --fsys-tarfile "$ktmp"/"$pkg"_*.deb | tar -x -C "$ktmp/root" "${members[@]}"
     mkdir -p "$GUEST"
-    install -m 0644 "$ktmp/boot/vmlinuz-$version" "$GUEST/vmlinuz$suffix"
+    install -m 0644 "$ktmp/root/boot/vmlinuz-$version" "$GUEST/vmlinuz$suffix"
+    rm -rf "$GUEST/modules/$version"
+    mkdir -p "$GUEST/modules/$version"
+    for ko in "${members[@]:1}"; do
+        name=$(basename "$ko")
+        case "$ko" in
+            *.xz) python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' \
+                "$ktmp/root/$ko" >"$GUEST/modules/$version/${name%.xz}" ;;
+            *) install -m 0644 "$ktmp/root/$ko" "$GUEST/modules/$version/$name" ;;
+        esac
+    done
     echo "$version" > "$GUEST/KERNEL$suffix"
-    say "guest kernel $version in $GUEST/vmlinuz$suffix"
+    say "guest kernel $version in $GUEST/vmlinuz$suffix, modules in $GUEST/modules/$version"
 }
-# The default guest kernel, and a second flavour of the same version built
-# with another configuration (other struct layouts): `scripts/guest.sh
-# --kernel cloud`.
 fetch_kernel linux-image-amd64 ''
 fetch_kernel linux-image-cloud-amd64 cloud

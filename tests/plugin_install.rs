@@ -1,5 +1,6 @@
 //! `make install`'s result: memflow's `Inventory::scan()` finds the plugin in
-//! ~/.local/lib/memflow, and the plugin loads the leechcore.so beside it.
+//! ~/.local/lib/memflow (the connector `leechcore` and the OS `linux_btf`,
+//! from one library), and the plugin loads the leechcore.so beside it.
 
 mod common;
 
@@ -58,6 +59,7 @@ fn an_installed_plugin_is_scanned_and_loads_leechcore_beside_itself() {
         "the plugin did not load LeechCore beside itself:\n{stdout}"
     );
     assert!(stdout.contains("first page matches the image"), "{stdout}");
+    assert!(stdout.contains("OS plugins: [\"linux_btf\"]"), "{stdout}");
 }
 
 /// Logs to stdout, for the parent to read.
@@ -81,6 +83,7 @@ fn scan_in_a_fresh_home() {
     log::set_logger(&Print).unwrap();
     log::set_max_level(log::LevelFilter::Info);
     let mut inventory = Inventory::scan();
+    println!("OS plugins: {:?}", inventory.available_os());
     let args: ConnectorArgs = format!("\"{device}\"").parse().unwrap();
     let mut conn = inventory
         .instantiate_connector("leechcore", None, Some(&args))

@@ -432,8 +432,24 @@ fn a_lost_or_bad_oracle_line_is_an_error() {
     let lost = Oracle::parse(&log("", "tasks=3 maps=2 symbols=1")).unwrap_err();
     assert_eq!(
         lost,
-        "the guest printed [3, 2, 1] tasks, map lines and symbols; [2, 2, 1] read"
+        "the guest printed [3, 2, 1, 0] tasks, map lines, symbols and modules; [2, 2, 1, 0] read"
     );
+    // A module line: read, and counted when the end line counts them.
+    let module = "leechio-oracle: module crc7 16384 0 - Live 0xffffffffc0238000\r\n";
+    let oracle = Oracle::parse(&log(module, "tasks=2 maps=2 symbols=1 modules=1")).unwrap();
+    assert_eq!(
+        oracle.modules,
+        [common::qemu::oracle::GuestModule {
+            name: "crc7".into(),
+            size: 16384,
+            state: "Live".into(),
+            address: 0xffff_ffff_c023_8000,
+        }]
+    );
+    let lost = Oracle::parse(&log(module, "tasks=2 maps=2 symbols=1 modules=2")).unwrap_err();
+    assert!(lost.ends_with("[2, 2, 1, 1] read"), "{lost}");
+    let bad = "leechio-oracle: module crc7 sixteen 0 - Live 0xffffffffc0238000\r\n";
+    assert!(Oracle::parse(&log(bad, "tasks=2 maps=2 symbols=1 modules=1")).is_err());
     let odd = Oracle::parse(&log(
         "leechio-oracle: task pid=9 tgid=9 ppid=2 state=S kthread=0 sched=abc cmdline=\r\n",
         "tasks=3 maps=2 symbols=1",

@@ -260,7 +260,15 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
     // Hop by hop: the same list, at least one call a process.
     assert_eq!(hop["processes"], processes, "{hop}");
     assert!(hop["calls"].as_u64().unwrap() >= processes, "{hop}");
-    for r in [engine, hop] {
+    // The OS plugin: the same list in the engine's calls, the executables
+    // and exit codes it adds read beside them.
+    let os = row(
+        "process list with command lines",
+        "OS plugin linux_btf: memflow process_info_list",
+    );
+    assert_eq!(os["processes"], processes, "{os}");
+    assert_eq!(os["calls"], LIST_CALLS, "{os}");
+    for r in [engine, hop, os] {
         assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
         assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
     }

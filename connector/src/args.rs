@@ -52,6 +52,9 @@ pub fn parse(args: &ConnectorArgs) -> Result<Settings, String> {
 }
 
 fn read_settings(args: &ConnectorArgs) -> Result<Settings, String> {
+    if let Some(hint) = comma_after_device_hint(args.target.as_deref()) {
+        return Err(hint);
+    }
     let target = args.target.as_deref().map(unquote);
     let pairs = pairs_of(&args.extra_args)?;
     if let Some(hint) = split_device_hint(target.as_deref(), &pairs) {
@@ -171,7 +174,7 @@ fn read_settings(args: &ConnectorArgs) -> Result<Settings, String> {
 /// memflow's `Args` has no public way to list its entries (its `Display`
 /// quotes only some values, so its text cannot be split back reliably);
 /// its serde form lists each entry as it is, repeated keys included.
-fn pairs_of(args: &Args) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn pairs_of(args: &Args) -> Result<Vec<(String, String)>, String> {
     let listed = serde_json::to_value(args).map_err(|e| format!("arguments unreadable: {e}"))?;
     let entries = listed
         .get("args")
@@ -194,7 +197,7 @@ fn pairs_of(args: &Args) -> Result<Vec<(String, String)>, String> {
 }
 
 /// The first key given twice, as an error naming it and both values.
-fn repeated_key(pairs: &[(String, String)]) -> Option<String> {
+pub(crate) fn repeated_key(pairs: &[(String, String)]) -> Option<String> {
     pairs.iter().enumerate().find_map(|(i, (key, second))| {
         let (_, first) = pairs[..i].iter().find(|(k, _)| k == key)?;
         Some(format!(
@@ -231,8 +234,21 @@ fn split_device_hint(target: Option<&str>, pairs: &[(String, String)]) -> Option
     ))
 }
 
+/// memflow reads `leechcore:"file:///m.raw",lib=…` (arguments after the
+/// quoted device with a comma) as one target, which LeechCore would then
+/// take for a device string. Says where the arguments go instead.
+fn comma_after_device_hint(target: Option<&str>) -> Option<String> {
+    let quoted = target?.trim().strip_prefix('"')?;
+    let (device, after) = quoted.split_once('"')?;
+    let rest = after.strip_prefix(',')?;
+    Some(format!(
+        "arguments after the quoted device string go behind a `:`, not a `,` (memflow reads \
+         `\"{device}\",{rest}` as one device): write leechcore:\"{device}\":{rest}"
+    ))
+}
+
 /// memflow keeps the quotes a user put around a value with `:` or `,`.
-fn unquote(value: &str) -> String {
+pub(crate) fn unquote(value: &str) -> String {
     let v = value.trim();
     v.strip_prefix('"')
         .and_then(|v| v.strip_suffix('"'))
@@ -241,7 +257,7 @@ fn unquote(value: &str) -> String {
 }
 
 /// A hex number, with or without `0x`, `_` between digits allowed.
-fn parse_hex(text: &str) -> Result<u64, &'static str> {
+pub(crate) fn parse_hex(text: &str) -> Result<u64, &'static str> {
     let digits = text
         .strip_prefix("0x")
         .or_else(|| text.strip_prefix("0X"))
@@ -458,6 +474,26 @@ mod tests {
                 && err.contains("leechcore::device=\"file://…\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn arguments_after_the_quoted_device_with_a_comma_are_pointed_to_the_colon() {
+        let err = settings("\"file:///m.raw\",lib=/x/leechcore.so").unwrap_err();
+        assert_eq!(
+            err,
+            "arguments after the quoted device string go behind a `:`, not a `,` (memflow reads \
+             `\"file:///m.raw\",lib=/x/leechcore.so` as one device): write \
+             leechcore:\"file:///m.raw\":lib=/x/leechcore.so"
+        );
+        let err = settings("\"qemu://shm=g,qmp=/tmp/q\",verbosity=2,lib=/l.so").unwrap_err();
+        assert!(
+            err.ends_with("write leechcore:\"qemu://shm=g,qmp=/tmp/q\":verbosity=2,lib=/l.so"),
+            "{err}"
+        );
+        // The form it names works.
+        let s = settings("\"file:///m.raw\":lib=/x/leechcore.so").unwrap();
+        assert_eq!(s.device.device, "file:///m.raw");
+        assert_eq!(s.device.library, Some(PathBuf::from("/x/leechcore.so")));
     }
 
     #[test]

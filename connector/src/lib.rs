@@ -13,6 +13,8 @@ mod args;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod args;
+mod os_args;
+pub mod os_plugin;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -25,34 +27,68 @@ use memflow::prelude::v1::*;
 /// The plugin's physical memory. Clones share the device, which closes
 /// with the last clone.
 #[derive(Clone)]
-pub struct LeechCoreConnector(MemflowPhysical);
+pub struct LeechCoreConnector {
+    phys: MemflowPhysical,
+    /// Held for its drop, with the last clone.
+    _closing: Arc<Closing>,
+}
+
+/// Says, when the last clone of a connector goes, how many calls its
+/// device served: what a memflow tool cost, in LeechCore's own count
+/// (memflow's log at level info, `-vv` in its examples).
+struct Closing {
+    device: Arc<LeechCore>,
+    name: String,
+}
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        log::info!(
+            "leechcore: closing device `{}` after {} read calls and {} write calls",
+            self.name,
+            self.device.call_count(leechio::Call::ReadScatter),
+            self.device.call_count(leechio::Call::WriteScatter)
+        );
+    }
+}
 
 cglue_impl_group!(LeechCoreConnector, ConnectorInstance, {});
 
-/// Runs `f`, turning a panic into a memflow error.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+/// Runs `f`, turning a panic into a memflow error of `origin` that names
+/// the plugin and what it was doing.
+fn guarded<T>(
+    origin: ErrorOrigin,
+    plugin: &str,
+    what: &str,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        Err(Error(ErrorOrigin::Connector, ErrorKind::Unknown)
-            .log_error(format!("leechcore: internal error in {what}")))
+        Err(Error(origin, ErrorKind::Unknown)
+            .log_error(format!("{plugin}: internal error in {what}")))
     })
+}
+
+/// [`guarded`] for the connector.
+fn guarded_connector<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    guarded(ErrorOrigin::Connector, "leechcore", what, f)
 }
 
 impl PhysicalMemory for LeechCoreConnector {
     fn phys_read_raw_iter(&mut self, data: PhysicalReadMemOps) -> Result<()> {
-        guarded("a read", || self.0.phys_read_raw_iter(data))
+        guarded_connector("a read", || self.phys.phys_read_raw_iter(data))
     }
 
     fn phys_write_raw_iter(&mut self, data: PhysicalWriteMemOps) -> Result<()> {
-        guarded("a write", || self.0.phys_write_raw_iter(data))
+        guarded_connector("a write", || self.phys.phys_write_raw_iter(data))
     }
 
     fn metadata(&self) -> PhysicalMemoryMetadata {
-        self.0.metadata()
+        self.phys.metadata()
     }
 
     fn set_mem_map(&mut self, mem_map: &[PhysicalMemoryMapping]) {
-        let _ = guarded("set_mem_map", || {
-            self.0.set_mem_map(mem_map);
+        let _ = guarded_connector("set_mem_map", || {
+            self.phys.set_mem_map(mem_map);
             Ok(())
         });
     }
@@ -61,7 +97,7 @@ impl PhysicalMemory for LeechCoreConnector {
 /// Opens the device the arguments name.
 #[connector(name = "leechcore", help_fn = "help", target_list_fn = "target_list")]
 pub fn create_connector(args: &ConnectorArgs) -> Result<LeechCoreConnector> {
-    guarded("create_connector", || open(args))
+    guarded_connector("create_connector", || open(args))
 }
 
 fn open(args: &ConnectorArgs) -> Result<LeechCoreConnector> {
@@ -106,11 +142,16 @@ fn open(args: &ConnectorArgs) -> Result<LeechCoreConnector> {
     let engine = EngineConfig {
         max_entries_per_call: settings.max_entries.unwrap_or(usize::MAX),
     };
-    let mem = Memory::with_config(Arc::new(device), engine);
-    Ok(LeechCoreConnector(MemflowPhysical::new(
-        mem,
-        memmap.is_some(),
-    )))
+    let device = Arc::new(device);
+    let closing = Closing {
+        device: device.clone(),
+        name: settings.device.device.clone(),
+    };
+    let mem = Memory::with_config(device, engine);
+    Ok(LeechCoreConnector {
+        phys: MemflowPhysical::new(mem, memmap.is_some()),
+        _closing: Arc::new(closing),
+    })
 }
 
 /// The help text memflow shows for `leechcore`.
@@ -134,7 +175,7 @@ pub fn help() -> String {
 /// What can be opened without hardware: running QEMU guests with their RAM
 /// in /dev/shm and a QMP socket.
 pub fn target_list() -> Result<Vec<TargetInfo>> {
-    guarded("target_list", || {
+    guarded_connector("target_list", || {
         Ok(leechio::targets::qemu_guests()
             .iter()
             .flat_map(|g| g.device_strings())

@@ -1,7 +1,7 @@
 //! A Linux kernel in physical memory, found with no configuration, and
 //! what it holds, read a level of each structure at a time.
 //!
-//! Three layers, after drgn's Linux helpers:
+//! In layers, after drgn's Linux helpers:
 //! - `find`: finding the kernel (its image and page tables, kallsyms, BTF,
 //!   `init_task`, the cache of kernels found, VMCOREINFO): [`Kernel::find`];
 //! - `structures`: the kernel's generic data structures (xarray, maple
@@ -9,12 +9,17 @@
 //!   of what they hold, and failing one way ([`StructureFailure`]);
 //! - `offsets`: every offset the walks read by, asked of BTF once;
 //! - the walks, named for what they give: [`Kernel::processes`] (tasks
-//!   from the pid table), [`Kernel::vmas`] (memory maps, with the paths
-//!   of their files), [`Kernel::modules`] (loadable modules).
+//!   from the pid table), [`Kernel::task_details`] (executables, exit
+//!   statuses, 32-bit or not), [`Kernel::vmas`] (memory maps, with the
+//!   paths of their files), [`Kernel::modules`] (loadable modules, with
+//!   [`Kernel::module_exports`] and [`Kernel::module_sections`]),
+//!   [`Kernel::kallsyms`] (every symbol of the kernel's table).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
 
+#[cfg(test)]
+mod fake_memory;
 mod find;
 mod kernel;
 mod kmem;
@@ -24,6 +29,8 @@ mod offsets;
 mod paths;
 mod processes;
 mod structures;
+mod symbols;
+mod task_details;
 
 pub use find::btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX_BTF};
 pub use find::image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
@@ -34,5 +41,6 @@ pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
 pub use modules::{Module, ModuleList, ModuleState};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use structures::StructureFailure;
+pub use task_details::{exit_status, TaskDetails, TaskState};
 
 pub use offsets::ask_walk_questions;

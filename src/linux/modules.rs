@@ -1,13 +1,16 @@
 //! The kernel's loadable modules, as `/proc/modules` (and `lsmod`) shows
-//! them: the `modules` list followed from its head, each `struct module`
-//! read whole (the members used) in one batch per module; every offset
-//! from BTF, both for the layouts before 6.4 (`core_layout` and
-//! `init_layout`) and after (`mem[MOD_MEM_NUM_TYPES]`).
+//! them: the `modules` list followed from both ends (see
+//! `structures::list`), each `struct module` read whole (the members used)
+//! in one batch per step; every offset from BTF, both for the layouts
+//! before 6.4 (`core_layout` and `init_layout`) and after
+//! (`mem[MOD_MEM_NUM_TYPES]`). What each module exports and its sections
+//! are in `exports`.
 //!
-//! A list costs a device call per module (and one for its head), unlike
-//! the trees the other walks follow; each module is checked by the link
-//! that led to it, and the walk stops at a loop, at a link that is no
-//! kernel address, and past the most modules the target can hold.
+//! A list costs a device call per two modules (and one for its head),
+//! unlike the trees the other walks follow; each module is checked by the
+//! link that led to it and by its name, and the walk stops at a loop, at a
+//! link that is no kernel address, and past the most modules the target
+//! can hold.
 
 use std::fmt;
 
@@ -17,6 +20,7 @@ use crate::linux::structures::list;
 use crate::linux::structures::StructureFailure;
 use crate::linux::Kernel;
 
+mod exports;
 #[cfg(test)]
 mod tests;
 
@@ -69,6 +73,10 @@ pub struct Module {
     pub base: u64,
     /// Its state.
     pub state: ModuleState,
+    /// Its exported symbols: `syms` and `num_syms`.
+    pub(crate) syms: (u64, u64),
+    /// Its `sect_attrs` (0 when the kernel keeps none).
+    pub(crate) sections: u64,
 }
 
 /// The modules in list order (the newest first, as the kernel adds them
@@ -118,15 +126,18 @@ pub(crate) async fn read(kmem: &KernelMemory<'_>, layout: &ModuleLayout, head: u
     };
     let max = max_modules(kmem.limit, layout.size);
     let linked = list::objects(kmem, &layout.list_links, head, objects, max).await;
-    let modules = linked
-        .objects
-        .iter()
-        .map(|(address, bytes)| module(layout, *address, bytes))
-        .collect();
-    ModuleList {
-        modules,
-        failed: linked.failed,
+    let mut failed = linked.failed;
+    let mut modules = Vec::with_capacity(linked.objects.len());
+    for (address, bytes) in &linked.objects {
+        match module(layout, *address, bytes) {
+            Some(module) => modules.push(module),
+            None => failed.push(StructureFailure::new(
+                *address,
+                "in the module list, but its name is no printable string: not a module",
+            )),
+        }
     }
+    ModuleList { modules, failed }
 }
 
 /// The most modules a target of `memory` bytes can hold: each takes its
@@ -136,15 +147,25 @@ fn max_modules(memory: u64, size: u64) -> usize {
     usize::try_from(most).unwrap_or(usize::MAX)
 }
 
+/// `bytes` up to the first NUL, when there is one and every byte before
+/// it is printable (a module's or a symbol's name).
+pub(crate) fn c_string(bytes: &[u8]) -> Option<String> {
+    let end = bytes.iter().position(|&c| c == 0)?;
+    let text = &bytes[..end];
+    text.iter()
+        .all(|c| c.is_ascii_graphic())
+        .then(|| String::from_utf8_lossy(text).into_owned())
+}
+
 /// The module whose span (`layout.span()`) `bytes` holds, read at
-/// `address`.
-fn module(layout: &ModuleLayout, address: u64, bytes: &[u8]) -> Module {
+/// `address`; `None` when its name is not a name.
+fn module(layout: &ModuleLayout, address: u64, bytes: &[u8]) -> Option<Module> {
     let start = layout.span().0;
     let at = |offset: u64| offset - start;
     let name = bytes
         .bytes_at(at(layout.name), layout.name_len)
-        .unwrap_or_default();
-    let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+        .and_then(c_string)
+        .filter(|name| !name.is_empty())?;
     let size = layout
         .memory
         .sizes()
@@ -160,11 +181,19 @@ fn module(layout: &ModuleLayout, address: u64, bytes: &[u8]) -> Module {
         v if v == s.unformed => ModuleState::Unformed,
         _ => ModuleState::Unknown(state),
     };
-    Module {
+    Some(Module {
         address,
-        name: String::from_utf8_lossy(name).into_owned(),
+        name,
         size,
         base: bytes.u64_at(at(layout.memory.text_base())).unwrap_or(0),
         state,
-    }
+        syms: (
+            bytes.u64_at(at(layout.syms)).unwrap_or(0),
+            u64::from(bytes.u32_at(at(layout.num_syms)).unwrap_or(0)),
+        ),
+        sections: layout
+            .sections
+            .and_then(|(offset, _)| bytes.u64_at(at(offset)))
+            .unwrap_or(0),
+    })
 }

@@ -15,7 +15,11 @@ use std::sync::Arc;
 
 use crate::{BatchOutcome, Memory, MemoryMap, MemoryRange};
 
+mod backend;
+pub mod linux;
 mod os_map;
+
+pub use backend::PhysicalMemoryBackend;
 
 use os_map::{OsMap, Run};
 

@@ -335,6 +335,11 @@ impl Guest {
         MemoryMap::new(ranges).expect("QEMU's RAM ranges")
     }
 
+    /// The modules the guest loaded, as its `/proc/modules` listed them.
+    pub fn modules(&self) -> &[oracle::GuestModule] {
+        &self.oracle().modules
+    }
+
     /// The guest's RAM size.
     pub fn memory(&self) -> GuestMemory {
         self.options.memory

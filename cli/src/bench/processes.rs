@@ -3,11 +3,15 @@
 //! read hop by hop, one read at a time, the way an OS layer over memflow's
 //! synchronous API reads it: along `init_task.tasks` through `VirtualDma`,
 //! with offsets a profile would give (taken from the kernel's BTF once,
-//! outside the timed runs).
+//! outside the timed runs); and as a memflow tool gets it from the OS
+//! plugin `linux_btf` over the connector `leechcore`.
 
 use std::collections::{BTreeMap, HashSet};
 
 use leechio::linux::{split_command_line, CacheLocation, Hints, Kernel, ProcessList};
+
+use memflow::plugins::OsArgs;
+use memflow::prelude::v1::{Os, OsInstanceArcBox, ProcessInfo};
 
 use super::*;
 
@@ -211,7 +215,80 @@ pub(super) fn processes(bench: &mut Bench) -> Result<(), Failure> {
         processes: before.len(),
         ..check
     });
+    // The same list through the OS plugin, as a memflow tool gets it: the
+    // OS started first (outside the timed run; the kernel named to it),
+    // its process_info_list timed, on memflow's uncached connector.
+    let method = "OS plugin linux_btf: memflow process_info_list, kernel known";
+    progress(&workload, method);
+    let mut runs = Vec::new();
+    let mut got = Listing::new();
+    for _ in 0..bench.runs {
+        stop_requested()?;
+        let p = bench.plugin(false)?;
+        let mut os = os_plugin(bench, &p, &profile)?;
+        let mut list = Ok(Vec::new());
+        runs.push(timed(&p.counter, || list = os.process_info_list()));
+        let list = list.map_err(|e| Failure(format!("the OS plugin listed no processes: {e}")))?;
+        got = os_listing(&list, &before);
+    }
+    push_median(bench, &workload, method, 0, runs);
+    let check = compare(&got, &before, after.as_ref());
+    if let Some(row) = bench.rows.last_mut() {
+        row.lists = Some(check);
+    }
     Ok(())
+}
+
+/// The OS plugin `linux_btf` over `p`'s connector, told where the kernel
+/// is (so it checks it rather than searching) and using no kernel cache.
+fn os_plugin(
+    bench: &Bench,
+    p: &Plugin,
+    profile: &Profile,
+) -> Result<OsInstanceArcBox<'static>, Failure> {
+    let mut inventory = Inventory::empty();
+    inventory.add_dir(&bench.plugin_dir).map_err(|e| {
+        Failure(format!(
+            "loading plugins from {}: {e}",
+            bench.plugin_dir.display()
+        ))
+    })?;
+    let args: OsArgs = format!(
+        "kernel_cache=off,dtb={:#x},kernel_base={:#x}",
+        profile.kernel_dtb, profile.kernel_base
+    )
+    .parse()
+    .map_err(|e| Failure(format!("the OS plugin's arguments: {e}")))?;
+    inventory
+        .instantiate_os("linux_btf", Some(p.conn.clone()), Some(&args))
+        .map_err(|e| Failure(format!("the OS plugin linux_btf did not start: {e}")))
+}
+
+/// memflow's process list as the comparison reads it: pid, name, command
+/// line and DTB (kernel threads have none: memflow gets the kernel's
+/// table); memflow has no parent pid, so the engine's is taken.
+fn os_listing(list: &[ProcessInfo], engine: &Listing) -> Listing {
+    list.iter()
+        .map(|p| {
+            let cmdline: Vec<String> = match p.command_line.is_empty() {
+                true => Vec::new(),
+                false => p.command_line.split(' ').map(str::to_string).collect(),
+            };
+            let same = engine.get(&p.pid);
+            // The engine's arguments joined as memflow joins them.
+            let args = match same {
+                Some(e) if e.cmdline.join(" ") == p.command_line.as_ref() => e.cmdline.clone(),
+                _ => cmdline,
+            };
+            let listed = Listed {
+                ppid: same.and_then(|e| e.ppid),
+                name: p.name.to_string(),
+                cmdline: args,
+                dtb: same.and_then(|e| e.dtb.map(|_| p.dtb1.to_umem())),
+            };
+            (p.pid, listed)
+        })
+        .collect()
 }
 
 /// The processes along `init_task.tasks`, which links thread-group

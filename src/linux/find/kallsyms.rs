@@ -213,6 +213,26 @@ fn find_names(b: &[u8], tokens: &Tokens<'_>, table_at: usize) -> Option<Names> {
 /// offsets read from the wrong place. `None` when no consistent table is
 /// found.
 pub fn find(b: &[u8], text: u64, wanted: &[&str]) -> Option<Symbols> {
+    let (symbols, count) = decode(b, text, |name| wanted.iter().any(|w| w.as_bytes() == name))?;
+    Some(Symbols {
+        addresses: symbols.into_iter().collect(),
+        count,
+    })
+}
+
+/// Every symbol of the table in `b`, in the table's order (by address),
+/// with its address; `None` as for [`find`].
+pub fn all(b: &[u8], text: u64) -> Option<Vec<(String, u64)>> {
+    decode(b, text, |_| true).map(|(symbols, _)| symbols)
+}
+
+/// The symbols whose names `keep` takes, with their addresses, and the
+/// count of symbols in the table.
+fn decode(
+    b: &[u8],
+    text: u64,
+    mut keep: impl FnMut(&[u8]) -> bool,
+) -> Option<(Vec<(String, u64)>, u32)> {
     let tokens = find_tokens(b)?;
     let table_at = tokens.index_at; // the token table lies just before
     let names = find_names(b, &tokens, table_at)?;
@@ -240,8 +260,8 @@ pub fn find(b: &[u8], text: u64, wanted: &[&str]) -> Option<Symbols> {
         if symbol == b"_text" {
             text_index = Some(i);
         }
-        if let Some(w) = wanted.iter().find(|w| w.as_bytes() == symbol) {
-            indices.push((i, w.to_string()));
+        if keep(symbol) {
+            indices.push((i, String::from_utf8_lossy(symbol).into_owned()));
         }
         pos = next;
     }
@@ -271,11 +291,8 @@ pub fn find(b: &[u8], text: u64, wanted: &[&str]) -> Option<Symbols> {
             let addresses = indices
                 .iter()
                 .map(|(i, name)| Some((name.clone(), address(*i)?)))
-                .collect::<Option<HashMap<_, _>>>()?;
-            Some(Symbols {
-                addresses,
-                count: names.count,
-            })
+                .collect::<Option<Vec<_>>>()?;
+            Some((addresses, names.count))
         })
 }
 

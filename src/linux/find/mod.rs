@@ -26,7 +26,7 @@ pub(crate) mod btf;
 mod cache;
 pub(crate) mod image;
 pub(crate) mod init_task;
-mod kallsyms;
+pub(crate) mod kallsyms;
 mod search;
 pub(crate) mod vmcoreinfo;
 mod warm;

@@ -1,155 +1,187 @@
-//! Module lists in made-up kernel memory, in both of `struct module`'s
-//! layouts (before 6.4 and after) as made-up BTF gives them (offsets no
-//! kernel uses), and the loops and torn links a walk must stop at.
+//! Module lists read from made-up kernel memory whose layouts (given by
+//! made-up BTF) are no kernel's: the typed memories of 6.4 and later and
+//! the layouts before, exported symbols both ways, sections, and lists
+//! that loop or break.
 
-use std::sync::Arc;
-
+use super::exports::{exports, sections_of};
 use super::*;
-use crate::linux::find::btf::builder::BtfBuilder;
+use crate::linux::fake_memory::{FakeMemory as Fake, DIRECT};
+use crate::linux::find::btf::builder::{BtfBuilder, KIND_INT, KIND_STRUCT};
 use crate::linux::find::btf::Btf;
-use crate::linux::offsets::ModuleLayout;
-use crate::{AddressSpace, MemBackend, Memory};
 
-const DIRECT: u64 = 0xffff_8880_0000_0000;
 const MEMORY: usize = 1 << 20;
-/// The list's head.
-const HEAD: u64 = DIRECT + 0x1000;
-// The made-up layout.
-const MODULE_SIZE: u32 = 0x300;
-const STATE: u64 = 0x10;
-const LIST: u64 = 0x40;
-const NAME: u64 = 0x80;
-const CORE: u64 = 0x100;
-const INIT: u64 = 0x140;
-const LAYOUT_BASE: u64 = 0x8;
-const LAYOUT_SIZE: u64 = 0x18;
-const MEM: u64 = 0x100;
-const MEMORY_SIZE: u32 = 0x28;
-const MEMORY_BASE: u64 = 0x10;
-const MEMORY_BYTES: u64 = 0x20;
-/// `MOD_TEXT`, made up too.
-const TEXT: u64 = 2;
-const KINDS: u64 = 7;
+/// The list head (in the made-up kernel's data).
+const HEAD: u64 = DIRECT + 0x100;
 
-/// Made-up BTF: `struct module` before 6.4 (`core_layout`,
-/// `init_layout`), or after (`mem[7]`).
-fn btf(typed: bool) -> Btf {
+// The made-up layout of `struct module`.
+const STATE: u64 = 4;
+const LIST: u64 = 16;
+const NAME: u64 = 40;
+const NAME_LEN: u32 = 56;
+const SYMS: u64 = 112;
+const NUM_SYMS: u64 = 124;
+const MEMS: u64 = 160;
+const MEM_SIZE: u32 = 24;
+const MEM_TYPES: u64 = 7;
+const SECT_ATTRS: u64 = 400;
+const MODULE_SIZE: u32 = 512;
+const CORE_LAYOUT: u64 = 200;
+const INIT_LAYOUT: u64 = 264;
+// `struct module_sect_attrs` and `module_sect_attr`.
+const NSECTIONS: u64 = 8;
+const ATTRS: u64 = 16;
+const SECT_ATTR_SIZE: u64 = 48;
+const SECT_NAME: u64 = 8;
+const SECT_ADDRESS: u64 = 40;
+
+/// Whether the made-up kernel describes module memory by type (6.4 on).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Typed,
+    Layouts,
+}
+
+fn btf(form: Form, relative: bool) -> Btf {
     let mut b = BtfBuilder::new();
-    b.structure("list_head", 16, &[("prev", 8), ("next", 0)]);
-    let name = b.array(7);
-    let mut module = vec![("state", STATE, 0), ("list", LIST, 0), ("name", NAME, name)];
-    if typed {
-        let memory = b.next_id();
-        b.structure(
-            "module_memory",
-            MEMORY_SIZE,
-            &[("base", MEMORY_BASE), ("size", MEMORY_BYTES)],
-        );
-        let mem = b.array_of(memory, KINDS as u32);
-        module.push(("mem", MEM, mem));
-        b.enumeration(
-            "mod_mem_type",
-            &[
-                ("MOD_DATA", 0),
-                ("MOD_RODATA", 1),
-                ("MOD_TEXT", TEXT as i32),
-            ],
-        );
-    } else {
-        b.structure(
-            "module_layout",
-            0x40,
-            &[("base", LAYOUT_BASE), ("size", LAYOUT_SIZE)],
-        );
-        module.extend([("core_layout", CORE, 0), ("init_layout", INIT, 0)]);
+    let name = b.string("char");
+    let char_ty = b.push(&[name, KIND_INT << 24, 1, 8]);
+    let name = b.string("int");
+    let int_ty = b.push(&[name, KIND_INT << 24, 4, 32]);
+    let chars = b.array_of(char_ty, NAME_LEN);
+    let long = b.long();
+    let list_head = b.composite(
+        KIND_STRUCT,
+        "list_head",
+        16,
+        &[("next", long, 0), ("prev", long, 8)],
+    );
+    let mut members = vec![
+        ("state", int_ty, STATE),
+        ("list", list_head, LIST),
+        ("name", chars, NAME),
+        ("syms", long, SYMS),
+        ("num_syms", int_ty, NUM_SYMS),
+        ("sect_attrs", long, SECT_ATTRS),
+    ];
+    let states = [
+        ("MODULE_STATE_LIVE", 0),
+        ("MODULE_STATE_COMING", 1),
+        ("MODULE_STATE_GOING", 2),
+        ("MODULE_STATE_UNFORMED", 3),
+    ];
+    b.enumeration("module_state", &states);
+    match form {
+        Form::Typed => {
+            let memory = b.composite(
+                KIND_STRUCT,
+                "module_memory",
+                MEM_SIZE,
+                &[("base", long, 0), ("size", int_ty, 8)],
+            );
+            let mems = b.array_of(memory, MEM_TYPES as u32);
+            members.push(("mem", mems, MEMS));
+            b.enumeration(
+                "mod_mem_type",
+                &[
+                    ("MOD_TEXT", 0),
+                    ("MOD_DATA", 1),
+                    ("MOD_RODATA", 2),
+                    ("MOD_RO_AFTER_INIT", 3),
+                    ("MOD_INIT_TEXT", 4),
+                    ("MOD_INIT_DATA", 5),
+                    ("MOD_INIT_RODATA", 6),
+                    ("MOD_MEM_NUM_TYPES", 7),
+                ],
+            );
+        }
+        Form::Layouts => {
+            let layout = b.composite(
+                KIND_STRUCT,
+                "module_layout",
+                64,
+                &[
+                    ("base", long, 0),
+                    ("size", int_ty, 8),
+                    ("text_size", int_ty, 12),
+                ],
+            );
+            members.push(("core_layout", layout, CORE_LAYOUT));
+            members.push(("init_layout", layout, INIT_LAYOUT));
+        }
     }
-    b.structure_typed("module", MODULE_SIZE, &module)
-        .enumeration(
-            "module_state",
+    b.composite(KIND_STRUCT, "module", MODULE_SIZE, &members);
+    match relative {
+        true => b.composite(
+            KIND_STRUCT,
+            "kernel_symbol",
+            12,
             &[
-                ("MODULE_STATE_LIVE", 0),
-                ("MODULE_STATE_COMING", 1),
-                ("MODULE_STATE_GOING", 2),
-                ("MODULE_STATE_UNFORMED", 3),
+                ("value_offset", int_ty, 0),
+                ("name_offset", int_ty, 4),
+                ("namespace_offset", int_ty, 8),
             ],
-        );
+        ),
+        false => b.composite(
+            KIND_STRUCT,
+            "kernel_symbol",
+            24,
+            &[
+                ("value", long, 0),
+                ("name", long, 8),
+                ("namespace", long, 16),
+            ],
+        ),
+    };
+    let attribute = b.composite(KIND_STRUCT, "attribute", 16, &[("name", long, 0)]);
+    let bin_attribute = b.composite(KIND_STRUCT, "bin_attribute", 40, &[("attr", attribute, 0)]);
+    let sect_attr = b.composite(
+        KIND_STRUCT,
+        "module_sect_attr",
+        SECT_ATTR_SIZE as u32,
+        &[
+            ("battr", bin_attribute, SECT_NAME),
+            ("address", long, SECT_ADDRESS),
+        ],
+    );
+    let attrs = b.array_of(sect_attr, 0);
+    b.composite(
+        KIND_STRUCT,
+        "module_sect_attrs",
+        16,
+        &[("nsections", int_ty, NSECTIONS), ("attrs", attrs, ATTRS)],
+    );
     Btf::parse(&b.finish()).unwrap()
 }
 
-/// Kernel memory with a list of modules.
-struct World {
-    bytes: Vec<u8>,
-    typed: bool,
-    /// The modules' addresses, in list order.
-    modules: Vec<u64>,
-    expected: Vec<Module>,
+/// The made-up kernel's modules.
+trait Modules {
+    fn module(&mut self, form: Form, name: &str, base: u64, sizes: &[u32]) -> u64;
+    fn link(&mut self, modules: &[u64]);
 }
 
-impl World {
-    /// Three modules: (name, state, sizes, base).
-    fn new(typed: bool) -> World {
-        let mut w = World {
-            bytes: vec![0; MEMORY],
-            typed,
-            modules: Vec::new(),
-            expected: Vec::new(),
-        };
-        let made = [
-            ("ext4", 0u32, 0xffff_ffff_c0a0_0000u64),
-            ("virtio_blk", 1, 0xffff_ffff_c0b0_0000),
-            (
-                "a-name-of-fifty-five-bytes-that-fills-the-whole-field-x",
-                2,
-                0,
-            ),
-        ];
-        for (i, &(name, state, base)) in made.iter().enumerate() {
-            let m = DIRECT + 0x10_000 + i as u64 * 0x1000;
-            w.put(m + STATE, u64::from(state));
-            w.put_bytes(m + NAME, name.as_bytes());
-            let size = match typed {
-                true => {
-                    let mut total = 0;
-                    for kind in 0..KINDS {
-                        let at = m + MEM + kind * u64::from(MEMORY_SIZE);
-                        let size = 0x1000 * (kind + 1) + i as u64;
-                        w.put(at + MEMORY_BYTES, size);
-                        w.put(at + MEMORY_BASE, if kind == TEXT { base } else { 0xdead });
-                        total += size;
-                    }
-                    total
+impl Modules for Fake {
+    /// A module named `name` whose memory starts at `base`, `sizes` bytes
+    /// of each type (the first two for the older layouts' core and init).
+    fn module(&mut self, form: Form, name: &str, base: u64, sizes: &[u32]) -> u64 {
+        let m = self.alloc(u64::from(MODULE_SIZE));
+        self.put_bytes(m + NAME, name.as_bytes());
+        match form {
+            Form::Typed => {
+                self.put(m + MEMS, base);
+                for (i, &size) in sizes.iter().enumerate() {
+                    self.put_u32(m + MEMS + i as u64 * u64::from(MEM_SIZE) + 8, size);
                 }
-                false => {
-                    w.put(m + CORE + LAYOUT_BASE, base);
-                    w.put(m + CORE + LAYOUT_SIZE, 0x5000 + i as u64);
-                    w.put(m + INIT + LAYOUT_BASE, 0xdead);
-                    w.put(m + INIT + LAYOUT_SIZE, 0x2000);
-                    0x7000 + i as u64
-                }
-            };
-            w.modules.push(m);
-            w.expected.push(Module {
-                address: m,
-                name: name.to_string(),
-                size,
-                base,
-                state: [ModuleState::Live, ModuleState::Coming, ModuleState::Going][i],
-            });
+            }
+            Form::Layouts => {
+                self.put(m + CORE_LAYOUT, base);
+                self.put_u32(m + CORE_LAYOUT + 8, sizes[0]);
+                self.put_u32(m + INIT_LAYOUT + 8, sizes[1]);
+            }
         }
-        w.link(&w.modules.clone());
-        w
+        m
     }
 
-    fn put(&mut self, va: u64, value: u64) {
-        self.put_bytes(va, &value.to_le_bytes());
-    }
-
-    fn put_bytes(&mut self, va: u64, bytes: &[u8]) {
-        let pa = (va - DIRECT) as usize;
-        self.bytes[pa..pa + bytes.len()].copy_from_slice(bytes);
-    }
-
-    /// The head and `modules` linked in a circle, both ways.
+    /// Links `modules` into the list at `HEAD`, in order.
     fn link(&mut self, modules: &[u64]) {
         let nodes: Vec<u64> = std::iter::once(HEAD)
             .chain(modules.iter().map(|m| m + LIST))
@@ -161,123 +193,170 @@ impl World {
             self.put(node + 8, prev);
         }
     }
-
-    /// The list as read, and the read calls it took.
-    fn read(&self) -> (ModuleList, u64) {
-        let backend = Arc::new(MemBackend::new(self.bytes.clone()));
-        let mem = Memory::with_config(backend.clone(), Default::default());
-        let layout = ModuleLayout::from_btf(&btf(self.typed)).unwrap();
-        let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
-        let kmem = KernelMemory::direct_map_only(&space, DIRECT);
-        let list = mem.block_on(read(&kmem, &layout, HEAD));
-        (list, backend.read_calls())
-    }
 }
 
-fn reasons(list: &ModuleList) -> Vec<(u64, String)> {
-    list.failed
+fn list(fake: &Fake, form: Form) -> (ModuleList, u64) {
+    let layout = ModuleLayout::from_btf(&btf(form, true)).unwrap();
+    fake.read(async |kmem| read(kmem, &layout, HEAD).await)
+}
+
+fn names(list: &ModuleList) -> Vec<&str> {
+    list.modules.iter().map(|m| m.name.as_str()).collect()
+}
+
+const NAMES: [&str; 5] = ["alpha", "bravo", "charlie", "delta", "echo"];
+
+fn five(f: &mut Fake, form: Form) -> Vec<u64> {
+    let modules: Vec<u64> = NAMES
         .iter()
-        .map(|f| (f.address, f.reason.clone()))
-        .collect()
-}
-
-#[test]
-#[cfg_attr(miri, ignore)] // Miri: slow (linux has no unsafe code)
-fn modules_in_both_layouts_as_proc_modules_shows_them() {
-    for typed in [false, true] {
-        let world = World::new(typed);
-        let (list, calls) = world.read();
-        assert_eq!(list.failed, [], "typed {typed}");
-        assert_eq!(list.modules, world.expected, "typed {typed}");
-        // The head, then a call per module.
-        assert_eq!(calls, 1 + 3, "typed {typed}");
-    }
-}
-
-#[test]
-fn an_empty_list_is_its_head_alone() {
-    let mut world = World::new(false);
-    world.link(&[]);
-    let (list, calls) = world.read();
-    assert_eq!(list, ModuleList::default());
-    assert_eq!(calls, 1);
-}
-
-#[test]
-fn loops_torn_links_and_wild_pointers_stop_the_walk() {
-    // The third module leads back to the second.
-    let mut world = World::new(true);
-    let [first, second, third] = world.modules[..] else {
-        unreachable!()
-    };
-    world.put(third + LIST, second + LIST);
-    let (list, calls) = world.read();
-    assert_eq!(list.modules, world.expected);
-    assert_eq!(
-        reasons(&list),
-        [(
-            second,
-            "module reached twice in the list (a loop, or a list changing while read): the walk stopped".to_string()
-        )]
-    );
-    assert_eq!(calls, 1 + 3);
-
-    // The second points back elsewhere than at the first.
-    let mut world = World::new(false);
-    world.put(second + LIST + 8, third + LIST);
-    let (list, _) = world.read();
-    assert_eq!(list.modules, world.expected[..1]);
-    assert_eq!(
-        reasons(&list),
-        [(
-            second,
-            format!(
-                "the module's list node points back at {:#x}, not at {:#x} that leads to it (a list changing while read): the walk stopped",
-                third + LIST,
-                first + LIST
+        .enumerate()
+        .map(|(i, name)| {
+            let i = i as u32;
+            let sizes = [0x1000 * (i + 1), 0x200, 0x300, 0x40, 0, 0, 0];
+            f.module(
+                form,
+                name,
+                0xffff_ffff_c000_0000 + u64::from(i) * 0x10_0000,
+                &sizes,
             )
-        )]
+        })
+        .collect();
+    f.link(&modules);
+    modules
+}
+
+#[test]
+fn both_layouts_give_every_module_as_proc_modules_does_from_both_ends() {
+    for form in [Form::Typed, Form::Layouts] {
+        let mut f = Fake::new(MEMORY);
+        let modules = five(&mut f, form);
+        f.put_u32(modules[3] + STATE, 1);
+        let (got, calls) = list(&f, form);
+        assert_eq!(got.failed, vec![]);
+        assert_eq!(names(&got), NAMES);
+        let m = &got.modules[1];
+        assert_eq!(m.address, modules[1]);
+        assert_eq!(m.base, 0xffff_ffff_c010_0000);
+        let size = match form {
+            Form::Typed => 0x2000 + 0x200 + 0x300 + 0x40,
+            Form::Layouts => 0x2000 + 0x200,
+        };
+        assert_eq!(m.size, size);
+        assert_eq!(m.state, ModuleState::Live);
+        assert_eq!(got.modules[3].state, ModuleState::Coming);
+        // The head, then three steps from both ends (1 and 5, 2 and 4, 3).
+        assert_eq!(calls, 4);
+    }
+    // No module: the head alone.
+    let mut f = Fake::new(MEMORY);
+    f.link(&[]);
+    let (got, calls) = list(&f, Form::Typed);
+    assert_eq!((got, calls), (ModuleList::default(), 1));
+}
+
+#[test]
+fn a_list_that_loops_or_breaks_is_cut_and_says_where() {
+    // charlie's next leads back to bravo: the walk from the head loops,
+    // the walk from the tail meets it; every module is listed once.
+    let mut f = Fake::new(MEMORY);
+    let modules = five(&mut f, Form::Typed);
+    f.put(modules[2] + LIST, modules[1] + LIST);
+    let (got, _) = list(&f, Form::Typed);
+    assert_eq!(names(&got), NAMES);
+    assert_eq!(got.failed.len(), 1, "{:?}", got.failed);
+    assert_eq!(got.failed[0].address, modules[1]);
+    assert!(got.failed[0].reason.contains("a loop"), "{}", got.failed[0]);
+
+    // A module whose links point at itself both ways: its link back is
+    // not the head that leads to it, so it is cut, not followed (the end
+    // from the tail meets it and stops).
+    let mut f = Fake::new(MEMORY);
+    let m = f.module(Form::Typed, "self", 0, &[0; 7]);
+    f.put(HEAD, m + LIST);
+    f.put(HEAD + 8, m + LIST);
+    f.put(m + LIST, m + LIST);
+    f.put(m + LIST + 8, m + LIST);
+    let (got, _) = list(&f, Form::Typed);
+    assert_eq!(names(&got), Vec::<&str>::new());
+    assert_eq!(got.failed.len(), 1, "{:?}", got.failed);
+    assert!(
+        got.failed[0].reason.contains("points back"),
+        "{}",
+        got.failed[0]
     );
 
-    // The first leads nowhere, the head outside memory.
-    let mut world = World::new(false);
-    world.put(first + LIST, 0x40);
-    let (list, _) = world.read();
-    assert_eq!(list.modules, world.expected[..1]);
+    // charlie's prev changed while the list was read (as an unlink in
+    // progress leaves it): it does not lead back to bravo, so the walk
+    // from the head stops there; the walk from the tail lists the rest.
+    let mut f = Fake::new(MEMORY);
+    let modules = five(&mut f, Form::Typed);
+    f.put(modules[2] + LIST + 8, DIRECT + 0x8000);
+    let (got, _) = list(&f, Form::Typed);
+    assert_eq!(names(&got), ["alpha", "bravo", "delta", "echo"]);
+    assert_eq!(got.failed.len(), 1, "{:?}", got.failed);
+    assert_eq!(got.failed[0].address, modules[2]);
+    assert!(
+        got.failed[0].reason.contains("points back"),
+        "{}",
+        got.failed[0]
+    );
+
+    // A node that is no module (its name is not a string).
+    let mut f = Fake::new(MEMORY);
+    let modules = five(&mut f, Form::Typed);
+    f.put_bytes(modules[0] + NAME, &[0xff; NAME_LEN as usize]);
+    let (got, _) = list(&f, Form::Typed);
+    assert_eq!(names(&got), ["bravo", "charlie", "delta", "echo"]);
+    assert!(
+        got.failed[0].reason.contains("not a module"),
+        "{:?}",
+        got.failed
+    );
+}
+
+#[test]
+fn a_wild_link_stops_its_end_and_the_other_end_reads_on() {
+    // alpha's next is no kernel address: the end from the tail reads the
+    // other four and meets alpha, read from the head.
+    let mut f = Fake::new(MEMORY);
+    let modules = five(&mut f, Form::Layouts);
+    f.put(modules[0] + LIST, 0x40);
+    let (got, _) = list(&f, Form::Layouts);
+    assert_eq!(names(&got), NAMES);
     assert_eq!(
-        reasons(&list),
-        [(
-            first + LIST,
-            "the list's next link is 0x40, no kernel address: the walk stopped".to_string()
+        got.failed,
+        [StructureFailure::new(
+            modules[0],
+            "the list's next link is 0x40, no kernel address: the walk stopped there"
         )]
     );
 }
 
 #[test]
 fn no_more_modules_are_read_than_the_walk_allows() {
-    let world = World::new(false);
-    let backend = Arc::new(MemBackend::new(world.bytes.clone()));
-    let mem = Memory::with_config(backend.clone(), Default::default());
-    let layout = ModuleLayout::from_btf(&btf(false)).unwrap();
-    let space = AddressSpace::new(mem.clone(), 0, crate::vm::Paging::FourLevel);
-    let kmem = KernelMemory::direct_map_only(&space, DIRECT);
+    let mut f = Fake::new(MEMORY);
+    let modules = five(&mut f, Form::Layouts);
+    let layout = ModuleLayout::from_btf(&btf(Form::Layouts, true)).unwrap();
     let objects = list::Objects {
         node: layout.list,
         span: layout.span(),
         what: "module",
     };
-    let linked = mem.block_on(list::objects(&kmem, &layout.list_links, HEAD, objects, 2));
-    assert_eq!(linked.objects.len(), 2);
+    let (linked, calls) =
+        f.read(async |kmem| list::objects(kmem, &layout.list_links, HEAD, objects, 2).await);
+    // alpha and echo, one from each end.
+    let read: Vec<u64> = linked.objects.iter().map(|o| o.0).collect();
+    assert_eq!(read, [modules[0], modules[4]]);
     assert!(linked.at_limit);
     assert_eq!(
         linked.failed,
         [StructureFailure::new(
-            world.modules[2],
-            "more than 2 modules in the list: this one and those after it not read"
+            modules[1],
+            "more than 2 modules in the list: this one and those past it not read"
         )]
     );
-    // Nothing read past the limit: the head and two modules.
-    assert_eq!(backend.read_calls(), 3);
+    // Nothing read past the limit: the head, then both ends once.
+    assert_eq!(calls, 2);
     // What a target allows: a struct module and a page of the module
     // area each.
     assert_eq!(max_modules(1 << 20, 0x400), 1024);
@@ -300,4 +379,69 @@ fn states_read_as_proc_modules_words() {
         words,
         ["Live", "Loading", "Unloading", "Unformed", "unknown (9)"]
     );
+}
+
+#[test]
+fn exported_symbols_both_ways_and_sections() {
+    for relative in [true, false] {
+        let mut f = Fake::new(MEMORY);
+        let modules = five(&mut f, Form::Typed);
+        // (Relative offsets reach 2 GiB either way: the symbols lie near
+        // their table, as a module's do.)
+        let exported = [
+            ("alpha_open", DIRECT + 0x9_1230),
+            ("alpha_close", DIRECT + 0x8_4560),
+        ];
+        let size: u64 = if relative { 12 } else { 24 };
+        let syms = f.alloc(size * exported.len() as u64);
+        for (i, (name, value)) in exported.iter().enumerate() {
+            let name = f.string(name);
+            let entry = syms + i as u64 * size;
+            if relative {
+                f.put_u32(entry, value.wrapping_sub(entry) as u32);
+                f.put_u32(entry + 4, name.wrapping_sub(entry + 4) as u32);
+            } else {
+                f.put(entry, *value);
+                f.put(entry + 8, name);
+            }
+        }
+        f.put(modules[0] + SYMS, syms);
+        f.put_u32(modules[0] + NUM_SYMS, exported.len() as u32);
+        let attrs = f.alloc(ATTRS + 2 * SECT_ATTR_SIZE);
+        f.put_u32(attrs + NSECTIONS, 2);
+        for (i, (name, at)) in [
+            (".text", 0xffff_ffff_c000_0000u64),
+            (".data", 0xffff_ffff_c000_8000),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let name = f.string(name);
+            let entry = attrs + ATTRS + i as u64 * SECT_ATTR_SIZE;
+            f.put(entry + SECT_NAME, name);
+            f.put(entry + SECT_ADDRESS, *at);
+        }
+        f.put(modules[0] + SECT_ATTRS, attrs);
+        let layout = ModuleLayout::from_btf(&btf(Form::Typed, relative)).unwrap();
+        let form = layout.symbol_form.unwrap();
+        let (_, section_layout) = layout.sections.unwrap();
+        let ((got, sections, none), _) = f.read(async |kmem| {
+            let list = read(kmem, &layout, HEAD).await;
+            (
+                exports(kmem, form, &list.modules[0]).await,
+                sections_of(kmem, &section_layout, &list.modules[0]).await,
+                exports(kmem, form, &list.modules[1]).await,
+            )
+        });
+        let want: Vec<(String, u64)> = exported.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        assert_eq!(got, Ok(want));
+        assert_eq!(
+            sections,
+            Ok(vec![
+                (".text".into(), 0xffff_ffff_c000_0000),
+                (".data".into(), 0xffff_ffff_c000_8000)
+            ])
+        );
+        assert_eq!(none, Ok(vec![]));
+    }
 }

@@ -14,11 +14,11 @@ mod structures;
 mod tasks;
 
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
-pub(crate) use modules::ModuleLayout;
+pub(crate) use modules::{ModuleLayout, SectionLayout, SymbolForm};
 pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
-pub(crate) use tasks::{InitTaskLayout, ProcessLayout};
+pub(crate) use tasks::{CompatFlag, DetailsLayout, InitTaskLayout, ProcessLayout};
 
 use crate::linux::find::btf::{Btf, BtfError};
 
@@ -33,6 +33,8 @@ pub(crate) struct Offsets {
     pub maps: Result<MapsLayout, BtfError>,
     /// The module list's (`struct module`).
     pub modules: Result<ModuleLayout, BtfError>,
+    /// Each task's details (executable, exit code, 32-bit or not).
+    pub details: Result<DetailsLayout, BtfError>,
 }
 
 impl Offsets {
@@ -44,20 +46,22 @@ impl Offsets {
             processes: ProcessLayout::from_btf(btf),
             maps: MapsLayout::from_btf(btf),
             modules: ModuleLayout::from_btf(btf),
+            details: DetailsLayout::from_btf(btf),
         })
     }
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
-/// process list, memory maps, the module list): the answers a warm start must have, and
-/// what the fuzz target asks of random BTF. The first error of each walk,
-/// if any.
+/// process list, memory maps, the module list, each task's details): the
+/// answers a warm start must have, and what the fuzz target asks of random
+/// BTF. The first error of each walk, if any.
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
     [
         InitTaskLayout::from_btf(btf).map(drop),
         ProcessLayout::from_btf(btf).map(drop),
         MapsLayout::from_btf(btf).map(drop),
         ModuleLayout::from_btf(btf).map(drop),
+        DetailsLayout::from_btf(btf).map(drop),
     ]
     .into_iter()
     .filter_map(Result::err)

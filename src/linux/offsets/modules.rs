@@ -79,6 +79,60 @@ impl ModuleMemory {
     }
 }
 
+/// How the kernel keeps an exported symbol (`struct kernel_symbol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SymbolForm {
+    /// `value_offset` and `name_offset`, each relative to itself
+    /// (`CONFIG_HAVE_ARCH_PREL32_RELOCATIONS`, x86-64's default).
+    Relative { value: u64, name: u64, size: u64 },
+    /// `value` and `name` pointers.
+    Absolute { value: u64, name: u64, size: u64 },
+}
+
+impl SymbolForm {
+    fn from_btf(btf: &Btf) -> Result<SymbolForm, BtfError> {
+        let k = |m: &str| btf.member_offset("kernel_symbol", m);
+        let size = btf.size_of("kernel_symbol")?;
+        match (k("value_offset"), k("name_offset")) {
+            (Ok(value), Ok(name)) => Ok(SymbolForm::Relative { value, name, size }),
+            _ => Ok(SymbolForm::Absolute {
+                value: k("value")?,
+                name: k("name")?,
+                size,
+            }),
+        }
+    }
+}
+
+/// Offsets of a module's section list (`struct module_sect_attrs`, what
+/// `/sys/module/NAME/sections` shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SectionLayout {
+    /// `module_sect_attrs.nsections` (a `u32`).
+    pub(crate) count: u64,
+    /// `module_sect_attrs.attrs`, an array of `module_sect_attr`.
+    pub(crate) attrs: u64,
+    /// `sizeof(struct module_sect_attr)`.
+    pub(crate) size: u64,
+    /// `module_sect_attr.address`.
+    pub(crate) address: u64,
+    /// Its name pointer: `battr.attr.name` (5.8 on) or `name` (before).
+    pub(crate) name: u64,
+}
+
+impl SectionLayout {
+    fn from_btf(btf: &Btf) -> Result<SectionLayout, BtfError> {
+        let attr = |m: &str| btf.member_offset("module_sect_attr", m);
+        Ok(SectionLayout {
+            count: btf.member_offset("module_sect_attrs", "nsections")?,
+            attrs: btf.member_offset("module_sect_attrs", "attrs")?,
+            size: btf.size_of("module_sect_attr")?,
+            address: attr("address")?,
+            name: attr("battr.attr.name").or_else(|_| attr("name"))?,
+        })
+    }
+}
+
 /// `enum module_state`'s values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ModuleStates {
@@ -104,6 +158,14 @@ pub(crate) struct ModuleLayout {
     pub(crate) name_len: u64,
     pub(crate) memory: ModuleMemory,
     pub(crate) states: ModuleStates,
+    /// `module.syms` and `module.num_syms` (a `u32`): what it exports.
+    pub(crate) syms: u64,
+    pub(crate) num_syms: u64,
+    /// `module.sect_attrs`, with the layout it points at; `None` in a
+    /// kernel built without `CONFIG_KALLSYMS` or `CONFIG_SYSFS`.
+    pub(crate) sections: Option<(u64, SectionLayout)>,
+    /// How exported symbols are kept; `None` when BTF does not say.
+    pub(crate) symbol_form: Option<SymbolForm>,
 }
 
 impl ModuleLayout {
@@ -164,6 +226,12 @@ impl ModuleLayout {
                 going: value("MODULE_STATE_GOING")?,
                 unformed: value("MODULE_STATE_UNFORMED")?,
             },
+            syms: module("syms")?,
+            num_syms: module("num_syms")?,
+            sections: module("sect_attrs")
+                .ok()
+                .zip(SectionLayout::from_btf(btf).ok()),
+            symbol_form: SymbolForm::from_btf(btf).ok(),
         })
     }
 
@@ -174,7 +242,10 @@ impl ModuleLayout {
             (self.list, self.list_links.len()),
             (self.name, self.name_len),
             (self.memory.text_base(), 8),
+            (self.syms, 8),
+            (self.num_syms, 4),
         ];
+        members.extend(self.sections.map(|(at, _)| (at, 8)));
         members.extend(self.memory.sizes().into_iter().map(|at| (at, 4)));
         let start = members.iter().map(|m| m.0).min().unwrap_or(0);
         let end = members.iter().map(|m| m.0 + m.1).max().unwrap_or(0);

@@ -185,13 +185,26 @@ impl Kernel {
     /// threads and command lines: the module's documentation says what is
     /// read in which batch.
     pub async fn processes_async(&self) -> ProcessList {
+        self.processes_beside(|_| async {}).await.0
+    }
+
+    /// Lists the processes as [`Kernel::processes_async`] does, and runs
+    /// `beside` on every task the walk checked (its address, and its `mm`
+    /// unless it is a kernel thread) while the walk reads the processes'
+    /// `mm`s and command lines: what `beside` reads shares those batches.
+    /// `None` from `beside` when the walk stopped before it had tasks.
+    pub(crate) async fn processes_beside<F: std::future::Future>(
+        &self,
+        beside: impl FnOnce(Vec<(u64, Option<u64>)>) -> F,
+    ) -> (ProcessList, Option<F::Output>) {
         let layout = match &self.offsets.processes {
             Ok(layout) => layout,
             Err(e) => {
-                return ProcessList {
+                let list = ProcessList {
                     processes: Vec::new(),
                     failed: vec![failure(Stage::Layout, None, 0, e.to_string())],
-                }
+                };
+                return (list, None);
             }
         };
         let kmem = self.kernel_memory();
@@ -201,7 +214,8 @@ impl Kernel {
             init_task: self.init_task(),
             top_entry: self.image.top_entry,
         };
-        walk.run(self.init_pid_ns()).await
+        let (list, other) = walk.run(self.init_pid_ns(), beside).await;
+        (list, Some(other))
     }
 }
 

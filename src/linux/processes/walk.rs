@@ -91,13 +91,21 @@ pub(super) struct Walk<'a> {
 impl Walk<'_> {
     /// The processes of the pid namespace at `ns`: every step of the
     /// walk, and what each could not read.
-    pub(super) async fn run(&self, ns: u64) -> ProcessList {
+    pub(super) async fn run<F: std::future::Future>(
+        &self,
+        ns: u64,
+        beside: impl FnOnce(Vec<(u64, Option<u64>)>) -> F,
+    ) -> (ProcessList, F::Output) {
         let mut failed = Vec::new();
         let filed = self.pid_table(ns, &mut failed).await;
         let tasks = self.tasks(&filed, &mut failed).await;
-        let mut list = self.processes(tasks, &mut failed).await;
+        let found = tasks
+            .iter()
+            .map(|t| (t.address, (t.mm != 0 && !t.kernel_thread).then_some(t.mm)))
+            .collect();
+        let (mut list, other) = futures::join!(self.processes(tasks, &mut failed), beside(found));
         list.failed = failed;
-        list
+        (list, other)
     }
 
     /// The most tasks the target's memory can hold: one `task_struct`

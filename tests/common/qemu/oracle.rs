@@ -90,6 +90,25 @@ impl PatternProcess {
     }
 }
 
+/// The exit status of the pattern process's zombie child
+/// (`scripts/guest-pattern.c`).
+pub const ZOMBIE_EXIT_STATUS: i32 = 42;
+
+/// The symbols the guest prints that its modules export (the rest are
+/// the kernel image's).
+pub const MODULE_SYMBOLS: [&str; 3] = ["crc7_be", "crc8_populate_msb", "crc_itu_t"];
+
+/// One line of `/proc/modules`: `NAME SIZE REFS DEPS STATE ADDRESS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestModule {
+    pub name: String,
+    pub size: u64,
+    /// `Live`, `Loading` or `Unloading`.
+    pub state: String,
+    /// The base of its code.
+    pub address: u64,
+}
+
 /// One `/proc/kallsyms` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestSymbol {
@@ -118,6 +137,8 @@ pub struct Oracle {
     /// `/proc/PID/maps` of a few processes, by pid.
     pub maps: BTreeMap<u32, Vec<GuestMap>>,
     pub pattern: PatternProcess,
+    /// `/proc/modules`, in its order.
+    pub modules: Vec<GuestModule>,
 }
 
 impl Oracle {
@@ -174,8 +195,10 @@ struct Items {
     tasks: Vec<GuestTask>,
     maps: BTreeMap<u32, Vec<GuestMap>>,
     map_lines: usize,
-    /// The counts of the end line: tasks, map lines, symbols.
-    end: Option<[usize; 3]>,
+    modules: Vec<GuestModule>,
+    /// The counts of the end line: tasks, map lines, symbols, modules
+    /// (the last 0 when the line has none).
+    end: Option<[usize; 4]>,
 }
 
 impl Items {
@@ -233,12 +256,17 @@ impl Items {
                 self.map_lines += 1;
                 Ok(())
             }
+            "module" => {
+                self.modules.push(parse_module(rest)?);
+                Ok(())
+            }
             "end" => {
                 let fields = Fields::new(rest);
                 let counts = [
                     fields.decimal("tasks")?,
                     fields.decimal("maps")?,
                     fields.decimal("symbols")?,
+                    fields.decimal("modules").unwrap_or(0),
                 ];
                 set_once(&mut self.end, counts)
             }
@@ -249,10 +277,15 @@ impl Items {
     /// The oracle, once every item came and the counts agree.
     fn finish(mut self) -> Result<Oracle, String> {
         let end = self.end.ok_or("no oracle end line in the serial log")?;
-        let counted = [self.tasks.len(), self.map_lines, self.symbols.len()];
+        let counted = [
+            self.tasks.len(),
+            self.map_lines,
+            self.symbols.len(),
+            self.modules.len(),
+        ];
         if counted != end {
             return Err(format!(
-                "the guest printed {end:?} tasks, map lines and symbols; {counted:?} read"
+                "the guest printed {end:?} tasks, map lines, symbols and modules; {counted:?} read"
             ));
         }
         self.tasks.sort_by_key(|t| t.pid);
@@ -268,6 +301,7 @@ impl Items {
             tasks: self.tasks,
             maps: self.maps,
             pattern: self.pattern.ok_or("no pattern process line")?,
+            modules: self.modules,
         })
     }
 }
@@ -321,6 +355,21 @@ impl<'a> Fields<'a> {
             .collect::<Result<_, _>>()
             .map_err(|_| format!("{key}: not hex"))
     }
+}
+
+/// `NAME SIZE REFS DEPS STATE 0xADDRESS` (and taint flags after).
+fn parse_module(text: &str) -> Result<GuestModule, String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let [name, size, _refs, _deps, state, address, ..] = words[..] else {
+        return Err("not NAME SIZE REFS DEPS STATE ADDRESS".into());
+    };
+    Ok(GuestModule {
+        name: name.to_string(),
+        size: size.parse().map_err(|_| "module size")?,
+        state: state.to_string(),
+        address: u64::from_str_radix(address.trim_start_matches("0x"), 16)
+            .map_err(|_| "module address")?,
+    })
 }
 
 /// `pid=N tgid=N ppid=N state=C kthread=0|1 sched=HEX cmdline=HEX`

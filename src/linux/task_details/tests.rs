@@ -1,0 +1,236 @@
+//! Details read from made-up kernel memory whose layout (given by made-up
+//! BTF) is no kernel's.
+
+use super::*;
+use crate::linux::fake_memory::{FakeMemory as Fake, DIRECT};
+use crate::linux::find::btf::builder::{BtfBuilder, KIND_STRUCT};
+use crate::linux::find::btf::Btf;
+use crate::linux::offsets::DetailsLayout;
+
+const MEMORY: usize = 1 << 20;
+
+// The made-up layout.
+const EXIT_CODE: u64 = 44;
+const PID: u64 = 48;
+const EXIT_STATE: u64 = 40;
+const EXE_FILE: u64 = 72;
+const CONTEXT: u64 = 600;
+const CONTEXT_FLAGS: u64 = 16;
+const F_PATH: u64 = 8;
+const F_INODE: u64 = 56;
+const D_PARENT: u64 = 40;
+const D_NAME: u64 = 48;
+const D_HASH: u64 = 16;
+const D_INAME: u64 = 100;
+const MNT_PARENT: u64 = 16;
+const MNT_MOUNTPOINT: u64 = 32;
+const MNT: u64 = 64;
+const I_SB: u64 = 16;
+const I_INO: u64 = 40;
+const S_DEV: u64 = 8;
+
+/// How the made-up kernel says an mm runs 32-bit code.
+#[derive(Clone, Copy)]
+enum Context {
+    Flags,
+    Ia32Compat,
+    Neither,
+}
+
+fn btf(context: Context) -> Btf {
+    let mut b = BtfBuilder::new();
+    let mut mm = vec![("exe_file", EXE_FILE, 0)];
+    let flag = match context {
+        Context::Flags => Some("flags"),
+        Context::Ia32Compat => Some("ia32_compat"),
+        Context::Neither => None,
+    };
+    if let Some(flag) = flag {
+        let long = b.long();
+        let ctx = b.composite(
+            KIND_STRUCT,
+            "",
+            64,
+            &[("ctx_id", long, 0), (flag, long, CONTEXT_FLAGS)],
+        );
+        mm.push(("context", CONTEXT, ctx));
+    }
+    b.structure(
+        "task_struct",
+        1024,
+        &[
+            ("exit_state", EXIT_STATE),
+            ("exit_code", EXIT_CODE),
+            ("pid", PID),
+        ],
+    )
+    .structure_typed("mm_struct", 1024, &mm)
+    .structure("file", 96, &[("f_path", F_PATH), ("f_inode", F_INODE)])
+    .structure("path", 16, &[("mnt", 0), ("dentry", 8)])
+    .structure(
+        "dentry",
+        192,
+        &[
+            ("d_hash", D_HASH),
+            ("d_parent", D_PARENT),
+            ("d_name", D_NAME),
+            ("d_iname", D_INAME),
+        ],
+    )
+    .structure("hlist_bl_node", 16, &[("next", 0), ("pprev", 8)])
+    .structure("qstr", 16, &[("len", 4), ("name", 8)])
+    .structure(
+        "mount",
+        128,
+        &[
+            ("mnt_parent", MNT_PARENT),
+            ("mnt_mountpoint", MNT_MOUNTPOINT),
+            ("mnt", MNT),
+        ],
+    )
+    .structure("vfsmount", 32, &[("mnt_root", 8)])
+    .structure("inode", 128, &[("i_sb", I_SB), ("i_ino", I_INO)])
+    .structure("super_block", 64, &[("s_dev", S_DEV)]);
+    Btf::parse(&b.finish()).unwrap()
+}
+
+/// The made-up kernel's files and tasks.
+trait Objects {
+    fn dentry(&mut self, name: &str, parent: Option<u64>) -> u64;
+    fn file(&mut self, dentry: u64, mount: u64) -> u64;
+    fn task(&mut self, exit_code: u32, mm: Option<(u64, u64)>) -> (u64, Option<u64>);
+}
+
+impl Objects for Fake {
+    fn dentry(&mut self, name: &str, parent: Option<u64>) -> u64 {
+        let d = self.alloc(192);
+        self.put(d + D_PARENT, parent.unwrap_or(d));
+        self.put(d + D_HASH + 8, d + 0x10);
+        self.put(d + D_NAME, (name.len() as u64) << 32);
+        self.put_bytes(d + D_INAME, name.as_bytes());
+        self.put(d + D_NAME + 8, d + D_INAME);
+        d
+    }
+
+    /// The `struct file` of `dentry` in `mount`.
+    fn file(&mut self, dentry: u64, mount: u64) -> u64 {
+        let sb = self.alloc(64);
+        let inode = self.alloc(128);
+        self.put(inode + I_SB, sb);
+        let f = self.alloc(96);
+        self.put(f + F_PATH, mount + MNT);
+        self.put(f + F_PATH + 8, dentry);
+        self.put(f + F_INODE, inode);
+        f
+    }
+
+    /// A task with `exit_code`, and its mm (when it has one) mapping
+    /// `exe` with context flags `flags`.
+    fn task(&mut self, exit_code: u32, mm: Option<(u64, u64)>) -> (u64, Option<u64>) {
+        let t = self.alloc(1024);
+        self.put_u32(t + EXIT_CODE, exit_code);
+        let mm = mm.map(|(exe, flags)| {
+            let m = self.alloc(1024);
+            self.put(m + EXE_FILE, exe);
+            self.put(m + CONTEXT + CONTEXT_FLAGS, flags);
+            m
+        });
+        (t, mm)
+    }
+}
+
+/// Reads the details of `tasks` in `fake` with layout `btf`, and the read
+/// calls it took.
+fn details(fake: &Fake, btf: &Btf, tasks: &[(u64, Option<u64>)]) -> (Vec<TaskDetails>, u64) {
+    let layout = DetailsLayout::from_btf(btf).unwrap();
+    fake.read(async |kmem| read(kmem, &layout, tasks).await)
+}
+
+/// A root mount with /bin/busybox and /usr/lib/x in it: their files.
+fn files(f: &mut Fake) -> (u64, u64) {
+    let root = f.dentry("/", None);
+    let mount = f.alloc(128);
+    f.put(mount + MNT_PARENT, mount);
+    f.put(mount + MNT_MOUNTPOINT, root);
+    f.put(mount + MNT + 8, root);
+    let bin = f.dentry("bin", Some(root));
+    let busybox = f.dentry("busybox", Some(bin));
+    let usr = f.dentry("usr", Some(root));
+    let lib = f.dentry("lib", Some(usr));
+    let x = f.dentry("x", Some(lib));
+    (f.file(busybox, mount), f.file(x, mount))
+}
+
+#[test]
+fn executables_exit_codes_and_32_bit_mms_of_every_task_at_once() {
+    let mut f = Fake::new(MEMORY);
+    let (busybox, x) = files(&mut f);
+    let tasks = [
+        f.task(0, Some((busybox, 0))),
+        // A zombie: exited with 42, its mm gone.
+        f.task(42 << 8, None),
+        // A 32-bit process, killed by SIGKILL.
+        f.task(9, Some((x, UPROBE_IA32))),
+        // A process whose mm lies past the end of memory.
+        (f.alloc(1024), Some(DIRECT + MEMORY as u64 + 0x1000)),
+        // A task with an mm that maps no executable.
+        f.task(0, Some((0, 0))),
+    ];
+    let (got, calls) = details(&f, &btf(Context::Flags), &tasks);
+    let exe = |d: &TaskDetails| d.executable.clone();
+    assert_eq!(exe(&got[0]), Some(Ok("/bin/busybox".into())));
+    assert_eq!(
+        (got[0].exit_status(), got[0].compat),
+        (Some(0), Some(false))
+    );
+    assert_eq!(exe(&got[1]), None);
+    assert_eq!((got[1].exit_status(), got[1].compat), (Some(42), None));
+    assert_eq!(exe(&got[2]), Some(Ok("/usr/lib/x".into())));
+    assert_eq!(
+        (got[2].exit_status(), got[2].compat),
+        (Some(137), Some(true))
+    );
+    assert_eq!((exe(&got[3]), got[3].compat), (None, None));
+    assert_eq!(got[3].failed.len(), 1);
+    assert!(
+        got[3].failed[0].starts_with(&format!("mm {:#x}: ", tasks[3].1.unwrap())),
+        "{:?}",
+        got[3].failed
+    );
+    assert_eq!((exe(&got[4]), got[4].compat), (None, Some(false)));
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, d)| i == 3 || d.failed.is_empty()));
+    // Tasks and mms; the files; the dentries of x, of lib, of usr (the
+    // root is the mount's, known once the mount is read): five.
+    assert_eq!(calls, 5);
+}
+
+#[test]
+fn older_kernels_say_32_bit_in_ia32_compat_and_some_kernels_not_at_all() {
+    let mut f = Fake::new(MEMORY);
+    let (busybox, _) = files(&mut f);
+    let tasks = [f.task(0, Some((busybox, 0))), f.task(0, Some((busybox, 3)))];
+    let (got, _) = details(&f, &btf(Context::Ia32Compat), &tasks);
+    assert_eq!(
+        got.iter().map(|d| d.compat).collect::<Vec<_>>(),
+        [Some(false), Some(true)]
+    );
+    let (got, _) = details(&f, &btf(Context::Neither), &tasks);
+    assert_eq!(
+        got.iter().map(|d| d.compat).collect::<Vec<_>>(),
+        [None, None]
+    );
+    assert_eq!(got[1].executable, Some(Ok("/bin/busybox".into())));
+}
+
+#[test]
+fn exit_statuses_are_what_a_shell_reports() {
+    assert_eq!(exit_status(0), 0);
+    assert_eq!(exit_status(3 << 8), 3);
+    assert_eq!(exit_status(255 << 8), 255);
+    // Killed by SIGSEGV, with a core dump (0x80).
+    assert_eq!(exit_status(0x80 | 11), 139);
+    assert_eq!(exit_status(15), 143);
+}
