@@ -374,32 +374,32 @@ fn bad_input_fails_per_fragment_without_touching_anything_else() {
 
 #[test]
 fn the_entry_limit_splits_a_flush_into_calls() {
-    let backend = Arc::new(MemBackend::with_address_pattern(8 * MIB));
+    let backend = Arc::new(MemBackend::with_address_pattern(MIB));
     let mem = Memory::with_config(
         backend.clone(),
         EngineConfig {
-            max_entries_per_call: 100,
+            max_entries_per_call: 20,
         },
     );
     let values = mem.block_on(join_all(
-        (0..1000u64).map(|i| mem.read_val::<u64>(i * 0x1000)),
+        (0..200u64).map(|i| mem.read_val::<u64>(i * 0x1000)),
     ));
     assert!(values
         .iter()
         .enumerate()
         .all(|(i, v)| *v == Ok(i as u64 * 0x1000)));
-    assert_eq!(backend.read_call_sizes(), vec![100; 10]);
+    assert_eq!(backend.read_call_sizes(), vec![20; 10]);
     // The backend's own limit applies as well.
     let limits = Limits {
-        max_entries: 300,
+        max_entries: 60,
         ..Limits::LEECHCORE
     };
-    let backend = Arc::new(MemBackend::with_address_pattern(8 * MIB).with_limits(limits));
+    let backend = Arc::new(MemBackend::with_address_pattern(MIB).with_limits(limits));
     let mem = Memory::with_config(backend.clone(), EngineConfig::default());
     mem.block_on(join_all(
-        (0..1000u64).map(|i| mem.read_val::<u64>(i * 0x1000)),
+        (0..200u64).map(|i| mem.read_val::<u64>(i * 0x1000)),
     ));
-    assert_eq!(backend.read_call_sizes(), vec![300, 300, 300, 100]);
+    assert_eq!(backend.read_call_sizes(), vec![60, 60, 60, 20]);
 }
 
 /// A waker that counts its wakes.
