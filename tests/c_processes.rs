@@ -2,8 +2,8 @@
 //! `leechio_kernel_processes`, `leechio_space_new_for_pid`), as a C
 //! program uses it against the installed release library: on a memory
 //! image of the test guest, checked against what the guest's /proc said
-//! (its user processes) and the bytes of its pattern process
-//! (`ffi/tests/c/processes_test.c`), and as a C++ program uses it
+//! (its user processes and `/proc/modules`) and the bytes of its pattern
+//! process (`ffi/tests/c/processes_test.c`), and as a C++ program uses it
 //! through `leechio.hpp` (`ffi/tests/cpp/processes_test.cpp`).
 
 #[path = "../ffi/tests/c_build/mod.rs"]
@@ -50,6 +50,16 @@ fn c_program_lists_the_processes_of_a_guest_image() {
             task.state,
             c_build::hex(task.comm.as_bytes()),
             c_build::hex(&task.cmdline_bytes)
+        )
+        .unwrap();
+    }
+    let modules = &guest.oracle().modules;
+    assert!(modules.len() >= 2, "the guest loads modules: {modules:?}");
+    for m in modules {
+        writeln!(
+            params,
+            "module {} {} {:x} {}",
+            m.name, m.size, m.address, m.state
         )
         .unwrap();
     }

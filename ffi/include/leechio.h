@@ -241,6 +241,32 @@ typedef struct leechio_memory_range {
   uint64_t remap;
 } leechio_memory_range;
 
+// One loaded module, as `leechio_kernel_modules` reports it. The strings
+// are valid only during the callback.
+typedef struct leechio_module {
+  // Kernel address of its `struct module`.
+  uint64_t address;
+  // Where its code starts (`/proc/modules`' address).
+  uint64_t base;
+  // Bytes of its memory, as `/proc/modules` adds them up.
+  uint64_t size;
+  // Its name, NUL-terminated.
+  const char *name;
+  // Its state in `/proc/modules`' words: "Live", "Loading",
+  // "Unloading", or "Unformed" (one `/proc/modules` leaves out);
+  // "unknown (N)" for a value the kernel's enum does not have.
+  const char *state;
+} leechio_module;
+
+// Called once per module, in the kernel's list order (the newest
+// first, as `/proc/modules`). `module` and its strings are valid only
+// during the call.
+//
+// It runs on the thread that made the call, before the call returns, and
+// may call any function of this library, on the same handles too, except
+// freeing the handle the running call was given.
+typedef void (*leechio_module_fn)(void *context, const struct leechio_module *module);
+
 // One read of a batch: `length` bytes at `address` into `buffer`.
 typedef struct leechio_read_op {
   // Physical or virtual address, depending on the call.
@@ -624,6 +650,24 @@ const char *leechio_status_message(uint32_t status);
 // A non-NULL `buf` must be writable for `len` bytes; a non-NULL
 // `out_len` writable.
 leechio_status leechio_last_error_message(char *buf, size_t len, size_t *out_len);
+
+// Lists the kernel's loaded modules from its `modules` list (walked from
+// both ends: a device call per two modules, plus one for the list's
+// head), calling `on_module` for each in list order. Returns
+// `LEECHIO_OK`, or `LEECHIO_INCOMPLETE` when the list could not be found
+// or read whole, or did not hold together (a loop, a torn link): the
+// message says how many items failed and the first; the modules reported
+// stand.
+//
+// NULL: `context` may be NULL (it is only passed on); `kernel` and
+// `on_module` may not (`LEECHIO_NULL_ARGUMENT`).
+//
+// # Safety
+// `kernel` must be a live handle; `on_module` safe to call with
+// `context`.
+leechio_status leechio_kernel_modules(const struct leechio_kernel *kernel,
+                                      leechio_module_fn on_module,
+                                      void *context);
 
 // Reads every op of `ops` (`count` of them) from physical memory in one
 // batch: one device call, however many ops and pages (the device's own

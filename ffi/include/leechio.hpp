@@ -339,6 +339,34 @@ struct process_list {
     bool ok() const noexcept { return status == LEECHIO_OK; }
 };
 
+/// One loaded kernel module, its strings copied out of the C record.
+struct module {
+    module() = default;
+    /// A copy of the C record, whose strings live only during a callback.
+    explicit module(const leechio_module &m)
+        : address(m.address), base(m.base), size(m.size), name(m.name), state(m.state) {}
+
+    /// Kernel address of its struct module.
+    uint64_t address = 0;
+    /// Where its code starts, and the bytes of its memory, as
+    /// /proc/modules gives them.
+    uint64_t base = 0, size = 0;
+    std::string name;
+    /// /proc/modules' word: Live, Loading, Unloading (or Unformed).
+    std::string state;
+};
+
+/// The loaded modules of a Linux target, in the kernel's list order.
+struct module_list {
+    /// LEECHIO_OK, or LEECHIO_INCOMPLETE when the list could not be read
+    /// whole (last_error_message() says why); the modules listed stand.
+    leechio_status status = LEECHIO_OK;
+    std::vector<module> modules;
+
+    /// Whether the whole list was read.
+    bool ok() const noexcept { return status == LEECHIO_OK; }
+};
+
 /// A Linux kernel found in a device's memory with no profile (from its
 /// own BTF), freed when destroyed; it keeps the device open.
 class kernel {
@@ -368,6 +396,19 @@ public:
         detail::check_io(list.status);
         c.rethrow();
         list.processes = std::move(c.items);
+        return list;
+    }
+
+    /// Its loaded modules, as /proc/modules lists them (a device call per
+    /// two modules).
+    module_list modules() const {
+        detail::collector<leechio_module, module> c;
+        module_list list;
+        list.status =
+            leechio_kernel_modules(get(), &detail::collector<leechio_module, module>::add, &c);
+        detail::check_io(list.status);
+        c.rethrow();
+        list.modules = std::move(c.items);
         return list;
     }
 

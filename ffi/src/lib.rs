@@ -33,6 +33,7 @@
 mod device;
 mod error;
 mod handle;
+mod modules;
 mod ops;
 mod physical;
 mod processes;
@@ -41,6 +42,7 @@ mod space;
 
 pub use device::{leechio_call, leechio_device, leechio_device_info, leechio_memory_range};
 pub use error::leechio_status;
+pub use modules::{leechio_module, leechio_module_fn};
 pub use ops::{leechio_fragment, leechio_fragment_fn, leechio_read_op, leechio_write_op};
 pub use processes::{leechio_kernel, leechio_kernel_hints, leechio_process, leechio_process_fn};
 pub use queue::{leechio_completion, leechio_completion_fn, leechio_queue};

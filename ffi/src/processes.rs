@@ -19,7 +19,7 @@ use crate::space::{leechio_cache_options, leechio_space, named_paging, vm_config
 /// found in, and keeps the device open until it is freed
 /// (`leechio_kernel_free`). Safe to use from several threads at once.
 pub struct leechio_kernel {
-    kernel: Kernel,
+    pub(crate) kernel: Kernel,
 }
 
 impl Handle for leechio_kernel {

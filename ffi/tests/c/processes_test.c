@@ -11,6 +11,9 @@
  *                       a user process: its name and its /proc/PID/cmdline
  *                       bytes in hex ("-" for none)
  *   notlinux PATH       an image with no kernel in it
+ *   module NAME SIZE ADDRESS STATE
+ *                       a line of /proc/modules (in its order; the
+ *                       address in hex)
  */
 #include "common.h"
 
@@ -19,6 +22,13 @@
 #define MAX_USER 64
 #define MAX_SEEN 4096
 #define TEXT 8192
+
+#define MAX_MODULES 64
+
+typedef struct {
+    char name[64], state[16];
+    uint64_t size, base;
+} guest_module;
 
 typedef struct {
     uint32_t pid, ppid;
@@ -35,6 +45,8 @@ static struct {
     uint32_t pattern_pid;
     size_t nuser;
     user_process user[MAX_USER];
+    size_t nmodules;
+    guest_module modules[MAX_MODULES];
 } Q;
 
 /* What the callback saw: every process, copied. */
@@ -69,6 +81,14 @@ static void read_parameters(const char *path) {
             size_t n = unhex(a, (uint8_t *)u->name, sizeof u->name - 1);
             u->name[n] = 0;
             u->args_length = unhex(b, u->args, sizeof u->args);
+        } else if (!strcmp(key, "module")) {
+            CHECK(Q.nmodules < MAX_MODULES, "too many modules");
+            guest_module *m = &Q.modules[Q.nmodules++];
+            unsigned long size, base;
+            CHECK(fscanf(f, "%63s %lu %lx %15s", m->name, &size, &base, m->state) == 4,
+                  "module line");
+            m->size = size;
+            m->base = base;
         } else CHECK(0, "unknown parameter %s", key);
     }
     fclose(f);
@@ -167,6 +187,48 @@ static void test_processes(leechio_device *d) {
     leechio_kernel_free(NULL);
 }
 
+/* What the module callback saw, copied. */
+static struct {
+    size_t n;
+    guest_module m[MAX_MODULES];
+} modules_seen;
+
+static void collect_module(void *context, const leechio_module *m) {
+    (void)context;
+    CHECK(modules_seen.n < MAX_MODULES, "too many modules");
+    guest_module *g = &modules_seen.m[modules_seen.n++];
+    snprintf(g->name, sizeof g->name, "%s", m->name);
+    snprintf(g->state, sizeof g->state, "%s", m->state);
+    g->size = m->size;
+    g->base = m->base;
+}
+
+static void test_modules(leechio_device *d) {
+    leechio_kernel *k = find_kernel(d);
+    uint64_t before = scatter_calls(d, LEECHIO_CALL_READ_SCATTER);
+    CHECK_STATUS(leechio_kernel_modules(k, collect_module, NULL), LEECHIO_OK);
+    uint64_t calls = scatter_calls(d, LEECHIO_CALL_READ_SCATTER) - before;
+    /* The list's head, a call per two modules, and at most a call per
+       level of the module area's tables. */
+    uint64_t most = 1 + (Q.nmodules + 1) / 2 + Q.levels;
+    CHECK(calls <= most, "the module list took %lu read calls, more than %lu",
+          (unsigned long)calls, (unsigned long)most);
+    /* /proc/modules, in its order. */
+    CHECK(modules_seen.n == Q.nmodules, "%zu modules, /proc/modules has %zu", modules_seen.n,
+          Q.nmodules);
+    for (size_t i = 0; i < Q.nmodules; i++) {
+        const guest_module *g = &modules_seen.m[i], *q = &Q.modules[i];
+        CHECK(!strcmp(g->name, q->name) && g->size == q->size && g->base == q->base &&
+                  !strcmp(g->state, q->state),
+              "module %zu: %s %lu %#lx %s, /proc/modules: %s %lu %#lx %s", i, g->name,
+              (unsigned long)g->size, (unsigned long)g->base, g->state, q->name,
+              (unsigned long)q->size, (unsigned long)q->base, q->state);
+    }
+    CHECK_STATUS(leechio_kernel_modules(k, NULL, NULL), LEECHIO_NULL_ARGUMENT);
+    CHECK_STATUS(leechio_kernel_modules(NULL, collect_module, NULL), LEECHIO_NULL_ARGUMENT);
+    leechio_kernel_free(k);
+}
+
 static void test_not_linux(void) {
     leechio_device *d = open_device("file://%s", Q.notlinux);
     leechio_kernel *k = (leechio_kernel *)&d;
@@ -193,6 +255,7 @@ int main(int argc, char **argv) {
     read_parameters(argv[1]);
     leechio_device *d = open_device("file://%s", Q.image);
     test_processes(d);
+    test_modules(d);
     leechio_device_close(d);
     test_not_linux();
     printf("%u checks passed\n", checks);

@@ -21,12 +21,19 @@ struct user_process {
     std::string name, args;
 };
 
+/// A line of /proc/modules.
+struct guest_module {
+    std::string name, state;
+    uint64_t size = 0, base = 0;
+};
+
 struct parameters {
     std::string image, notlinux;
     uint64_t calls = 0, pattern_start = 0;
     uint32_t pattern_pid = 0;
     unsigned levels = 0;
     std::map<uint32_t, user_process> users;
+    std::vector<guest_module> modules;
 };
 
 std::string unhex(const std::string &hex) {
@@ -57,6 +64,10 @@ parameters read_parameters(const char *path) {
             u.name = unhex(name);
             u.args = unhex(args);
             q.users[pid] = u;
+        } else if (key == "module") {
+            guest_module m;
+            in >> m.name >> m.size >> std::hex >> m.base >> std::dec >> m.state;
+            q.modules.push_back(m);
         } else CHECK(false, "unknown parameter %s", key.c_str());
     }
     return q;
@@ -118,6 +129,23 @@ void test_processes(const parameters &q) {
     }
 }
 
+void test_modules(const parameters &q) {
+    leechio::device dev("file://" + q.image);
+    leechio_kernel_hints hints{};
+    hints.no_cache = true;
+    leechio::kernel k(dev, &hints);
+    leechio::module_list list = k.modules();
+    CHECK(list.ok(), "%s", leechio::last_error_message().c_str());
+    CHECK(list.modules.size() == q.modules.size(), "%zu modules, /proc/modules has %zu",
+          list.modules.size(), q.modules.size());
+    for (size_t i = 0; i < q.modules.size(); i++) {
+        const leechio::module &m = list.modules[i];
+        const guest_module &g = q.modules[i];
+        CHECK(m.name == g.name && m.size == g.size && m.base == g.base && m.state == g.state,
+              "module %zu: %s, /proc/modules: %s", i, m.name.c_str(), g.name.c_str());
+    }
+}
+
 void test_not_linux(const parameters &q) {
     leechio::device dev("file://" + q.notlinux);
     leechio_kernel_hints hints{};
@@ -137,6 +165,7 @@ int main(int argc, char **argv) {
     CHECK(argc == 2, "usage: %s PARAMS", argv[0]);
     parameters q = read_parameters(argv[1]);
     test_processes(q);
+    test_modules(q);
     test_not_linux(q);
     std::printf("leechio C++ process test: %u checks passed\n", test::checks);
     return 0;
