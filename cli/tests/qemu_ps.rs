@@ -1,4 +1,4 @@
-//! `leechio ps`, `spaces`, `maps` and `dump --pid` against a live Linux
+//! `leechio ps`, `modules`, `spaces`, `maps` and `dump --pid` against a live Linux
 //! guest, checked against what the guest's /proc said at boot (its oracle)
 //! and the bytes of its pattern process. The guest is paused while the
 //! binary reads.
@@ -110,6 +110,51 @@ fn check_ps_lists_what_the_guests_proc_says(guest: SharedGuest) {
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(read[0]["data"], want);
+}
+
+#[test]
+fn modules_lists_what_the_guests_proc_modules_says() {
+    check_modules_lists_what_the_guests_proc_modules_says(shared_guest());
+}
+
+#[test]
+fn with_5_level_paging_modules_lists_what_the_guests_proc_modules_says() {
+    check_modules_lists_what_the_guests_proc_modules_says(shared_la57_guest());
+}
+
+fn check_modules_lists_what_the_guests_proc_modules_says(guest: SharedGuest) {
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let lines = json_lines(&leechio(&["-d", &device, "modules", "--json"]));
+    let got: Vec<(String, u64, u64, String)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap().to_string(),
+                l["size"].as_u64().unwrap(),
+                parse_hex(&l["base"]),
+                l["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64, u64, String)> = guest
+        .oracle()
+        .modules
+        .iter()
+        .map(|m| (m.name.clone(), m.size, m.address, m.state.clone()))
+        .collect();
+    assert!(want.len() >= 2, "the guest loads modules: {want:?}");
+    assert_eq!(got, want);
+    // The table: a header, then a line a module, in the same order.
+    let table = leechio(&["-d", &device, "modules"]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let names: Vec<String> = text(&table.stdout)
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect();
+    let want_names: Vec<String> = want.iter().map(|m| m.0.clone()).collect();
+    assert_eq!(names, want_names);
 }
 
 #[test]
