@@ -118,7 +118,7 @@ mod tests {
             format!("unknown argument `colour`; {valid}")
         );
         assert_eq!(
-            hints("::profile=/tmp/x.toml").unwrap_err(),
+            hints(":profile=/tmp/x.toml").unwrap_err(),
             format!("unknown argument `profile`; {valid}")
         );
         assert_eq!(

@@ -8,9 +8,9 @@
 //!
 //! A list costs a device call per two modules (and one for its head),
 //! unlike the trees the other walks follow; each module is checked by the
-//! link that led to it and by its name, and the walk stops at a loop, at a
-//! link that is no kernel address, and past the most modules the target
-//! can hold.
+//! link that led to it and by its name (a string that ends in its field),
+//! and the walk stops at a loop, at a link that is no kernel address, and
+//! past the most modules the target can hold.
 
 use std::fmt;
 
@@ -133,7 +133,7 @@ pub(crate) async fn read(kmem: &KernelMemory<'_>, layout: &ModuleLayout, head: u
             Some(module) => modules.push(module),
             None => failed.push(StructureFailure::new(
                 *address,
-                "in the module list, but its name is no printable string: not a module",
+                "in the module list, but its name is empty or has no end (no NUL in its field): not a module",
             )),
         }
     }
@@ -148,7 +148,7 @@ fn max_modules(memory: u64, size: u64) -> usize {
 }
 
 /// `bytes` up to the first NUL, when there is one and every byte before
-/// it is printable (a module's or a symbol's name).
+/// it is printable (a symbol's name).
 pub(crate) fn c_string(bytes: &[u8]) -> Option<String> {
     let end = bytes.iter().position(|&c| c == 0)?;
     let text = &bytes[..end];
@@ -158,14 +158,18 @@ pub(crate) fn c_string(bytes: &[u8]) -> Option<String> {
 }
 
 /// The module whose span (`layout.span()`) `bytes` holds, read at
-/// `address`; `None` when its name is not a name.
+/// `address`; `None` when its name is empty or has no end in its field.
+/// (Other bytes are kept, decoded lossily, for the front ends to escape: a
+/// module is never dropped for what its name holds.)
 fn module(layout: &ModuleLayout, address: u64, bytes: &[u8]) -> Option<Module> {
     let start = layout.span().0;
     let at = |offset: u64| offset - start;
-    let name = bytes
-        .bytes_at(at(layout.name), layout.name_len)
-        .and_then(c_string)
-        .filter(|name| !name.is_empty())?;
+    let field = bytes.bytes_at(at(layout.name), layout.name_len)?;
+    let name = &field[..field.iter().position(|&c| c == 0)?];
+    if name.is_empty() {
+        return None;
+    }
+    let name = String::from_utf8_lossy(name).into_owned();
     let size = layout
         .memory
         .sizes()

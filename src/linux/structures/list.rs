@@ -9,7 +9,8 @@
 //! read itself has looped and is cut; one that meets a node the other end
 //! read is done); past the most objects the user allows the walk stops and
 //! says so. A list cut at one end is still read up to the cut from the
-//! other.
+//! other, and a node that does not point back at the end that reached it
+//! is left for the other end, whose side of it may hold.
 
 use rustc_hash::FxHashMap;
 
@@ -95,10 +96,15 @@ pub(crate) async fn objects(
         end(link(&head_bytes, layout.prev), false),
     ];
     let kernel_half = kmem.kernel_half();
-    // Each node met, and whether the forward end met it.
+    // Each node read (and taken, or unreadable), and whether the forward
+    // end read it.
     let mut seen: FxHashMap<u64, bool> = FxHashMap::default();
     while ends.iter().any(|e| !e.done) {
-        for e in ends.iter_mut().filter(|e| !e.done) {
+        // The node an end reads this round: the other end, there too,
+        // waits for what it shows.
+        let mut claimed = None;
+        let mut reading = [false; 2];
+        for (i, e) in ends.iter_mut().enumerate().filter(|(_, e)| !e.done) {
             let direction = if e.forward { "next" } else { "prev" };
             if e.at < kernel_half {
                 let holder = match e.from == head {
@@ -129,7 +135,8 @@ pub(crate) async fn objects(
                 }
                 // The other end read it: the two have met.
                 Some(_) => e.done = true,
-                None if seen.len() >= max => {
+                None if claimed == Some(e.at) => {}
+                None if seen.len() + usize::from(claimed.is_some()) >= max => {
                     if !found.at_limit {
                         found.failed.push(cut(
                             object,
@@ -143,26 +150,30 @@ pub(crate) async fn objects(
                     e.done = true;
                 }
                 None => {
-                    seen.insert(e.at, e.forward);
+                    claimed = Some(e.at);
+                    reading[i] = true;
                 }
             }
         }
-        let reads = futures::future::join_all(ends.iter().map(|e| async move {
-            match e.done {
-                true => None,
-                false => {
-                    let object = e.at.wrapping_sub(objects.node);
-                    Some(kmem.read_vec(object.wrapping_add(start), len).await)
+        let reads =
+            futures::future::join_all(ends.iter().zip(reading).map(|(e, reading)| async move {
+                match reading {
+                    false => None,
+                    true => {
+                        let object = e.at.wrapping_sub(objects.node);
+                        Some(kmem.read_vec(object.wrapping_add(start), len).await)
+                    }
                 }
-            }
-        }))
-        .await;
+            }))
+            .await;
         for (e, read) in ends.iter_mut().zip(reads) {
             let Some(read) = read else { continue };
             let object = e.at.wrapping_sub(objects.node);
             let bytes = match read {
                 Ok(bytes) => bytes,
                 Err(why) => {
+                    // Unreadable from either side: the other end stops here too.
+                    seen.insert(e.at, e.forward);
                     found
                         .failed
                         .push(cut(object, format!("{}: {why}", objects.what)));
@@ -181,6 +192,7 @@ pub(crate) async fn objects(
                 (next, prev)
             };
             if back != e.from {
+                // Left for the other end: from its side it may hold.
                 found.failed.push(cut(
                     object,
                     format!(
@@ -191,6 +203,7 @@ pub(crate) async fn objects(
                 e.done = true;
                 continue;
             }
+            seen.insert(e.at, e.forward);
             e.found.push((object, bytes));
             (e.from, e.at) = (e.at, onward);
             e.done = onward == head;
