@@ -162,7 +162,9 @@ fetch_kernel() {
     local members=("./boot/vmlinuz-$version") listing
     listing=$(dpkg-deb --fsys-tarfile "$ktmp"/"$pkg"_*.deb | tar -t)
     for name in $GUEST_MODULES; do
-        ko=$(grep -E "/modules/$version/.*/$name\.ko(\.xz)?\$" <<<"$listing" | head -n 1 || true)
+        # (The version as a fixed string: Debian 13's has a `+` in it.)
+        ko=$(grep -F "/modules/$version/" <<<"$listing" |
+            grep -E "/$name\.ko(\.xz)?\$" | head -n 1 || true)
         case "$ko" in
             '') say "$pkg has no module $name; the guest loads the others" ;;
             *) members+=("$ko") ;;
