@@ -48,7 +48,7 @@ fresh:
 
 ## miri: the library's unit tests under Miri, which catches undefined
 ## behaviour in the engine's unsafe code (adds Miri to rustup's nightly
-## toolchain when it lacks it; about 5 minutes). A test Miri cannot run
+## toolchain when it lacks it; about 10 minutes). A test Miri cannot run
 ## says so itself with `#[cfg_attr(miri, ignore)]`: one that needs the
 ## file system, sockets or processes (which Miri's isolation refuses),
 ## that counts on the clock, or that walks whole table graphs (vm has no
