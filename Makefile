@@ -38,7 +38,7 @@ test: setup check unit miri
 
 ## fresh: `make test` then `make demo` on a fresh Debian in a chroot, 12
 ## (bookworm) unless `DEBIAN=trixie` (13) or another release is given (as
-## root; about 25 minutes): catches an install step the set-up forgot.
+## root; about an hour): catches an install step the set-up forgot.
 ## In /var/tmp/leechio-fresh unless FRESH_DIR=DIR (removed first if it exists)
 DEBIAN ?= bookworm
 FRESH_DIR ?= /var/tmp/leechio-fresh
