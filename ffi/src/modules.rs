@@ -95,7 +95,8 @@ pub unsafe extern "C" fn leechio_kernel_modules(
 
 /// Calls `f` with the C record of `m`, whose strings live meanwhile.
 fn report(m: &Module, f: impl FnOnce(&leechio_module)) {
-    // A module's name is printable ASCII (checked when read): no NUL.
+    // A module's name ends at its first NUL (cut there when read): none
+    // inside. Its other bytes are passed as the kernel keeps them.
     let name = CString::new(m.name.as_str()).unwrap_or_default();
     let state = CString::new(m.state.to_string()).unwrap_or_default();
     f(&leechio_module {

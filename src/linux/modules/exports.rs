@@ -11,8 +11,9 @@ use super::{c_string, Module};
 
 /// Longest name of a symbol read (`KSYM_NAME_LEN`).
 const KSYM_NAME_LEN: usize = 512;
-/// Most exported symbols of one module read.
-const MAX_SYMS: u64 = 1 << 20;
+/// Most exported symbols of one module read (the largest modules export
+/// a few thousand): with a name buffer each, 32 MiB at most.
+const MAX_SYMS: u64 = 1 << 16;
 /// Most sections of one module read.
 const MAX_SECTIONS: u64 = 1 << 12;
 
@@ -97,6 +98,13 @@ pub(super) async fn exports(
             (value, name, size)
         }
     };
+    // The table lies in the module's own memory.
+    if count * size > module.size {
+        return Err(format!(
+            "{count} exported symbols of {size} bytes: more than the module's {} bytes",
+            module.size
+        ));
+    }
     let bytes = kmem
         .read_vec(syms, (count * size) as usize)
         .await

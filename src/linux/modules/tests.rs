@@ -443,5 +443,22 @@ fn exported_symbols_both_ways_and_sections() {
             ])
         );
         assert_eq!(none, Ok(vec![]));
+
+        // A count whose table would not fit in the module is refused
+        // before anything is read or allocated for it.
+        f.put_u32(modules[0] + NUM_SYMS, 60_000);
+        let (refused, calls) = f.read(async |kmem| {
+            let list = read(kmem, &layout, HEAD).await;
+            exports(kmem, form, &list.modules[0]).await
+        });
+        assert!(
+            refused
+                .as_ref()
+                .unwrap_err()
+                .contains("more than the module's"),
+            "{refused:?}"
+        );
+        // The head and three steps of the list: no read of a table.
+        assert_eq!(calls, 4);
     }
 }
