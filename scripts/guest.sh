@@ -55,9 +55,12 @@
 #       kernel booted (target/guest/modules/RELEASE/*.ko: crc7, crc8 and
 #       crc-itu-t where the kernel package has them)
 #   leechio-oracle: task pid=N tgid=N ppid=N state=C kthread=0|1 sched=HEX cmdline=HEX
+#           uid=R,E,S,F gid=R,E,S,F caps=INH,PRM,EFF,BND,AMB start=TICKS environ=HEX
 #       one per thread of every process (/proc/*/task/*): stat, status'
-#       Tgid, PF_KTHREAD from stat's flags; the first 64 bytes of sched
-#       and cmdline, as bytes in hex. sched's first line is
+#       Tgid, Uid, Gid and Cap* lines, PF_KTHREAD from stat's flags,
+#       stat's start time (clock ticks since boot); the first 64 bytes of
+#       sched, and cmdline and (but for kernel threads) environ, as bytes
+#       in hex. sched's first line is
 #       `COMM (PID, #threads: N)` with task_struct.comm as the kernel keeps
 #       it (comm, stat and status show a kernel thread's full name and a
 #       workqueue worker's current work instead); cmdline has its NULs:
@@ -72,7 +75,9 @@
 # 100001`; the shell `sh -c 'while :; do sleep 100002; done' leechio-args
 # ...` with a command line of 5 KiB (spaces, parentheses, UTF-8, a tab, an
 # empty argument); the 32-bit process `leechio-32bit` (where the kernel
-# runs 32-bit code); the pattern process, comm "leech (pat) x", with two
+# runs 32-bit code); `sleep 100003` as user 1001 (group 1002); `sleep
+# 100004` with the ambient capability CAP_NET_RAW and the environment
+# LEECHIO_ENV=one, LEECHIO_SPACE=two words; the pattern process, comm "leech (pat) x", with two
 # threads (leechio-thr-1, -2), a stopped child and a zombie child. The
 # oracle is printed by a subshell that leaves itself out, and /init then
 # waits for its children: no user process starts or ends after the oracle,
@@ -202,6 +207,14 @@ sh -c 'while :; do sleep 100002; done' leechio-args 'two words' '(paren) ) (' \
 args_pid=$!
 # A 32-bit process, where the kernel runs them (CONFIG_IA32_EMULATION).
 leechio-32bit &
+# Other credentials: a user's process (uid 1001, gid 1002, no
+# capabilities), and root's with an inheritable and ambient capability
+# and an environment of its own.
+mkdir -p /etc
+echo 'leech:x:1001:1002::/:/bin/sh' >>/etc/passwd
+su -s /bin/sh leech -c 'exec sleep 100003' &
+env -i LEECHIO_ENV=one 'LEECHIO_SPACE=two words' \
+    setpriv --inh-caps +net_raw --ambient-caps +net_raw /bin/sleep 100004 &
 mkfifo /pattern.fifo
 leechio-pattern >/pattern.fifo &
 pattern_pid=$!
@@ -260,7 +273,13 @@ for task in /proc/[0-9]*/task/[0-9]*; do
     IFS= read -r stat <"$task/stat" || continue
     tgid=
     while read -r key value; do
-        [ "$key" = Tgid: ] && { tgid=$value; break; }
+        case "$key" in
+            Tgid:) tgid=$value ;;
+            Uid:) set -- $value; uid=$1,$2,$3,$4 ;;
+            Gid:) set -- $value; gid=$1,$2,$3,$4 ;;
+            CapInh:) caps=$value ;;
+            CapPrm: | CapEff: | CapBnd: | CapAmb:) caps=$caps,$value ;;
+        esac
     done <"$task/status"
     # "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may
     # hold spaces and parentheses, the fields after the last ") " do not.
@@ -270,7 +289,9 @@ for task in /proc/[0-9]*/task/[0-9]*; do
     sched=$(hexdump -v -n 64 -e '1/1 "%02x"' "$task/sched" 2>/dev/null)
     [ -n "$sched" ] || continue # the thread ended
     cmdline=$(hexdump -v -e '1/1 "%02x"' "$task/cmdline")
-    echo "leechio-oracle: task pid=${stat%% *} tgid=$tgid ppid=$2 state=$1 kthread=$kthread sched=$sched cmdline=$cmdline"
+    environ=
+    [ "$kthread" = 0 ] && environ=$(hexdump -v -e '1/1 "%02x"' "$task/environ")
+    echo "leechio-oracle: task pid=${stat%% *} tgid=$tgid ppid=$2 state=$1 kthread=$kthread sched=$sched cmdline=$cmdline uid=$uid gid=$gid caps=$caps start=${20} environ=$environ"
     tasks=$((tasks + 1))
 done
 maps=0

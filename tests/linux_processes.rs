@@ -14,12 +14,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use common::linux::{engine, no_cache};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
-use leechio::linux::{Kernel, ProcessList, Stage};
+use leechio::linux::{DetailsAsked, Kernel, ProcessList, Stage, TaskDetails};
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 
 /// Read calls of a list once the kernel is known, on a guest whose pids
@@ -173,8 +173,84 @@ fn check_address_spaces(list: &ProcessList, guest: &Guest, mem: &Memory) {
     assert_eq!(list.by_dtb(dtb).map(|p| p.pid), Some(pattern.pid));
 }
 
+/// Nanoseconds a clock tick of `/proc/PID/stat` counts (USER_HZ is 100).
+const NS_PER_TICK: u64 = 10_000_000;
+
+/// Every task's credentials and start time and every process's
+/// environment, as the guest's /proc said (kernel threads too, those
+/// still there); the guest's user process (uid 1001) and its process with
+/// an ambient capability and an environment of its own among them.
+fn check_details(list: &ProcessList, details: &HashMap<u64, TaskDetails>, guest: &Guest) {
+    let mut checked = 0;
+    for p in &list.processes {
+        let tasks =
+            std::iter::once((p.pid, p.task)).chain(p.threads.iter().map(|t| (t.pid, t.task)));
+        for (pid, task) in tasks {
+            let Some(want) = guest.oracle().task(pid) else {
+                continue; // a kernel thread since the oracle
+            };
+            let d = &details[&task];
+            assert!(d.failed.is_empty(), "pid {pid}: {:?}", d.failed);
+            let c = d.credentials.clone().expect("credentials").unwrap();
+            let k = c.capabilities;
+            let caps = [
+                k.inheritable,
+                k.permitted,
+                k.effective,
+                k.bounding,
+                k.ambient.unwrap(),
+            ];
+            assert_eq!(
+                (c.uid, c.gid, caps),
+                (want.uid, want.gid, want.caps),
+                "pid {pid}"
+            );
+            assert_eq!(
+                d.start_time.unwrap() / NS_PER_TICK,
+                want.start_ticks,
+                "pid {pid}"
+            );
+            let environment = d
+                .environment
+                .clone()
+                .map(Result::unwrap)
+                .unwrap_or_default();
+            let want_env: Vec<String> = want
+                .environ
+                .strip_suffix(b"\0")
+                .unwrap_or(&want.environ)
+                .split(|&b| b == 0)
+                .filter(|_| !want.environ.is_empty())
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .collect();
+            assert_eq!(environment, want_env, "pid {pid}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "{checked} tasks checked");
+    let by_cmdline = |cmdline: &str| {
+        let p = list
+            .processes
+            .iter()
+            .find(|p| p.cmdline.join(" ") == cmdline);
+        &details[&p.unwrap_or_else(|| panic!("no {cmdline}")).task]
+    };
+    let user = by_cmdline("sleep 100003")
+        .credentials
+        .clone()
+        .unwrap()
+        .unwrap();
+    assert_eq!((user.uid, user.gid), ([1001; 4], [1002; 4]));
+    let ambient = by_cmdline("/bin/sleep 100004");
+    let caps = ambient.credentials.clone().unwrap().unwrap().capabilities;
+    assert_eq!(caps.ambient, Some(1 << 13), "CAP_NET_RAW");
+    let environment = ambient.environment.clone().unwrap().unwrap();
+    assert_eq!(environment, ["LEECHIO_ENV=one", "LEECHIO_SPACE=two words"]);
+}
+
 /// Finds the kernel of `guest` (paused), lists its processes and checks
-/// them; returns the read calls of the list.
+/// them, then lists them again with every task's details (which share
+/// the list's batches: no call more); returns the read calls of the list.
 fn check_guest(guest: &Guest) -> u64 {
     let (mem, device) = engine(guest.open());
     let _paused = guest.pause();
@@ -182,6 +258,11 @@ fn check_guest(guest: &Guest) -> u64 {
     let (list, calls) = list(&device, &kernel);
     check_against_oracle(&list, guest);
     check_address_spaces(&list, guest, &mem);
+    let before = device.call_count(Call::ReadScatter);
+    let (again, details) = kernel.processes_with(DetailsAsked { environment: true });
+    assert_eq!(device.call_count(Call::ReadScatter) - before, calls);
+    assert_eq!(kernel.details_unknown(), Vec::<String>::new());
+    check_details(&again, &details, guest);
     eprintln!(
         "{}: {} processes, {} tasks in {calls} read calls",
         kernel.release(),

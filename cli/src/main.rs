@@ -7,6 +7,7 @@
 mod output;
 mod bench;
 mod dump;
+mod environment;
 mod maps;
 mod modules;
 mod numbers;
@@ -97,12 +98,14 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Page-table roots found in physical memory: candidate address spaces, named by process on a Linux target
     Spaces,
-    /// Processes of a Linux target, found with no profile (the kernel's BTF): pid, parent, state, DTB, name, command line
+    /// Processes of a Linux target, found with no profile (the kernel's BTF): pid, parent, user, state, DTB, name, command line; --tree, --threads, --creds
     Ps(processes::PsArgs),
     /// Memory maps of a Linux process, as /proc/PID/maps shows them: range, permissions, offset, device, inode, path
     Maps(maps::MapsArgs),
     /// Loadable modules of a Linux target, as lsmod shows them: name, size, state, base
     Modules(modules::ModulesArgs),
+    /// Environment of a Linux target's processes, as /proc/PID/environ holds it
+    Env(environment::EnvArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -205,6 +208,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Ps(args) => processes::ps(cli, args),
         Command::Maps(args) => maps::maps(cli, args),
         Command::Modules(args) => modules::modules(cli, args),
+        Command::Env(args) => environment::env(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }

@@ -4,13 +4,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use leechio::linux::{CacheLocation, Hints, Kernel, Process, ProcessList};
+use leechio::linux::{CacheLocation, Hints, Kernel, Process, ProcessList, TaskDetails, Thread};
 use leechio::Memory;
 use serde_json::json;
 
 use crate::numbers::parse_number;
 use crate::output::escape;
 use crate::{hex, open, Cli, Failure};
+
+mod tree;
 
 /// How to find the kernel: hints that skip steps of the search.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -63,6 +65,15 @@ impl KernelArgs {
 pub struct PsArgs {
     #[command(flatten)]
     kernel: KernelArgs,
+    /// Each process under its parent, indented (as ps -H)
+    #[arg(long)]
+    tree: bool,
+    /// A row for each thread too, under its process (its pid in the TID column)
+    #[arg(long)]
+    threads: bool,
+    /// User and group ids (real, effective, saved, file system) and capability sets, as /proc/PID/status shows them, instead of the command line
+    #[arg(long)]
+    creds: bool,
 }
 
 /// Lists the processes: a table, or one JSON object a line. What could
@@ -70,58 +81,177 @@ pub struct PsArgs {
 pub fn ps(cli: &Cli, args: &PsArgs) -> Result<ExitCode, Failure> {
     let mem = open(cli)?;
     let kernel = args.kernel.find(&mem)?;
-    let list = kernel.processes();
-    if !cli.json {
-        outln!(
-            "{:>7} {:>7} S {:>4} {:>12}  {:<15}  COMMAND",
-            "PID",
-            "PPID",
-            "THR",
-            "DTB",
-            "NAME"
-        );
+    let (list, details) = kernel.processes_with_details();
+    for why in kernel.details_unknown() {
+        errln!("leechio: not on this kernel: {}", escape(&why));
     }
-    for p in &list.processes {
+    let none = TaskDetails::default();
+    let rows = match args.tree {
+        true => tree::order(&list.processes),
+        false => list.processes.iter().map(|p| (p, 0)).collect(),
+    };
+    if !cli.json {
+        outln!("{}", header(args));
+    }
+    let mut failures = 0;
+    for (p, depth) in rows {
+        let d = details.get(&p.task).unwrap_or(&none);
+        for why in &d.failed {
+            errln!("leechio: pid {}: {}", p.pid, escape(why));
+            failures += 1;
+        }
         if cli.json {
-            outln!("{}", process_json(p));
-        } else {
-            let command = match p.kernel_thread {
-                true => format!("[{}]", p.name),
-                false => p.cmdline.join(" "),
-            };
-            outln!(
-                "{:>7} {:>7} {} {:>4} {:>12}  {:<15}  {}",
-                p.pid,
-                p.ppid.map_or_else(|| "?".into(), |ppid| ppid.to_string()),
-                p.state,
-                1 + p.threads.len(),
-                p.dtb.map(hex).unwrap_or_else(|| "-".into()),
-                escape(&p.name),
-                escape(&command)
-            );
+            let mut line = process_json(p, d);
+            if args.tree {
+                line["depth"] = depth.into();
+            }
+            outln!("{line}");
+            continue;
+        }
+        outln!("{}", row(args, p, d, depth));
+        if args.threads {
+            for t in &p.threads {
+                let d = details.get(&t.task).unwrap_or(&none);
+                outln!("{}", thread_row(args, p, t, d, depth));
+            }
         }
     }
     report_failures(&list);
-    Ok(match list.failed.is_empty() {
+    Ok(match list.failed.is_empty() && failures == 0 {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,
     })
 }
 
+/// The table's first line.
+fn header(args: &PsArgs) -> String {
+    let tid = if args.threads { "    TID " } else { "" };
+    match args.creds {
+        true => format!(
+            "{:>7} {tid}{:<15}  {:<23}  {:<23}  {:<16} {:<16} {:<16} {:<16} {:<16}",
+            "PID", "NAME", "UID", "GID", "CAPINH", "CAPPRM", "CAPEFF", "CAPBND", "CAPAMB"
+        ),
+        false => format!(
+            "{:>7} {tid}{:>7} {:>5} S {:>4} {:>12}  {:<15}  COMMAND",
+            "PID", "PPID", "UID", "THR", "DTB", "NAME"
+        ),
+    }
+}
+
+/// A process's row.
+fn row(args: &PsArgs, p: &Process, d: &TaskDetails, depth: usize) -> String {
+    let tid = match args.threads {
+        true => format!("{:>7} ", p.pid),
+        false => String::new(),
+    };
+    if args.creds {
+        return format!("{:>7} {tid}{:<15}  {}", p.pid, escape(&p.name), creds(d));
+    }
+    let command = match p.kernel_thread {
+        true => format!("[{}]", p.name),
+        false => p.cmdline.join(" "),
+    };
+    let command = match depth {
+        0 => escape(&command).into_owned(),
+        depth => format!("{}\\_ {}", "   ".repeat(depth - 1), escape(&command)),
+    };
+    format!(
+        "{:>7} {tid}{:>7} {:>5} {} {:>4} {:>12}  {:<15}  {}",
+        p.pid,
+        p.ppid.map_or_else(|| "?".into(), |ppid| ppid.to_string()),
+        euid(d),
+        p.state,
+        1 + p.threads.len(),
+        p.dtb.map(hex).unwrap_or_else(|| "-".into()),
+        escape(&p.name),
+        command
+    )
+}
+
+/// A thread's row, under its process's.
+fn thread_row(args: &PsArgs, p: &Process, t: &Thread, d: &TaskDetails, depth: usize) -> String {
+    if args.creds {
+        return format!(
+            "{:>7} {:>7} {:<15}  {}",
+            p.pid,
+            t.pid,
+            escape(&t.name),
+            creds(d)
+        );
+    }
+    let indent = "   ".repeat(depth);
+    format!(
+        "{:>7} {:>7} {:>7} {:>5} {} {:>4} {:>12}  {:<15}  {indent}(thread)",
+        p.pid,
+        t.pid,
+        p.ppid.map_or_else(|| "?".into(), |ppid| ppid.to_string()),
+        euid(d),
+        t.state,
+        "",
+        "",
+        escape(&t.name),
+    )
+}
+
+/// The effective user id, `?` when unknown.
+fn euid(d: &TaskDetails) -> String {
+    match &d.credentials {
+        Some(Ok(c)) => c.uid[1].to_string(),
+        _ => "?".into(),
+    }
+}
+
+/// The ids and capability sets, or why they are not known.
+fn creds(d: &TaskDetails) -> String {
+    match &d.credentials {
+        Some(Ok(c)) => {
+            let ids = |v: [u32; 4]| v.map(|id| id.to_string()).join(",");
+            let k = &c.capabilities;
+            let ambient = k
+                .ambient
+                .map_or_else(|| "-".into(), |a| format!("{a:016x}"));
+            format!(
+                "{:<23}  {:<23}  {:016x} {:016x} {:016x} {:016x} {ambient}",
+                ids(c.uid),
+                ids(c.gid),
+                k.inheritable,
+                k.permitted,
+                k.effective,
+                k.bounding
+            )
+        }
+        Some(Err(why)) => format!("unknown: {}", escape(why)),
+        None => "unknown".into(),
+    }
+}
+
 /// The JSON line of a process.
-fn process_json(p: &Process) -> serde_json::Value {
+fn process_json(p: &Process, d: &TaskDetails) -> serde_json::Value {
     let threads: Vec<_> = p
         .threads
         .iter()
         .map(|t| json!({"pid": t.pid, "name": t.name, "state": t.state.to_string()}))
         .collect();
-    json!({
+    let mut line = json!({
         "pid": p.pid, "ppid": p.ppid, "tgid": p.tgid, "name": p.name,
         "cmdline": p.cmdline.join(" "), "args": p.cmdline,
         "state": p.state.to_string(), "kernel_thread": p.kernel_thread,
         "dtb": p.dtb.map(hex), "task": hex(p.task), "mm": p.mm.map(hex),
-        "threads": threads,
-    })
+        "threads": threads, "start_time_ns": d.start_time,
+        "exe": d.executable.as_ref().and_then(|e| e.as_ref().ok()),
+    });
+    if let Some(Ok(c)) = &d.credentials {
+        let k = &c.capabilities;
+        let cap = |v: u64| format!("{v:016x}");
+        line["uid"] = json!(c.uid);
+        line["gid"] = json!(c.gid);
+        line["capabilities"] = json!({
+            "inheritable": cap(k.inheritable), "permitted": cap(k.permitted),
+            "effective": cap(k.effective), "bounding": cap(k.bounding),
+            "ambient": k.ambient.map(cap),
+        });
+    }
+    line
 }
 
 fn report_failures(list: &ProcessList) {

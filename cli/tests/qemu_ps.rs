@@ -168,7 +168,7 @@ fn ps_prints_a_table_one_process_a_line() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["PID", "PPID", "S", "THR", "DTB", "NAME", "COMMAND"]
+        ["PID", "PPID", "UID", "S", "THR", "DTB", "NAME", "COMMAND"]
     );
     let users = guest
         .processes()
@@ -179,8 +179,11 @@ fn ps_prints_a_table_one_process_a_line() {
     assert_eq!(lines.len(), 1 + users + kernel_threads, "{table}");
     // kthreadd (its state left out: it may be running).
     let mut kthreadd: Vec<&str> = lines[2].split_whitespace().collect();
-    kthreadd.remove(2);
-    assert_eq!(kthreadd, ["2", "0", "1", "-", "kthreadd", "[kthreadd]"]);
+    kthreadd.remove(3);
+    assert_eq!(
+        kthreadd,
+        ["2", "0", "0", "1", "-", "kthreadd", "[kthreadd]"]
+    );
     // The pattern process: three threads, its comm with spaces.
     let pattern = guest.pattern().pid.to_string();
     let line = lines
@@ -191,11 +194,149 @@ fn ps_prints_a_table_one_process_a_line() {
         line.ends_with("  leech (pat) x    leechio-pattern"),
         "{line:?}"
     );
-    assert_eq!(line.split_whitespace().nth(3), Some("3"), "{line:?}");
+    assert_eq!(line.split_whitespace().nth(4), Some("3"), "{line:?}");
     // The long command line on one line, its tab escaped.
     let args = lines.iter().find(|l| l.contains("leechio-args")).unwrap();
     assert!(args.contains("tab\\tand 'quotes'"), "{args}");
     assert!(args.ends_with("1000600 last-argument"), "{args}");
+}
+
+#[test]
+fn ps_tree_threads_creds_and_env_say_what_the_guests_proc_says() {
+    check_ps_tree_threads_creds_and_env(shared_guest());
+}
+
+/// On a CPU with 5-level paging on, and KASLR.
+#[test]
+fn with_5_level_paging_ps_tree_threads_creds_and_env_say_what_the_guests_proc_says() {
+    check_ps_tree_threads_creds_and_env(shared_la57_guest());
+}
+
+fn check_ps_tree_threads_creds_and_env(guest: SharedGuest) {
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let oracle = guest.oracle();
+    // Credentials and start times in the JSON, as /proc/PID/status and
+    // stat said (user processes: kernel threads come and go).
+    let ps = json_lines(&leechio(&["-d", &device, "ps", "--json"]));
+    for task in guest.processes().iter().filter(|t| !t.kernel_thread) {
+        let line = ps.iter().find(|l| l["pid"] == task.pid).unwrap();
+        assert_eq!(line["uid"], serde_json::json!(task.uid), "{line}");
+        assert_eq!(line["gid"], serde_json::json!(task.gid), "{line}");
+        let caps = &line["capabilities"];
+        let sets = [
+            "inheritable",
+            "permitted",
+            "effective",
+            "bounding",
+            "ambient",
+        ];
+        let got: Vec<u64> = sets.iter().map(|s| parse_hex(&caps[*s])).collect();
+        assert_eq!(got, task.caps, "{line}");
+        let start = line["start_time_ns"].as_u64().unwrap();
+        assert_eq!(start / 10_000_000, task.start_ticks, "{line}");
+    }
+    assert!(ps
+        .iter()
+        .any(|l| l["uid"] == serde_json::json!([1001, 1001, 1001, 1001])));
+
+    // --tree: every process once, each under its parent.
+    let tree = json_lines(&leechio(&["-d", &device, "ps", "--json", "--tree"]));
+    assert_eq!(tree.len(), ps.len());
+    let mut path: Vec<u64> = Vec::new();
+    for line in &tree {
+        let depth = line["depth"].as_u64().unwrap() as usize;
+        assert!(depth <= path.len(), "{line}");
+        path.truncate(depth);
+        if depth > 0 {
+            assert_eq!(line["ppid"].as_u64(), path.last().copied(), "{line}");
+        }
+        path.push(line["pid"].as_u64().unwrap());
+    }
+    let table = leechio(&["-d", &device, "ps", "--tree"]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let sleeper = text(&table.stdout)
+        .lines()
+        .find(|l| l.ends_with("sleep 100001"))
+        .map(str::to_string)
+        .unwrap();
+    // A child of /init (pid 1, itself at depth 0).
+    assert!(sleeper.ends_with("  \\_ sleep 100001"), "{sleeper:?}");
+
+    // --threads: a row a task, processes and their threads.
+    let threads = leechio(&["-d", &device, "ps", "--threads"]);
+    assert!(threads.status.success(), "{}", text(&threads.stderr));
+    let rows = text(&threads.stdout).lines().count() - 1;
+    let tasks: usize = ps
+        .iter()
+        .map(|l| 1 + l["threads"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(rows, tasks);
+    let pattern = guest.pattern().pid.to_string();
+    let pattern_threads: Vec<String> = text(&threads.stdout)
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some(&pattern))
+        .map(|l| l.split_whitespace().nth(1).unwrap().to_string())
+        .collect();
+    let want: Vec<String> = guest
+        .tasks()
+        .iter()
+        .filter(|t| t.tgid == guest.pattern().pid)
+        .map(|t| t.pid.to_string())
+        .collect();
+    assert_eq!(pattern_threads, want);
+
+    // --creds: /proc/PID/status' Uid and Gid lines, comma-separated.
+    let creds = leechio(&["-d", &device, "ps", "--creds"]);
+    assert!(creds.status.success(), "{}", text(&creds.stderr));
+    let user = oracle
+        .processes()
+        .find(|t| t.cmdline == ["sleep", "100003"])
+        .unwrap();
+    let row = text(&creds.stdout)
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&user.pid.to_string()))
+        .map(str::to_string)
+        .unwrap();
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        fields[2..4],
+        ["1001,1001,1001,1001", "1002,1002,1002,1002"],
+        "{row}"
+    );
+
+    // env: every user process's environment as /proc/PID/environ held it.
+    let env = json_lines(&leechio(&["-d", &device, "env", "--json"]));
+    let users: Vec<_> = oracle
+        .processes()
+        .filter(|t| !t.kernel_thread && t.state != 'Z')
+        .collect();
+    assert_eq!(env.len(), users.len());
+    for task in users {
+        let line = env.iter().find(|l| l["pid"] == task.pid).unwrap();
+        let want: Vec<String> = task
+            .environ
+            .strip_suffix(b"\0")
+            .unwrap_or(&task.environ)
+            .split(|&b| b == 0)
+            .filter(|_| !task.environ.is_empty())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        assert_eq!(line["environment"], serde_json::json!(want), "{line}");
+    }
+    let one = leechio(&["-d", &device, "env", "1"]);
+    assert!(one.status.success(), "{}", text(&one.stderr));
+    assert!(text(&one.stdout)
+        .lines()
+        .skip(1)
+        .all(|l| l.trim_start().starts_with("1  ")));
+    let none = leechio(&["-d", &device, "env", "4999999"]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(
+        text(&none.stderr).contains("no process with pid 4999999"),
+        "{}",
+        text(&none.stderr)
+    );
 }
 
 #[test]

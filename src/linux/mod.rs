@@ -41,6 +41,8 @@ pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
 pub use modules::{Module, ModuleList, ModuleState};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use structures::StructureFailure;
-pub use task_details::{exit_status, TaskDetails, TaskState};
+pub use task_details::{
+    exit_status, Capabilities, Credentials, DetailsAsked, TaskDetails, TaskState,
+};
 
 pub use offsets::ask_walk_questions;

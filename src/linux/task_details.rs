@@ -1,12 +1,15 @@
-//! What the process list leaves out and memflow's process information
-//! asks for: the path of each process's executable (`mm->exe_file`, what
-//! `/proc/PID/exe` names), the status a dead process left
-//! (`task->exit_code`), and whether it runs 32-bit code (what its `mm`'s
-//! context says, as the kernel's own `is_64bit_mm` reads it).
+//! What the process list leaves out: the path of each process's
+//! executable (`mm->exe_file`, what `/proc/PID/exe` names), the status a
+//! dead process left (`task->exit_code`), whether it runs 32-bit code
+//! (what its `mm`'s context says, as the kernel's own `is_64bit_mm` reads
+//! it), its credentials and start time (as `/proc/PID/status` and `stat`
+//! show them), and, when asked, its environment (`/proc/PID/environ`).
 //!
-//! For any number of tasks: one batch for the tasks and their `mm`s, one
-//! for the executables' `struct file`s, then one per level of their paths
-//! (see `paths`). Every offset comes from BTF.
+//! For any number of tasks: one batch for the tasks and their `mm`s, then
+//! at once the executables' `struct file`s and one batch per level of
+//! their paths (see `paths`), the credentials, and the environments
+//! through each process's own page tables (a batch per table level and
+//! one for the bytes). Every offset comes from BTF.
 
 use std::collections::HashMap;
 
@@ -14,6 +17,11 @@ use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::offsets::{CompatFlag, DetailsLayout};
 use crate::linux::paths;
 use crate::linux::{Kernel, ProcessList};
+
+mod credentials;
+mod environment;
+
+pub use credentials::{Capabilities, Credentials};
 
 /// `MM_CONTEXT_UPROBE_IA32` in `mm->context.flags` (bit 0: the value 1
 /// before 6.2, the bit number 0 since): the mm runs 32-bit code.
@@ -31,6 +39,16 @@ pub struct TaskDetails {
     /// Whether its `mm` runs 32-bit code; `None` without an `mm`, when
     /// unreadable, or when the kernel keeps no such flag.
     pub compat: Option<bool>,
+    /// Its credentials, or why they could not be read; `None` when the
+    /// kernel's BTF lacks them (see [`Kernel::details_unknown`]).
+    pub credentials: Option<Result<Credentials, String>>,
+    /// When it started, in nanoseconds since boot; `None` when its task
+    /// was unreadable or the kernel's BTF lacks the member.
+    pub start_time: Option<u64>,
+    /// Its environment, `/proc/PID/environ` split at its NULs, or why it
+    /// could not be read; `None` when not asked for, for a task with no
+    /// `mm`, or when the kernel's BTF lacks the members.
+    pub environment: Option<Result<Vec<String>, String>>,
     /// What could not be read, in one line each.
     pub failed: Vec<String>,
 }
@@ -73,11 +91,24 @@ impl TaskState {
     }
 }
 
+/// The details read only when asked for (the rest always are).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DetailsAsked {
+    /// Each process's environment.
+    pub environment: bool,
+}
+
 impl Kernel {
     /// The processes with the details of every task, by task address
     /// (blocking; see [`Kernel::processes_with_details_async`]).
     pub fn processes_with_details(&self) -> (ProcessList, HashMap<u64, TaskDetails>) {
-        self.memory().block_on(self.processes_with_details_async())
+        self.processes_with(DetailsAsked::default())
+    }
+
+    /// The processes with the details of every task, those in `asked`
+    /// too (blocking; see [`Kernel::processes_with_async`]).
+    pub fn processes_with(&self, asked: DetailsAsked) -> (ProcessList, HashMap<u64, TaskDetails>) {
+        self.memory().block_on(self.processes_with_async(asked))
     }
 
     /// The processes ([`Kernel::processes_async`]) with the details of
@@ -86,9 +117,20 @@ impl Kernel {
     /// whose executables lie a few folders deep they cost no read call of
     /// their own.
     pub async fn processes_with_details_async(&self) -> (ProcessList, HashMap<u64, TaskDetails>) {
+        self.processes_with_async(DetailsAsked::default()).await
+    }
+
+    /// The processes with the details of every task, those in `asked`
+    /// too, as [`Kernel::processes_with_details_async`] reads them (an
+    /// environment is read through its process's page tables beside the
+    /// command lines, sharing their batches).
+    pub async fn processes_with_async(
+        &self,
+        asked: DetailsAsked,
+    ) -> (ProcessList, HashMap<u64, TaskDetails>) {
         let (list, details) = self
             .processes_beside(|tasks| async move {
-                let details = self.task_details_async(&tasks).await;
+                let details = self.task_details_with_async(&tasks, asked).await;
                 tasks.into_iter().map(|(t, _)| t).zip(details).collect()
             })
             .await;
@@ -102,12 +144,22 @@ impl Kernel {
         self.memory().block_on(self.task_details_async(tasks))
     }
 
-    /// The details of `tasks`: the module's documentation says what is
-    /// read in which batch. Independent of other reads: run beside another
-    /// walk, the two share their batches.
+    /// The details of `tasks` but those read only when asked for.
     pub async fn task_details_async(&self, tasks: &[(u64, Option<u64>)]) -> Vec<TaskDetails> {
+        self.task_details_with_async(tasks, DetailsAsked::default())
+            .await
+    }
+
+    /// The details of `tasks`, those in `asked` too: the module's
+    /// documentation says what is read in which batch. Independent of
+    /// other reads: run beside another walk, the two share their batches.
+    pub async fn task_details_with_async(
+        &self,
+        tasks: &[(u64, Option<u64>)],
+        asked: DetailsAsked,
+    ) -> Vec<TaskDetails> {
         match &self.offsets.details {
-            Ok(layout) => read(&self.kernel_memory(), layout, tasks).await,
+            Ok(layout) => read(&self.kernel_memory(), layout, tasks, asked).await,
             Err(e) => {
                 let why = format!("process details cannot be read: {e}");
                 tasks
@@ -119,6 +171,26 @@ impl Kernel {
                     .collect()
             }
         }
+    }
+
+    /// The details this kernel's BTF cannot give, each with why (what a
+    /// front end says once, leaving those columns empty).
+    pub fn details_unknown(&self) -> Vec<String> {
+        let layout = match &self.offsets.details {
+            Ok(layout) => layout,
+            Err(e) => return vec![format!("process details: {e}")],
+        };
+        let mut unknown = Vec::new();
+        if let Err(e) = &layout.credentials {
+            unknown.push(format!("credentials: {e}"));
+        }
+        if let Err(e) = &layout.start_time {
+            unknown.push(format!("start time: {e}"));
+        }
+        if let Err(e) = &layout.environment {
+            unknown.push(format!("environment: {e}"));
+        }
+        unknown
     }
 }
 
@@ -154,27 +226,44 @@ pub(crate) async fn read(
     kmem: &KernelMemory<'_>,
     layout: &DetailsLayout,
     tasks: &[(u64, Option<u64>)],
+    asked: DetailsAsked,
 ) -> Vec<TaskDetails> {
-    let (mm_first, mm_len) = layout.mm_span();
+    let environment = match asked.environment {
+        true => layout.environment.as_ref().ok(),
+        false => None,
+    };
+    let (task_first, task_len) = layout.task_span();
+    let (mm_first, mm_len) = layout.mm_span(environment.is_some());
     let reads = futures::future::join_all(tasks.iter().map(|&(task, mm)| async move {
-        let exit_code = kmem.read_vec(task.wrapping_add(layout.exit_code), 4);
+        let task = kmem.read_vec(task.wrapping_add(task_first), task_len);
         let mm = async {
             match mm {
                 Some(mm) => Some(kmem.read_vec(mm.wrapping_add(mm_first), mm_len).await),
                 None => None,
             }
         };
-        futures::join!(exit_code, mm)
+        futures::join!(task, mm)
     }))
     .await;
     let mut details = Vec::with_capacity(tasks.len());
     let mut files = Vec::new();
-    for (&(task, mm), (exit_code, mm_bytes)) in tasks.iter().zip(reads) {
+    let mut creds = Vec::new();
+    let mut environments = Vec::new();
+    for (&(task, mm), (task_bytes, mm_bytes)) in tasks.iter().zip(reads) {
         let mut d = TaskDetails::default();
         let mut exe = None;
-        match exit_code {
-            Ok(bytes) => d.exit_code = bytes.u32_at(0).map(|c| c as i32),
-            Err(why) => d.failed.push(format!("exit_code of task {task:#x}: {why}")),
+        match task_bytes {
+            Ok(bytes) => {
+                let at = |o: u64| o - task_first;
+                d.exit_code = bytes.u32_at(at(layout.exit_code)).map(|c| c as i32);
+                if let Ok(&start) = layout.start_time.as_ref() {
+                    d.start_time = bytes.u64_at(at(start));
+                }
+                if let Ok(c) = &layout.credentials {
+                    creds.push((details.len(), bytes.u64_at(at(c.pointer)).unwrap_or(0)));
+                }
+            }
+            Err(why) => d.failed.push(format!("task {task:#x}: {why}")),
         }
         match (mm, mm_bytes) {
             (Some(mm), Some(Err(why))) => d.failed.push(format!("mm {mm:#x}: {why}")),
@@ -189,6 +278,10 @@ pub(crate) async fn read(
                     files.push(file);
                     exe = Some(file);
                 }
+                if let Some(env) = environment {
+                    let area = (at(env.pgd), at(env.start), at(env.end));
+                    environments.push((details.len(), area));
+                }
             }
             _ => {}
         }
@@ -196,7 +289,34 @@ pub(crate) async fn read(
     }
     files.sort_unstable();
     files.dedup();
-    let infos: HashMap<u64, paths::FileInfo> = paths::files(kmem, &layout.paths, &files).await;
+    let cred_reads = async {
+        match &layout.credentials {
+            Ok(c) => {
+                let read = |&(_, cred): &(usize, u64)| credentials::read(kmem, c, cred);
+                futures::future::join_all(creds.iter().map(read)).await
+            }
+            Err(_) => Vec::new(),
+        }
+    };
+    // Threads share their process's memory: each area read once.
+    let mut areas: Vec<(u64, u64, u64)> = environments.iter().map(|e| e.1).collect();
+    areas.sort_unstable();
+    areas.dedup();
+    let env_reads =
+        futures::future::join_all(areas.iter().map(|&area| environment::read(kmem, area)));
+    let (infos, cred_values, env_values) = futures::join!(
+        paths::files(kmem, &layout.paths, &files),
+        cred_reads,
+        env_reads
+    );
+    let infos: HashMap<u64, paths::FileInfo> = infos;
+    for ((at, _), value) in creds.into_iter().zip(cred_values) {
+        details[at].0.credentials = Some(value);
+    }
+    for (at, area) in environments {
+        let value = areas.binary_search(&area).map(|i| env_values[i].clone());
+        details[at].0.environment = value.ok();
+    }
     details
         .into_iter()
         .map(|(mut d, file)| {

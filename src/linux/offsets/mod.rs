@@ -8,17 +8,19 @@
 //! member of the memory maps still lists its processes, and only
 //! `init_task`'s are needed to find the kernel at all.
 
+mod details;
 mod maps;
 mod modules;
 mod structures;
 mod tasks;
 
+pub(crate) use details::{CompatFlag, CredLayout, DetailsLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
 pub(crate) use modules::{ModuleLayout, SectionLayout, SymbolForm};
 pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
-pub(crate) use tasks::{CompatFlag, DetailsLayout, InitTaskLayout, ProcessLayout};
+pub(crate) use tasks::{InitTaskLayout, ProcessLayout};
 
 use crate::linux::find::btf::{Btf, BtfError};
 
@@ -33,7 +35,8 @@ pub(crate) struct Offsets {
     pub maps: Result<MapsLayout, BtfError>,
     /// The module list's (`struct module`).
     pub modules: Result<ModuleLayout, BtfError>,
-    /// Each task's details (executable, exit code, 32-bit or not).
+    /// Each task's details (executable, exit code, 32-bit or not,
+    /// credentials, start time, environment).
     pub details: Result<DetailsLayout, BtfError>,
 }
 

@@ -1,10 +1,9 @@
 //! The offsets the tasks are read by: `init_task`'s check when the kernel
 //! is found, and the process list's (the pid table, `struct pid`,
-//! `task_struct`, `mm_struct`), and the details memflow asks of each
-//! task (its executable, exit code, whether it runs 32-bit code).
+//! `task_struct`, `mm_struct`).
 
 use crate::linux::find::btf::{Btf, BtfError};
-use crate::linux::offsets::{PathLayout, XaLayout};
+use crate::linux::offsets::XaLayout;
 
 /// Byte offsets, from BTF, of the members `init_task` is checked by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,64 +121,5 @@ impl ProcessLayout {
             mm_arg_start: mm("arg_start")?,
             mm_arg_end: mm("arg_end")?,
         })
-    }
-}
-
-/// Where the kernel says an `mm` runs 32-bit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CompatFlag {
-    /// `mm->context.flags`, bit `MM_CONTEXT_UPROBE_IA32`.
-    Flags(u64),
-    /// `mm->context.ia32_compat` (kernels before 5.x): non-zero.
-    Ia32Compat(u64),
-}
-
-impl CompatFlag {
-    pub(crate) fn offset(self) -> u64 {
-        match self {
-            CompatFlag::Flags(at) | CompatFlag::Ia32Compat(at) => at,
-        }
-    }
-}
-
-/// Offsets, from BTF, of what the details are read by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DetailsLayout {
-    /// `task_struct.exit_code`, `.pid` and `.exit_state` (each 4 bytes).
-    pub(crate) exit_code: u64,
-    pub(crate) pid: u64,
-    pub(crate) exit_state: u64,
-    /// `mm_struct.exe_file`.
-    pub(crate) exe_file: u64,
-    pub(crate) compat: Option<CompatFlag>,
-    pub(crate) paths: PathLayout,
-}
-
-impl DetailsLayout {
-    /// The offsets in `btf`; an error names the first member missing.
-    pub fn from_btf(btf: &Btf) -> Result<DetailsLayout, BtfError> {
-        let compat = match btf.member_offset("mm_struct", "context.flags") {
-            Ok(at) => Some(CompatFlag::Flags(at)),
-            Err(_) => btf
-                .member_offset("mm_struct", "context.ia32_compat")
-                .ok()
-                .map(CompatFlag::Ia32Compat),
-        };
-        Ok(DetailsLayout {
-            exit_code: btf.member_offset("task_struct", "exit_code")?,
-            pid: btf.member_offset("task_struct", "pid")?,
-            exit_state: btf.member_offset("task_struct", "exit_state")?,
-            exe_file: btf.member_offset("mm_struct", "exe_file")?,
-            compat,
-            paths: PathLayout::from_btf(btf)?,
-        })
-    }
-
-    /// The span of an `mm` read: `exe_file` and the context flag.
-    pub(crate) fn mm_span(&self) -> (u64, usize) {
-        let at = [Some(self.exe_file), self.compat.map(CompatFlag::offset)];
-        let first = at.iter().flatten().min().copied().unwrap_or(0);
-        let last = at.iter().flatten().max().copied().unwrap_or(0);
-        (first, (last + 8 - first) as usize)
     }
 }

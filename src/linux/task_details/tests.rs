@@ -28,6 +28,21 @@ const MNT: u64 = 64;
 const I_SB: u64 = 16;
 const I_INO: u64 = 40;
 const S_DEV: u64 = 8;
+const REAL_CRED: u64 = 64;
+const START_BOOTTIME: u64 = 80;
+// `struct cred`: usage, the ids from 4 (uid, gid, suid, sgid, euid, egid,
+// fsuid, fsgid, as the kernel lays them), the capability sets from 48.
+const USAGE: u64 = 0;
+const IDS: [&str; 8] = [
+    "uid", "gid", "suid", "sgid", "euid", "egid", "fsuid", "fsgid",
+];
+const CAPS: [&str; 5] = [
+    "cap_inheritable",
+    "cap_permitted",
+    "cap_effective",
+    "cap_bset",
+    "cap_ambient",
+];
 
 /// How the made-up kernel says an mm runs 32-bit code.
 #[derive(Clone, Copy)]
@@ -38,6 +53,12 @@ enum Context {
 }
 
 fn btf(context: Context) -> Btf {
+    btf_with(context, true)
+}
+
+/// The made-up BTF; with `credentials`, `task_struct.real_cred` and
+/// `start_boottime` and `struct cred`.
+fn btf_with(context: Context, credentials: bool) -> Btf {
     let mut b = BtfBuilder::new();
     let mut mm = vec![("exe_file", EXE_FILE, 0)];
     let flag = match context {
@@ -55,42 +76,46 @@ fn btf(context: Context) -> Btf {
         );
         mm.push(("context", CONTEXT, ctx));
     }
-    b.structure(
-        "task_struct",
-        1024,
-        &[
-            ("exit_state", EXIT_STATE),
-            ("exit_code", EXIT_CODE),
-            ("pid", PID),
-        ],
-    )
-    .structure_typed("mm_struct", 1024, &mm)
-    .structure("file", 96, &[("f_path", F_PATH), ("f_inode", F_INODE)])
-    .structure("path", 16, &[("mnt", 0), ("dentry", 8)])
-    .structure(
-        "dentry",
-        192,
-        &[
-            ("d_hash", D_HASH),
-            ("d_parent", D_PARENT),
-            ("d_name", D_NAME),
-            ("d_iname", D_INAME),
-        ],
-    )
-    .structure("hlist_bl_node", 16, &[("next", 0), ("pprev", 8)])
-    .structure("qstr", 16, &[("len", 4), ("name", 8)])
-    .structure(
-        "mount",
-        128,
-        &[
-            ("mnt_parent", MNT_PARENT),
-            ("mnt_mountpoint", MNT_MOUNTPOINT),
-            ("mnt", MNT),
-        ],
-    )
-    .structure("vfsmount", 32, &[("mnt_root", 8)])
-    .structure("inode", 128, &[("i_sb", I_SB), ("i_ino", I_INO)])
-    .structure("super_block", 64, &[("s_dev", S_DEV)]);
+    let mut task = vec![
+        ("exit_state", EXIT_STATE),
+        ("exit_code", EXIT_CODE),
+        ("pid", PID),
+    ];
+    if credentials {
+        task.extend([("real_cred", REAL_CRED), ("start_boottime", START_BOOTTIME)]);
+        let mut cred = vec![("usage", USAGE)];
+        cred.extend(IDS.iter().zip(0..).map(|(&id, i)| (id, 4 + 4 * i)));
+        cred.extend(CAPS.iter().zip(0..).map(|(&cap, i)| (cap, 48 + 8 * i)));
+        b.structure("cred", 128, &cred);
+    }
+    b.structure("task_struct", 1024, &task)
+        .structure_typed("mm_struct", 1024, &mm)
+        .structure("file", 96, &[("f_path", F_PATH), ("f_inode", F_INODE)])
+        .structure("path", 16, &[("mnt", 0), ("dentry", 8)])
+        .structure(
+            "dentry",
+            192,
+            &[
+                ("d_hash", D_HASH),
+                ("d_parent", D_PARENT),
+                ("d_name", D_NAME),
+                ("d_iname", D_INAME),
+            ],
+        )
+        .structure("hlist_bl_node", 16, &[("next", 0), ("pprev", 8)])
+        .structure("qstr", 16, &[("len", 4), ("name", 8)])
+        .structure(
+            "mount",
+            128,
+            &[
+                ("mnt_parent", MNT_PARENT),
+                ("mnt_mountpoint", MNT_MOUNTPOINT),
+                ("mnt", MNT),
+            ],
+        )
+        .structure("vfsmount", 32, &[("mnt_root", 8)])
+        .structure("inode", 128, &[("i_sb", I_SB), ("i_ino", I_INO)])
+        .structure("super_block", 64, &[("s_dev", S_DEV)]);
     Btf::parse(&b.finish()).unwrap()
 }
 
@@ -99,6 +124,7 @@ trait Objects {
     fn dentry(&mut self, name: &str, parent: Option<u64>) -> u64;
     fn file(&mut self, dentry: u64, mount: u64) -> u64;
     fn task(&mut self, exit_code: u32, mm: Option<(u64, u64)>) -> (u64, Option<u64>);
+    fn cred(&mut self, usage: u32, ids: [u32; 8], caps: [u64; 5]) -> u64;
 }
 
 impl Objects for Fake {
@@ -137,13 +163,27 @@ impl Objects for Fake {
         });
         (t, mm)
     }
+
+    /// A `struct cred` with `usage` users, `ids` in the kernel's order
+    /// ([`IDS`]) and capability sets `caps` ([`CAPS`]).
+    fn cred(&mut self, usage: u32, ids: [u32; 8], caps: [u64; 5]) -> u64 {
+        let c = self.alloc(128);
+        self.put_u32(c + USAGE, usage);
+        for (i, id) in (0..).zip(ids) {
+            self.put_u32(c + 4 + 4 * i, id);
+        }
+        for (i, cap) in (0..).zip(caps) {
+            self.put(c + 48 + 8 * i, cap);
+        }
+        c
+    }
 }
 
 /// Reads the details of `tasks` in `fake` with layout `btf`, and the read
 /// calls it took.
 fn details(fake: &Fake, btf: &Btf, tasks: &[(u64, Option<u64>)]) -> (Vec<TaskDetails>, u64) {
     let layout = DetailsLayout::from_btf(btf).unwrap();
-    fake.read(async |kmem| read(kmem, &layout, tasks).await)
+    fake.read(async |kmem| read(kmem, &layout, tasks, DetailsAsked::default()).await)
 }
 
 /// A root mount with /bin/busybox and /usr/lib/x in it: their files.
@@ -223,6 +263,92 @@ fn older_kernels_say_32_bit_in_ia32_compat_and_some_kernels_not_at_all() {
         [None, None]
     );
     assert_eq!(got[1].executable, Some(Ok("/bin/busybox".into())));
+}
+
+#[test]
+fn credentials_and_start_times_in_the_same_batches_as_the_files() {
+    let mut f = Fake::new(MEMORY);
+    let (busybox, _) = files(&mut f);
+    let caps = [0, 0x1ff_ffff_ffff, 0x1ff_ffff_ffff, 0x1ff_ffff_ffff, 0];
+    let root = f.cred(3, [0; 8], caps);
+    // Real, effective, saved and fs ids all differ, as after setresuid.
+    let user = f.cred(
+        1,
+        [1001, 2001, 1002, 2002, 1003, 2003, 1004, 2004],
+        [1, 2, 4, 8, 16],
+    );
+    let freed = f.cred(0, [0; 8], caps);
+    let tasks = [
+        f.task(0, Some((busybox, 0))),
+        f.task(0, Some((busybox, 0))),
+        f.task(0, None),
+        f.task(0, None),
+    ];
+    let creds = [root, user, freed, 0x1000];
+    for (i, (&(t, _), cred)) in tasks.iter().zip(creds).enumerate() {
+        f.put(t + REAL_CRED, cred);
+        f.put(t + START_BOOTTIME, 1_000_000_000 * (i as u64 + 1) + 7);
+    }
+    let (got, calls) = details(&f, &btf(Context::Flags), &tasks);
+    let cred = |i: usize| got[i].credentials.clone().unwrap();
+    let root_caps = Capabilities {
+        inheritable: 0,
+        permitted: 0x1ff_ffff_ffff,
+        effective: 0x1ff_ffff_ffff,
+        bounding: 0x1ff_ffff_ffff,
+        ambient: Some(0),
+    };
+    assert_eq!(
+        cred(0),
+        Ok(Credentials {
+            uid: [0; 4],
+            gid: [0; 4],
+            capabilities: root_caps
+        })
+    );
+    let user = cred(1).unwrap();
+    assert_eq!(
+        (user.uid, user.gid),
+        ([1001, 1003, 1002, 1004], [2001, 2003, 2002, 2004])
+    );
+    assert_eq!(
+        user.capabilities,
+        Capabilities {
+            inheritable: 1,
+            permitted: 2,
+            effective: 4,
+            bounding: 8,
+            ambient: Some(16)
+        }
+    );
+    assert!(cred(2).unwrap_err().contains("no users"), "{:?}", cred(2));
+    assert!(
+        cred(3).unwrap_err().contains("no kernel address"),
+        "{:?}",
+        cred(3)
+    );
+    let starts: Vec<_> = got.iter().map(|d| d.start_time).collect();
+    assert_eq!(starts, [1, 2, 3, 4].map(|s| Some(s * 1_000_000_000 + 7)));
+    // Tasks and mms; the files and the creds; the path's two dentries.
+    assert_eq!(calls, 4);
+
+    // A kernel whose BTF lacks them: none, and no read more.
+    let (got, _) = details(&f, &btf_with(Context::Flags, false), &tasks);
+    assert!(got
+        .iter()
+        .all(|d| d.credentials.is_none() && d.start_time.is_none()));
+    assert_eq!(got[0].executable, Some(Ok("/bin/busybox".into())));
+}
+
+#[test]
+fn an_environment_splits_as_proc_pid_environ() {
+    assert_eq!(
+        environment::split(b"A=1\0B=\0C=x y\0"),
+        ["A=1", "B=", "C=x y"]
+    );
+    assert_eq!(environment::split(b""), Vec::<String>::new());
+    // Written over: the last variable has no NUL.
+    assert_eq!(environment::split(b"A=1\0tail"), ["A=1", "tail"]);
 }
 
 #[test]

@@ -37,6 +37,16 @@ pub struct GuestTask {
     /// `/proc/PID/cmdline` as it is: the bytes between the process's
     /// `arg_start` and `arg_end`, each argument ending in a NUL.
     pub cmdline_bytes: Vec<u8>,
+    /// `/proc/PID/status`' Uid and Gid lines: real, effective, saved and
+    /// file-system ids.
+    pub uid: [u32; 4],
+    pub gid: [u32; 4],
+    /// Its CapInh, CapPrm, CapEff, CapBnd and CapAmb.
+    pub caps: [u64; 5],
+    /// `/proc/PID/stat`'s start time: clock ticks (1/100 s) since boot.
+    pub start_ticks: u64,
+    /// `/proc/PID/environ` (empty for kernel threads).
+    pub environ: Vec<u8>,
 }
 
 impl GuestTask {
@@ -396,7 +406,28 @@ fn parse_task(text: &str) -> Result<GuestTask, String> {
             .map(|arg| String::from_utf8_lossy(arg).into_owned())
             .collect()
     };
+    let list = |key: &str| -> Result<Vec<u64>, String> {
+        let value = fields.get(key)?;
+        let radix = if key == "caps" { 16 } else { 10 };
+        value
+            .split(',')
+            .map(|v| u64::from_str_radix(v, radix).map_err(|_| format!("{key}={value}")))
+            .collect()
+    };
+    let ids = |key: &str| -> Result<[u32; 4], String> {
+        let v = list(key)?;
+        let v: Vec<u32> = v.into_iter().map(|id| id as u32).collect();
+        v.try_into().map_err(|_| format!("{key}: not four ids"))
+    };
+    let caps: [u64; 5] = list("caps")?
+        .try_into()
+        .map_err(|_| "caps: not five sets".to_string())?;
     Ok(GuestTask {
+        uid: ids("uid")?,
+        gid: ids("gid")?,
+        caps,
+        start_ticks: fields.decimal("start")?,
+        environ: fields.bytes("environ")?,
         pid,
         tgid: fields.decimal("tgid")?,
         ppid: fields.decimal("ppid")?,
