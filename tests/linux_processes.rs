@@ -359,6 +359,8 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     check_address_spaces(&list, guest, &mem);
     // One more level of each process's tables with 5 levels.
     assert_eq!(calls, LIST_CALLS + u64::from(guest.paging().levels() - 4));
+    let (again, details) = kernel.processes_with(DetailsAsked { environment: true });
+    check_details(&again, &details, guest);
 }
 
 /// Little-endian word `value` at physical `pa` of an image.
