@@ -248,6 +248,35 @@ fn check_details(list: &ProcessList, details: &HashMap<u64, TaskDetails>, guest:
     assert_eq!(environment, ["LEECHIO_ENV=one", "LEECHIO_SPACE=two words"]);
 }
 
+/// Read calls of the module list and the module address tree, walked at
+/// once, on the test guests (three modules), with 4-level paging (one
+/// more with 5: modules lie outside the direct map, read through the
+/// kernel's tables): the list's head and a call per two modules, beside
+/// the tree's root and levels.
+const MODULE_VIEWS_CALLS: u64 = 7;
+
+/// The modules of both views as the guest's /proc/modules said, none
+/// hidden, in [`MODULE_VIEWS_CALLS`].
+fn check_module_views(kernel: &Kernel, device: &LeechCore, guest: &Guest) {
+    let before = device.call_count(Call::ReadScatter);
+    let views = kernel.module_views();
+    let calls = device.call_count(Call::ReadScatter) - before;
+    let names: Vec<&str> = views.list.modules.iter().map(|m| m.name.as_str()).collect();
+    let want: Vec<&str> = guest.modules().iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, want);
+    assert!(
+        views.hidden.is_empty() && views.not_in_tree.is_empty(),
+        "{views:#?}"
+    );
+    assert!(
+        views.failed.is_empty() && views.list.failed.is_empty(),
+        "{views:#?}"
+    );
+    eprintln!("module views: {calls} read calls");
+    let levels = u64::from(guest.paging().levels());
+    assert_eq!(calls, MODULE_VIEWS_CALLS + levels - 4);
+}
+
 /// Finds the kernel of `guest` (paused), lists its processes and checks
 /// them, then lists them again with every task's details (which share
 /// the list's batches: no call more); returns the read calls of the list.
@@ -263,6 +292,7 @@ fn check_guest(guest: &Guest) -> u64 {
     assert_eq!(device.call_count(Call::ReadScatter) - before, calls);
     assert_eq!(kernel.details_unknown(), Vec::<String>::new());
     check_details(&again, &details, guest);
+    check_module_views(&kernel, &device, guest);
     eprintln!(
         "{}: {} processes, {} tasks in {calls} read calls",
         kernel.release(),

@@ -157,6 +157,83 @@ fn check_modules_lists_what_the_guests_proc_modules_says(guest: SharedGuest) {
     assert_eq!(names, want_names);
 }
 
+/// Words of physical memory put back when dropped: what a test changed
+/// in the shared guest, restored even when it fails.
+struct Restore<'g> {
+    guest: &'g Guest,
+    /// Physical address and the original word.
+    words: Vec<(u64, u64)>,
+}
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        let (mem, _device) = common::linux::engine(self.guest.open());
+        for &(pa, word) in &self.words {
+            mem.block_on(mem.write_val(pa, &word)).expect("restore");
+        }
+    }
+}
+
+/// A rootkit's trick: a module unlinked from the `modules` list (so
+/// `/proc/modules` and lsmod lose it), through the device's own writes;
+/// `modules` still finds it in the module address tree and says it hides.
+#[test]
+fn a_module_unlinked_from_the_module_list_is_reported_hidden() {
+    use leechio::linux::Kernel;
+    let guest = shared_guest();
+    let _paused = guest.pause();
+    let want = guest.oracle().modules.clone();
+    assert!(want.len() >= 2, "{want:?}");
+    let restore = {
+        let (mem, _device) = common::linux::engine(guest.open());
+        let kernel = Kernel::find(&mem, &common::linux::no_cache()).unwrap();
+        let list = kernel.modules();
+        let victim = list
+            .modules
+            .iter()
+            .find(|m| m.name == want[1].name)
+            .unwrap();
+        let node = victim.address + kernel.offset_of("module", "list").unwrap();
+        let pa = |va: u64| mem.block_on(kernel.space().translate(va)).unwrap().pa;
+        let word = |va: u64| mem.block_on(mem.read_val::<u64>(pa(va))).unwrap();
+        let (next, prev) = (word(node), word(node + 8));
+        let words = vec![(pa(prev), word(prev)), (pa(next + 8), word(next + 8))];
+        // prev->next = next; next->prev = prev.
+        mem.block_on(mem.write_val(pa(prev), &next)).unwrap();
+        mem.block_on(mem.write_val(pa(next + 8), &prev)).unwrap();
+        Restore {
+            guest: &guest,
+            words,
+        }
+    };
+    let device = guest.device_string();
+    let out = leechio(&["-d", &device, "modules", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let shown: Vec<(&str, bool)> = lines
+        .iter()
+        .map(|l| (l["name"].as_str().unwrap(), l["hidden"].as_bool().unwrap()))
+        .collect();
+    let mut expected: Vec<(&str, bool)> = want.iter().map(|m| (m.name.as_str(), false)).collect();
+    expected.remove(1);
+    expected.push((want[1].name.as_str(), true));
+    assert_eq!(shown, expected);
+    assert!(
+        text(&out.stderr).contains(&format!("module {} (struct module at", want[1].name))
+            && text(&out.stderr).contains("hidden"),
+        "{}",
+        text(&out.stderr)
+    );
+    drop(restore);
+    // Put back: the list is whole again, and nothing hides.
+    let lines = json_lines(&leechio(&["-d", &device, "modules", "--json"]));
+    assert_eq!(lines.len(), want.len());
+    assert!(lines.iter().all(|l| l["hidden"] == false));
+}
+
 #[test]
 fn ps_prints_a_table_one_process_a_line() {
     let guest = shared_guest();

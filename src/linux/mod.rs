@@ -38,7 +38,7 @@ pub use find::vmcoreinfo::VmcoreinfoError;
 pub use find::{CacheLocation, FindError, Hints};
 pub use kernel::{Kernel, Source};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
-pub use modules::{Module, ModuleList, ModuleState};
+pub use modules::{Module, ModuleList, ModuleState, ModuleViews};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use structures::StructureFailure;
 pub use task_details::{

@@ -60,8 +60,10 @@ const SYMBOLS: &[&str] = &[
     // The kernel's VMCOREINFO text (see `vmcoreinfo`).
     vmcoreinfo::DATA_SYMBOL,
     vmcoreinfo::SIZE_SYMBOL,
-    // The head of the loadable modules' list (see `modules`).
+    // The head of the loadable modules' list, and their address tree (see
+    // `modules`).
     crate::linux::modules::SYMBOL,
+    crate::linux::modules::TREE_SYMBOL,
     // Whether the kernel runs with 5-level paging (kernels built with
     // CONFIG_X86_5LEVEL, up to 6.16).
     L5_SYMBOL,

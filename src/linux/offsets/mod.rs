@@ -16,7 +16,7 @@ mod tasks;
 
 pub(crate) use details::{CompatFlag, CredLayout, DetailsLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
-pub(crate) use modules::{ModuleLayout, SectionLayout, SymbolForm};
+pub(crate) use modules::{ModTreeLayout, ModuleLayout, SectionLayout, SymbolForm};
 pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
@@ -35,6 +35,9 @@ pub(crate) struct Offsets {
     pub maps: Result<MapsLayout, BtfError>,
     /// The module list's (`struct module`).
     pub modules: Result<ModuleLayout, BtfError>,
+    /// The module address tree's (`mod_tree`), a second view of the
+    /// modules.
+    pub module_tree: Result<ModTreeLayout, BtfError>,
     /// Each task's details (executable, exit code, 32-bit or not,
     /// credentials, start time, environment).
     pub details: Result<DetailsLayout, BtfError>,
@@ -49,6 +52,7 @@ impl Offsets {
             processes: ProcessLayout::from_btf(btf),
             maps: MapsLayout::from_btf(btf),
             modules: ModuleLayout::from_btf(btf),
+            module_tree: ModTreeLayout::from_btf(btf),
             details: DetailsLayout::from_btf(btf),
         })
     }
@@ -57,8 +61,10 @@ impl Offsets {
 /// Asks `btf` every question the walks ask (the kernel's check, the
 /// process list, memory maps, the module list, each task's details): the
 /// answers a warm start must have, and what the fuzz target asks of random
-/// BTF. The first error of each walk, if any.
+/// BTF. The first error of each walk, if any. (The module address tree
+/// is asked too, but a kernel may lack it: its error is not one.)
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
+    let _ = ModTreeLayout::from_btf(btf);
     [
         InitTaskLayout::from_btf(btf).map(drop),
         ProcessLayout::from_btf(btf).map(drop),
