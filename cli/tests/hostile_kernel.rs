@@ -44,6 +44,8 @@ struct Target {
     pattern: u32,
     /// The oracle's command line of pid 1.
     init_cmdline: Vec<String>,
+    /// The names of the guest's own modules, sorted.
+    modules: Vec<String>,
 }
 
 /// The target, made once for all tests of this file.
@@ -74,6 +76,12 @@ fn target() -> &'static Target {
             shell: by_cmdline("sh"),
             pattern: guest.pattern().pid,
             init_cmdline: guest.oracle().task(1).unwrap().cmdline.clone(),
+            modules: {
+                let mut names: Vec<String> =
+                    guest.modules().iter().map(|m| m.name.clone()).collect();
+                names.sort();
+                names
+            },
             clean,
             kernel,
             list,
@@ -704,7 +712,7 @@ fn craft_modules(
         modules.push(module);
         expected.push(serde_json::json!({
             "name": name, "size": total, "base": format!("{base:#x}"),
-            "state": word, "module": format!("{module:#x}"),
+            "state": word, "module": format!("{module:#x}"), "hidden": false,
         }));
     }
     let nodes: Vec<u64> = std::iter::once(head)
@@ -716,6 +724,36 @@ fn craft_modules(
         image.poke(physical(k, node + prev), &le(nodes[(i + n - 1) % n]));
     }
     (modules, expected)
+}
+
+/// The lines `modules --json` printed for the list, after checking the
+/// rest: the guest's own modules, which a crafted list left out but the
+/// module address tree still holds, each hidden and said so on stderr.
+fn listed_and_guests_own_hidden(t: &Target, run: &Run) -> Vec<Value> {
+    let lines = json_lines(run);
+    let (hidden, listed): (Vec<Value>, Vec<Value>) =
+        lines.into_iter().partition(|l| l["hidden"] == true);
+    let mut names: Vec<String> = hidden
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, t.modules, "{}", run.stderr);
+    for name in &t.modules {
+        let said = format!("leechio: module {name} (struct module at ");
+        assert!(run.stderr.contains(&said), "{}", run.stderr);
+    }
+    listed
+}
+
+/// `run`'s stderr without the lines of the module address tree's view
+/// (hidden modules, listed ones it lacks).
+fn without_tree_lines(run: &Run) -> String {
+    run.stderr
+        .lines()
+        .filter(|l| !l.starts_with("leechio: module ") || !l.contains("module address tree"))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 #[test]
@@ -734,15 +772,30 @@ fn modules_crafted_into_the_list_are_shown_as_lsmod_shows_them() {
     ];
     let (_, expected) = craft_modules(k, &mut image, &made);
     let json = leechio(&image.device(), &["modules", "--json"]);
-    assert!(json.status.success(), "{}", json.stderr);
-    assert_eq!(json.stderr, "");
-    assert_eq!(json_lines(&json), expected);
+    // The guest's own modules hide now, and the live crafted one is in
+    // no module address tree: said, exit 1.
+    assert_eq!(json.status.code(), Some(1), "{}", json.stderr);
+    assert_eq!(listed_and_guests_own_hidden(t, &json), expected);
+    assert_eq!(without_tree_lines(&json), "");
+    assert!(
+        json.stderr.contains("module ext4 (struct module at ")
+            && json
+                .stderr
+                .contains("is live on the module list but not in the module address tree"),
+        "{}",
+        json.stderr
+    );
     // The table, its strings escaped.
     let table = leechio(&image.device(), &["modules"]);
-    assert!(table.status.success(), "{}", table.stderr);
+    assert_eq!(table.status.code(), Some(1), "{}", table.stderr);
     assert_terminal_safe(&table.stdout, "modules");
     let lines: Vec<&str> = table.stdout.lines().collect();
-    assert_eq!(lines.len(), 4, "{}", table.stdout);
+    assert_eq!(lines.len(), 4 + t.modules.len(), "{}", table.stdout);
+    assert!(
+        lines[4..].iter().all(|l| l.ends_with("  HIDDEN")),
+        "{}",
+        table.stdout
+    );
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
         ["Module", "Size", "State", "Base"]
@@ -782,10 +835,10 @@ fn a_module_list_that_loops_or_tears_stops_there_with_what_it_read() {
     image.poke(physical(k, modules[1] + list), &le(node(modules[0])));
     let run = leechio(&image.device(), &["modules", "--json"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
-    assert_eq!(json_lines(&run), expected);
+    assert_eq!(listed_and_guests_own_hidden(t, &run), expected);
     let head = k.symbol("modules").unwrap();
     assert_eq!(
-        run.stderr,
+        without_tree_lines(&run),
         format!(
             "leechio: modules: {:#x}: the module's list node points back at {:#x}, not at {head:#x} that leads to it (a list changing while read): the walk stopped there\n\
              leechio: modules: {:#x}: module reached twice in the list (a loop, or a list changing while read): the walk stopped there\n\
@@ -802,17 +855,16 @@ fn a_module_list_that_loops_or_tears_stops_there_with_what_it_read() {
     image.poke(physical(k, modules[0] + list), &le(outside));
     let run = leechio(&image.device(), &["modules", "--json"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
-    assert_eq!(json_lines(&run), expected);
+    assert_eq!(listed_and_guests_own_hidden(t, &run), expected);
     let unreadable = outside - offset(k, "module", "list");
+    let stderr = without_tree_lines(&run);
     assert!(
-        run.stderr
-            .starts_with(&format!("leechio: modules: {unreadable:#x}: module: ")),
+        stderr.starts_with(&format!("leechio: modules: {unreadable:#x}: module: ")),
         "{}",
         run.stderr
     );
     assert!(
-        run.stderr
-            .ends_with("leechio: 1 item(s) could not be read; 2 modules listed\n"),
+        stderr.ends_with("leechio: 1 item(s) could not be read; 2 modules listed\n"),
         "{}",
         run.stderr
     );
