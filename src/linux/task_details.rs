@@ -107,7 +107,7 @@ impl Kernel {
     /// walk, the two share their batches.
     pub async fn task_details_async(&self, tasks: &[(u64, Option<u64>)]) -> Vec<TaskDetails> {
         match &self.offsets.details {
-            Ok(layout) => read(&self.kernel_memory(), layout, tasks).await,
+            Ok(layout) => read(&self.kernel_memory(), layout, &self.dnames(), tasks).await,
             Err(e) => {
                 let why = format!("process details cannot be read: {e}");
                 tasks
@@ -153,6 +153,7 @@ impl Kernel {
 pub(crate) async fn read(
     kmem: &KernelMemory<'_>,
     layout: &DetailsLayout,
+    dnames: &paths::Dnames,
     tasks: &[(u64, Option<u64>)],
 ) -> Vec<TaskDetails> {
     let (mm_first, mm_len) = layout.mm_span();
@@ -196,7 +197,8 @@ pub(crate) async fn read(
     }
     files.sort_unstable();
     files.dedup();
-    let infos: HashMap<u64, paths::FileInfo> = paths::files(kmem, &layout.paths, &files).await;
+    let infos: HashMap<u64, paths::FileInfo> =
+        paths::files(kmem, &layout.paths, dnames, &files).await;
     details
         .into_iter()
         .map(|(mut d, file)| {

@@ -8,11 +8,13 @@
 //! member of the memory maps still lists its processes, and only
 //! `init_task`'s are needed to find the kernel at all.
 
+mod files;
 mod maps;
 mod modules;
 mod structures;
 mod tasks;
 
+pub(crate) use files::{span, FilesLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
 pub(crate) use modules::{ModuleLayout, SectionLayout, SymbolForm};
 pub(crate) use structures::{
@@ -35,6 +37,8 @@ pub(crate) struct Offsets {
     pub modules: Result<ModuleLayout, BtfError>,
     /// Each task's details (executable, exit code, 32-bit or not).
     pub details: Result<DetailsLayout, BtfError>,
+    /// The open files' (fd tables, `struct file`, sockets).
+    pub files: Result<FilesLayout, BtfError>,
 }
 
 impl Offsets {
@@ -47,14 +51,15 @@ impl Offsets {
             maps: MapsLayout::from_btf(btf),
             modules: ModuleLayout::from_btf(btf),
             details: DetailsLayout::from_btf(btf),
+            files: FilesLayout::from_btf(btf),
         })
     }
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
-/// process list, memory maps, the module list, each task's details): the
-/// answers a warm start must have, and what the fuzz target asks of random
-/// BTF. The first error of each walk, if any.
+/// process list, memory maps, the module list, each task's details, the
+/// open files): the answers a warm start must have, and what the fuzz
+/// target asks of random BTF. The first error of each walk, if any.
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
     [
         InitTaskLayout::from_btf(btf).map(drop),
@@ -62,6 +67,7 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         MapsLayout::from_btf(btf).map(drop),
         ModuleLayout::from_btf(btf).map(drop),
         DetailsLayout::from_btf(btf).map(drop),
+        FilesLayout::from_btf(btf).map(drop),
     ]
     .into_iter()
     .filter_map(Result::err)
