@@ -23,6 +23,7 @@ use std::fmt;
 
 use crate::linux::{Kernel, ProcessList};
 
+mod describe;
 mod read;
 
 #[cfg(test)]
