@@ -7,6 +7,7 @@
 mod output;
 mod bench;
 mod dump;
+mod files;
 mod maps;
 mod modules;
 mod numbers;
@@ -103,6 +104,8 @@ enum Command {
     Maps(maps::MapsArgs),
     /// Loadable modules of a Linux target, as lsmod shows them: name, size, state, base
     Modules(modules::ModulesArgs),
+    /// Open files of a Linux target's processes (or of one), as ls -l /proc/PID/fd and lsof show them: pid, command, fd, type, flags, position, name
+    Files(files::FilesArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -205,6 +208,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Ps(args) => processes::ps(cli, args),
         Command::Maps(args) => maps::maps(cli, args),
         Command::Modules(args) => modules::modules(cli, args),
+        Command::Files(args) => files::files(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }
