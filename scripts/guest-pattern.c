@@ -21,9 +21,10 @@
  *     stopped child inherits: a file read up to a known position, a file
  *     unlinked while open, a folder, a file whose name does not fit in its
  *     dentry, a file opened O_APPEND | O_CLOEXEC, a pipe, a socket pair,
- *     an AF_INET socket, an eventfd, a memfd, and a copy of the first file
- *     at fd 100, so the process's fd table outgrows the 64 fds its
- *     files_struct holds itself.
+ *     an AF_INET socket, an eventfd, a memfd, a file with a tab in its
+ *     name (which a terminal must be shown escaped), and a copy of the
+ *     first file at fd 100, so the process's fd table outgrows the 64 fds
+ *     its files_struct holds itself.
  *
  * Once all of that is in place it writes one line "START END" (hex, no
  * 0x) to standard output, closes it, and then waits for ever. /init reads
@@ -109,6 +110,7 @@ static void open_files(void)
         fail("eventfd");
     if (memfd_create("leechio-memfd", 0) < 0)
         fail("memfd_create");
+    open_or_fail(FILES "/tab\there", O_WRONLY | O_CREAT);
     if (dup2(data, DATA_COPY) != DATA_COPY)
         fail("dup2");
 }
