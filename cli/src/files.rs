@@ -92,7 +92,7 @@ fn fd_json(p: &ProcessFiles, f: &OpenFile) -> serde_json::Value {
         "flags": flags(f), "pos": f.pos, "name": f.name.as_ref().ok(),
         "error": f.name.as_ref().err(), "inode": f.inode,
         "device": format!("{:02x}:{:02x}", f.device >> 20, f.device & 0xf_ffff),
-        "mode": f.mode, "file": hex(f.file),
+        "mode": hex(u64::from(f.mode)), "file": hex(f.file),
         "socket": f.socket.map(|s| hex(s.address)), "sock": f.socket.map(|s| hex(s.sock)),
     })
 }
