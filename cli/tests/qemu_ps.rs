@@ -21,6 +21,9 @@ const RUN_LIMIT: Duration = Duration::from_secs(90);
 /// once the kernel is known, on this guest (tests/linux_processes.rs).
 const FIND_CALLS: u64 = 8;
 const LIST_CALLS: u64 = 11;
+/// Read calls of the open files of every process, with the list they are
+/// read beside, once the kernel is known (tests/linux_processes.rs).
+const FILES_CALLS: u64 = 12;
 
 /// Runs the binary; fails the test if it has not ended by the deadline.
 fn leechio(args: &[&str]) -> Output {
@@ -409,6 +412,23 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
     for r in [engine, hop, os] {
         assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
         assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
+    }
+    // The open files: every fd /proc listed, batched and a read a call,
+    // the two alike.
+    let files = row("open files of every process", "engine: Kernel::open_files");
+    let fds = guest.oracle().fds.len();
+    assert_eq!(
+        files["workload"],
+        format!(
+            "open files of every process, {fds} fds of {} processes",
+            files["processes"]
+        )
+    );
+    assert_eq!(files["calls"], FILES_CALLS, "{files}");
+    let single = row("open files of every process", "engine: the same walk");
+    assert!(single["calls"].as_u64().unwrap() > fds as u64, "{single}");
+    for r in [files, single] {
+        assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
     }
 }
 
