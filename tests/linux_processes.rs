@@ -180,7 +180,8 @@ fn check_address_spaces(list: &ProcessList, guest: &Guest, mem: &Memory) {
 /// what the guest's /proc said (every process but `--processes`' extra
 /// ones): the same fds, each with the name `readlink` gave, `fdinfo`'s
 /// flags, position and inode; the pattern process's fds of every kind,
-/// which its stopped child shares. The read calls it took.
+/// which its stopped child shares, and the same read for it alone in as
+/// many calls. The read calls it took.
 fn check_open_files(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> u64 {
     let before = device.call_count(Call::ReadScatter);
     let found = kernel.open_files(None);
@@ -251,6 +252,11 @@ fn check_open_files(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> u64 {
     );
     let file = |fd: u32| pattern.fds.iter().find(|f| f.fd == fd).unwrap().file;
     assert_eq!(file(3), file(100), "dup2 shares the file");
+    // One process alone: the same fds, in as many calls (the same depth).
+    let before = device.call_count(Call::ReadScatter);
+    let one = kernel.open_files(Some(pattern.pid));
+    assert_eq!(device.call_count(Call::ReadScatter) - before, calls);
+    assert_eq!(one.processes, [pattern.clone()]);
     // Its stopped child inherited them: the same struct files.
     let child = guest
         .processes()

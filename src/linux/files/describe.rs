@@ -71,6 +71,7 @@ impl Walk<'_> {
             .zip(infos.into_iter().zip(sockets))
             .collect();
         let mut out = FxHashMap::default();
+        let mut unlayered = false;
         for s in structs {
             let pid = owner.get(s).copied();
             let mut fds = Vec::new();
@@ -93,6 +94,11 @@ impl Walk<'_> {
                     (FileKind::Socket, Some(Ok(socket))) => Some(*socket),
                     (FileKind::Socket, Some(Err(why))) => {
                         failed.push(fail(why.clone()));
+                        None
+                    }
+                    // Said once, after the fds.
+                    (FileKind::Socket, None) if l.socket.is_none() => {
+                        unlayered = true;
                         None
                     }
                     (FileKind::Socket, None) => {
@@ -127,6 +133,10 @@ impl Walk<'_> {
                 });
             }
             out.insert(*s, fds);
+        }
+        if unlayered {
+            let why = "the kernel's BTF has no struct socket_alloc: sockets are listed without their struct socket";
+            failed.push(failure(None, None, 0, why.into()));
         }
         out
     }

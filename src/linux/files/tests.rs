@@ -12,7 +12,9 @@ use crate::linux::offsets::FilesLayout;
 use crate::linux::paths::fake::{path_types, PathObjects, D_PARENT, F_INODE};
 use crate::linux::paths::Dnames;
 
-const MEMORY: usize = 16 << 20;
+const MEMORY: usize = 1 << 20;
+/// Room for more fd pointers than `NR_OPEN`.
+const BIG_MEMORY: usize = 16 << 20;
 
 // The made-up layout: offsets no kernel uses.
 const TASK_PID: u64 = 16;
@@ -47,6 +49,11 @@ const O_LARGEFILE: u32 = 0o100_000;
 const O_CLOEXEC: u32 = 0o2_000_000;
 
 fn btf() -> Btf {
+    btf_with(true)
+}
+
+/// The made-up BTF, with `struct socket_alloc` or without.
+fn btf_with(sockets: bool) -> Btf {
     let mut b = BtfBuilder::new();
     let fd_array = b.array(64);
     b.structure(
@@ -77,8 +84,10 @@ fn btf() -> Btf {
             ("close_on_exec", CLOSE_ON_EXEC),
         ],
     )
-    .structure("socket_alloc", 256, &[("vfs_inode", SOCKET_VFS_INODE)])
     .structure("socket", 64, &[("file", SOCKET_FILE), ("sk", SOCKET_SK)]);
+    if sockets {
+        b.structure("socket_alloc", 256, &[("vfs_inode", SOCKET_VFS_INODE)]);
+    }
     path_types(
         &mut b,
         &[
@@ -114,7 +123,11 @@ struct World {
 
 impl World {
     fn new() -> World {
-        let mut f = Fake::new(MEMORY);
+        World::with_memory(MEMORY)
+    }
+
+    fn with_memory(len: usize) -> World {
+        let mut f = Fake::new(len);
         let root = f.dentry("/", None);
         let mount = f.mount(None, root, root);
         let nr_open = f.alloc(8);
@@ -229,7 +242,11 @@ impl World {
 
     /// The files of `tasks` (of `wanted` alone), and the read calls.
     fn read(&self, tasks: &[u64], wanted: Option<u32>) -> (TaskFiles, u64) {
-        let layout = FilesLayout::from_btf(&btf()).unwrap();
+        self.read_with(&btf(), tasks, wanted)
+    }
+
+    fn read_with(&self, btf: &Btf, tasks: &[u64], wanted: Option<u32>) -> (TaskFiles, u64) {
+        let layout = FilesLayout::from_btf(btf).unwrap();
         self.f.read(async |kmem| {
             let walk = Walk {
                 kmem: *kmem,
@@ -430,7 +447,7 @@ fn tables_of_garbage_are_named_and_the_rest_listed() {
             (
                 Some(3),
                 None,
-                "max_fds is 2097152, more than 1048576, the most fs.nr_open (1048576) allows"
+                "max_fds is 2097152, more than 131072, as many fd pointers as the target's 1048576 bytes of memory hold"
             ),
             (
                 Some(4),
@@ -450,7 +467,7 @@ fn tables_of_garbage_are_named_and_the_rest_listed() {
 
 #[test]
 fn a_lower_nr_open_bounds_the_tables_and_garbage_in_it_is_not_believed() {
-    let mut w = World::new();
+    let mut w = World::with_memory(BIG_MEMORY);
     let (x, _) = w.path("/x", 0o100_644);
     let big = w.big_files(2048, &[(1500, x, false)]);
     let tasks = [w.task(1, 1, big)];
@@ -487,6 +504,13 @@ fn a_lower_nr_open_bounds_the_tables_and_garbage_in_it_is_not_believed() {
     assert_eq!(
         got.failed[0].reason,
         "max_fds is 2097152, more than 1048576, the most NR_OPEN (1048576) allows (the kernel's fs.nr_open reads 4294967295, which it cannot be)"
+    );
+    // fs.nr_open where nothing can be read.
+    w.nr_open = DIRECT + BIG_MEMORY as u64 + 0x1000;
+    let (got, _) = w.read(&[task], None);
+    assert_eq!(
+        got.failed[0].reason,
+        "max_fds is 2097152, more than 1048576, the most NR_OPEN (1048576) allows (the kernel's fs.nr_open could not be read)"
     );
 }
 
@@ -576,4 +600,30 @@ fn liar_socket(w: &World, file: u64) -> u64 {
             .try_into()
             .unwrap(),
     )
+}
+
+#[test]
+fn without_socket_alloc_in_btf_sockets_are_listed_and_that_is_said_once() {
+    let mut w = World::new();
+    let (a, b) = (w.socket(11, None), w.socket(12, None));
+    let files = w.files(&[(0, a, false), (1, b, false)]);
+    let task = w.task(3, 3, files);
+    let (got, _) = w.read_with(&btf_with(false), &[task], None);
+    let fds = got.tasks[0].clone().unwrap().fds;
+    let seen: Vec<_> = fds
+        .iter()
+        .map(|f| (f.name.clone(), f.kind, f.socket))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Ok("socket:[11]".to_string()), FileKind::Socket, None),
+            (Ok("socket:[12]".to_string()), FileKind::Socket, None)
+        ]
+    );
+    let failed: Vec<String> = got.failed.iter().map(|f| f.to_string()).collect();
+    assert_eq!(
+        failed,
+        ["open files: the kernel's BTF has no struct socket_alloc: sockets are listed without their struct socket"]
+    );
 }
