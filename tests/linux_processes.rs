@@ -256,7 +256,7 @@ fn check_open_files(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> u64 {
     let before = device.call_count(Call::ReadScatter);
     let one = kernel.open_files(Some(pattern.pid));
     assert_eq!(device.call_count(Call::ReadScatter) - before, calls);
-    assert_eq!(one.processes, [pattern.clone()]);
+    assert_eq!(one.processes, std::slice::from_ref(pattern));
     // Its stopped child inherited them: the same struct files.
     let child = guest
         .processes()
