@@ -21,7 +21,8 @@ ROOTS = [
     b"vm_special_mapping", b"rb_root", b"rb_node", b"pid_type",
     b"maple_type", b"module", b"module_layout", b"module_memory",
     b"mod_mem_type", b"module_state", b"list_head", b"kernel_symbol",
-    b"module_sect_attrs", b"module_sect_attr",
+    b"module_sect_attrs", b"module_sect_attr", b"dentry_operations",
+    b"files_struct", b"fdtable", b"socket", b"socket_alloc",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,

@@ -68,8 +68,13 @@
 #   leechio-oracle: map PID <line of /proc/PID/maps>
 #       for pid 1 (/init), `sleep 100001`, the shell `leechio-args ...`
 #       and the pattern process
-#   leechio-oracle: end tasks=N maps=N symbols=N modules=N   (how many
-#       lines of each)
+#   leechio-oracle: fd PID FD POS FLAGS INO NAME
+#       one per open fd of every process but the --processes ones:
+#       /proc/PID/fdinfo/FD's pos, flags (octal) and ino (- where the
+#       kernel gives none), and readlink /proc/PID/fd/FD (the rest of the
+#       line: a path, `socket:[INO]`, `anon_inode:[eventfd]`...)
+#   leechio-oracle: end tasks=N maps=N symbols=N modules=N fds=N   (how
+#       many lines of each)
 #   leechio-guest: ready
 # The processes it starts (children of /init; they run for ever): `sleep
 # 100001`; the shell `sh -c 'while :; do sleep 100002; done' leechio-args
@@ -77,8 +82,10 @@
 # empty argument); the 32-bit process `leechio-32bit` (where the kernel
 # runs 32-bit code); `sleep 100003` as user 1001 (group 1002); `sleep
 # 100004` with the ambient capability CAP_NET_RAW and the environment
-# LEECHIO_ENV=one, LEECHIO_SPACE=two words; the pattern process, comm "leech (pat) x", with two
-# threads (leechio-thr-1, -2), a stopped child and a zombie child. The
+# LEECHIO_ENV=one, LEECHIO_SPACE=two words; the pattern process, comm
+# "leech (pat) x", with two threads (leechio-thr-1, -2), a stopped child
+# and a zombie child, and open files of every kind (in /leechio-files/,
+# pipes, sockets...). The
 # oracle is printed by a subshell that leaves itself out, and /init then
 # waits for its children: no user process starts or ends after the oracle,
 # and /init's own state (S) is the same before and after.
@@ -243,7 +250,10 @@ fi
 # What /proc says: the kernel, its symbols, then every task and the maps of
 # the user processes that start above. Counted, so a lost line shows. A
 # subshell prints it, and leaves itself out: /init waits meanwhile, in the
-# state it keeps afterwards.
+# state it keeps afterwards. One group to the end of this file, so the
+# shell has read all of it before the subshell looks: its position in the
+# file (its fd 10, in the oracle) stays.
+{
 (
 read -r self _ </proc/self/stat
 read -r version </proc/version
@@ -306,11 +316,31 @@ while IFS= read -r line; do
     echo "leechio-oracle: module $line"
     modules=$((modules + 1))
 done </proc/modules
-echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols modules=$modules"
+fds=0
+for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    [ "$pid" = "$self" ] && continue
+    [ "$extra" -gt 0 ] && [ "$pid" -ge 5000 ] && continue
+    for fd in "$dir"/fd/*; do
+        link=$(readlink "$fd") || continue
+        pos=- flags=- ino=-
+        while read -r key value; do
+            case "$key" in
+                pos:) pos=$value ;;
+                flags:) flags=$value ;;
+                ino:) ino=$value ;;
+            esac
+        done <"$dir/fdinfo/${fd##*/}"
+        echo "leechio-oracle: fd $pid ${fd##*/} $pos $flags $ino $link"
+        fds=$((fds + 1))
+    done
+done
+echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols modules=$modules fds=$fds"
 )
 echo "leechio-guest: ready"
 # The test processes run for ever: `wait` returns only if they all end.
 while :; do wait; sleep 3600; done
+}
 INIT
     chmod 0755 "$build/root/init"
     (cd "$build/root" && find . | cpio -o -H newc --quiet | gzip -6) >"$build/initramfs.cpio.gz"

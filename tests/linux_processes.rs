@@ -19,7 +19,7 @@ use std::path::Path;
 
 use common::linux::{engine, no_cache};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
-use leechio::linux::{DetailsAsked, Kernel, ProcessList, Stage, TaskDetails};
+use leechio::linux::{DetailsAsked, FileKind, Kernel, ProcessList, Stage, TaskDetails};
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 
 /// Read calls of a list once the kernel is known, on a guest whose pids
@@ -28,6 +28,9 @@ use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 const LIST_CALLS: u64 = 11;
 /// The same with pids from 5,000 up: a third level.
 const LIST_CALLS_THREE_LEVELS: u64 = 12;
+/// Read calls of the open files of every process with the kernel known,
+/// read beside the list (which they need for the processes' names).
+const FILES_CALLS: u64 = 12;
 /// Read calls of `Kernel::find` with no cache (as `tests/linux_find.rs`
 /// counts them).
 const FIND_CALLS: u64 = 8;
@@ -277,10 +280,107 @@ fn check_module_views(kernel: &Kernel, device: &LeechCore, guest: &Guest) {
     assert_eq!(calls, MODULE_VIEWS_CALLS + levels - 4);
 }
 
+/// Every open fd of every process, read beside the process list, against
+/// what the guest's /proc said (every process but `--processes`' extra
+/// ones): the same fds, each with the name `readlink` gave, `fdinfo`'s
+/// flags, position and inode; the pattern process's fds of every kind,
+/// which its stopped child shares, and the same read for it alone in as
+/// many calls. The read calls it took.
+fn check_open_files(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> u64 {
+    let before = device.call_count(Call::ReadScatter);
+    let found = kernel.open_files(None);
+    let calls = device.call_count(Call::ReadScatter) - before;
+    assert!(found.failed.is_empty(), "{:#?}", found.failed);
+    let oracle = guest.oracle();
+    let extra = oracle.kernel_cmdline.contains("leechio.processes=");
+    let mut compared = 0;
+    for p in &found.processes {
+        if oracle.task(p.pid).is_none() || (extra && p.pid >= 5000) {
+            continue;
+        }
+        let got: Vec<(u32, String, u32, i64)> = p
+            .fds
+            .iter()
+            .map(|f| (f.fd, f.name.clone().unwrap(), f.flags.unwrap(), f.pos))
+            .collect();
+        let want: Vec<(u32, String, u32, i64)> = oracle
+            .fds_of(p.pid)
+            .map(|g| (g.fd, g.name.clone(), g.flags, g.pos))
+            .collect();
+        assert_eq!(got, want, "pid {} ({})", p.pid, p.name);
+        for (f, g) in p.fds.iter().zip(oracle.fds_of(p.pid)) {
+            if let Some(inode) = g.inode {
+                assert_eq!(f.inode, inode, "{f:?}");
+            }
+        }
+        compared += got.len();
+    }
+    assert_eq!(
+        compared,
+        oracle.fds.len(),
+        "an fd /proc listed was not found"
+    );
+    // The pattern process holds one of every kind, at the fds it opened
+    // them.
+    let pattern = found
+        .processes
+        .iter()
+        .find(|p| p.pid == guest.pattern().pid)
+        .unwrap();
+    let kinds: Vec<(u32, FileKind, bool)> = pattern
+        .fds
+        .iter()
+        .map(|f| (f.fd, f.kind, f.socket.is_some()))
+        .collect();
+    use FileKind::*;
+    assert_eq!(
+        kinds,
+        [
+            (0, CharDevice, false),
+            (2, CharDevice, false),
+            (3, Regular, false),
+            (4, Regular, false),
+            (5, Directory, false),
+            (6, Regular, false),
+            (7, Regular, false),
+            (8, Fifo, false),
+            (9, Fifo, false),
+            (10, Socket, true),
+            (11, Socket, true),
+            (12, Socket, true),
+            (13, AnonInode, false),
+            (14, Regular, false),
+            (15, Regular, false),
+            (100, Regular, false),
+        ]
+    );
+    let file = |fd: u32| pattern.fds.iter().find(|f| f.fd == fd).unwrap().file;
+    assert_eq!(file(3), file(100), "dup2 shares the file");
+    // One process alone: the same fds, in as many calls (the same depth).
+    let before = device.call_count(Call::ReadScatter);
+    let one = kernel.open_files(Some(pattern.pid));
+    assert_eq!(device.call_count(Call::ReadScatter) - before, calls);
+    assert_eq!(one.processes, std::slice::from_ref(pattern));
+    // Its stopped child inherited them: the same struct files.
+    let child = guest
+        .processes()
+        .into_iter()
+        .find(|t| t.ppid == pattern.pid && t.state == 'T')
+        .unwrap();
+    let child = found.processes.iter().find(|p| p.pid == child.pid).unwrap();
+    for f in pattern.fds.iter().filter(|f| f.fd >= 3) {
+        let same = child.fds.iter().find(|c| c.fd == f.fd).unwrap();
+        assert_eq!((same.file, &same.name), (f.file, &f.name));
+    }
+    calls
+}
+
 /// Finds the kernel of `guest` (paused), lists its processes and checks
 /// them, then lists them again with every task's details (which share
-/// the list's batches: no call more); returns the read calls of the list.
-fn check_guest(guest: &Guest) -> u64 {
+/// the list's batches: no call more), its modules both ways, and their
+/// open files; returns the read calls of the list, and of the open files
+/// (with the list they are read beside).
+fn check_guest(guest: &Guest) -> (u64, u64) {
     let (mem, device) = engine(guest.open());
     let _paused = guest.pause();
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
@@ -299,13 +399,15 @@ fn check_guest(guest: &Guest) -> u64 {
         list.processes.len(),
         list.task_count()
     );
-    calls
+    let files = check_open_files(&device, &kernel, guest);
+    eprintln!("their open files in {files} read calls");
+    (calls, files)
 }
 
 #[test]
 fn lists_the_processes_of_a_live_guest() {
     let guest = shared_guest();
-    assert_eq!(check_guest(&guest), LIST_CALLS);
+    assert_eq!(check_guest(&guest), (LIST_CALLS, FILES_CALLS));
 }
 
 #[test]
@@ -330,7 +432,7 @@ fn lists_the_processes_from_nothing_in_under_forty_calls() {
 #[test]
 fn lists_the_processes_with_5_level_paging_and_kaslr_on() {
     let guest = common::qemu::shared_la57_guest();
-    assert_eq!(check_guest(&guest), LIST_CALLS + 1);
+    assert_eq!(check_guest(&guest), (LIST_CALLS + 1, FILES_CALLS));
 }
 
 #[test]
@@ -340,7 +442,7 @@ fn lists_the_processes_of_another_kernel_build() {
         kernel: GuestKernel::Cloud,
         ..GuestOptions::default()
     });
-    assert_eq!(check_guest(&guest), LIST_CALLS);
+    assert_eq!(check_guest(&guest), (LIST_CALLS, FILES_CALLS));
 }
 
 #[test]
@@ -352,7 +454,10 @@ fn lists_a_few_hundred_processes_in_twelve_calls() {
         .filter(|p| p.pid >= 5000 && p.cmdline.first().map(String::as_str) == Some("sleep"))
         .count();
     assert_eq!(sleepers, EXTRA_PROCESSES as usize);
-    assert_eq!(check_guest(&guest), LIST_CALLS_THREE_LEVELS);
+    assert_eq!(
+        check_guest(&guest),
+        (LIST_CALLS_THREE_LEVELS, FILES_CALLS + 1)
+    );
 }
 
 /// Writes `bytes` as an image file in `dir` and opens it.
@@ -391,6 +496,8 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     assert_eq!(calls, LIST_CALLS + u64::from(guest.paging().levels() - 4));
     let (again, details) = kernel.processes_with(DetailsAsked { environment: true });
     check_details(&again, &details, guest);
+    // The open files' walk reads the direct map alone: no more levels.
+    assert_eq!(check_open_files(&device, &kernel, guest), FILES_CALLS);
 }
 
 /// Little-endian word `value` at physical `pa` of an image.
@@ -407,8 +514,9 @@ fn peek(image: &[u8], pa: u64) -> u64 {
 /// An image changed as a target that changes while it is read would look:
 /// a node of the pid table that leads back to the root (a loop), a thread
 /// whose pid no longer matches the table (it exited and its memory was
-/// reused), and a process whose `mm` points at a page table that is not
-/// one. Each is cut and reported; the rest is listed as before.
+/// reused), a process whose `mm` points at a page table that is not
+/// one, and an fd whose file pointer is no kernel address. Each is cut and
+/// reported; the rest is listed as before.
 #[test]
 fn loops_and_torn_structures_are_cut_and_reported() {
     let guest = shared_guest();
@@ -452,8 +560,33 @@ fn loops_and_torn_structures_are_cut_and_reported() {
         .expect("a page of zeros");
     poke(&mut bytes, pgd_at, kernel.direct_map_base() + zeros as u64);
 
+    // The pattern process's fd 5, a pointer that is no kernel address.
+    let files = kernel.open_files(Some(pattern.pid));
+    let table = files.processes[0].files.unwrap() + offset("files_struct", "fdt");
+    let table = peek(
+        &bytes,
+        pa(peek(&bytes, pa(table))) + offset("fdtable", "fd"),
+    );
+    let fd5 = pa(table) + 5 * 8;
+    let file5 = peek(&bytes, fd5);
+    poke(&mut bytes, fd5, 0x7fff_0000_1000);
+
     let (mem, _) = engine(image_device(dir.path(), "torn.raw", &bytes));
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let torn_files = kernel.open_files(Some(pattern.pid));
+    let failed: Vec<String> = torn_files.failed.iter().map(|f| f.to_string()).collect();
+    assert_eq!(
+        failed,
+        [format!(
+            "pid {} fd 5 at {:#x}: its file pointer 0x7fff00001000 is no kernel address",
+            pattern.pid,
+            table + 5 * 8
+        )]
+    );
+    let mut expected = files.processes[0].fds.clone();
+    assert_eq!(expected.iter().find(|f| f.fd == 5).unwrap().file, file5);
+    expected.retain(|f| f.fd != 5);
+    assert_eq!(torn_files.processes[0].fds, expected);
     let torn = kernel.processes();
     let failed: Vec<(Stage, Option<u32>)> = torn.failed.iter().map(|f| (f.stage, f.pid)).collect();
     eprintln!("{:#?}", torn.failed);

@@ -8,6 +8,7 @@ mod output;
 mod bench;
 mod dump;
 mod environment;
+mod files;
 mod maps;
 mod modules;
 mod numbers;
@@ -106,6 +107,8 @@ enum Command {
     Modules(modules::ModulesArgs),
     /// Environment of a Linux target's processes, as /proc/PID/environ holds it
     Env(environment::EnvArgs),
+    /// Open files of a Linux target's processes (or of one), as ls -l /proc/PID/fd and lsof show them: pid, command, fd, type, flags, position, name
+    Files(files::FilesArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -209,6 +212,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Maps(args) => maps::maps(cli, args),
         Command::Modules(args) => modules::modules(cli, args),
         Command::Env(args) => environment::env(cli, args),
+        Command::Files(args) => files::files(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }

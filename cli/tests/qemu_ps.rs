@@ -1,4 +1,4 @@
-//! `leechio ps`, `modules`, `spaces`, `maps` and `dump --pid` against a live Linux
+//! `leechio ps`, `modules`, `files`, `spaces`, `maps` and `dump --pid` against a live Linux
 //! guest, checked against what the guest's /proc said at boot (its oracle)
 //! and the bytes of its pattern process. The guest is paused while the
 //! binary reads.
@@ -21,6 +21,9 @@ const RUN_LIMIT: Duration = Duration::from_secs(90);
 /// once the kernel is known, on this guest (tests/linux_processes.rs).
 const FIND_CALLS: u64 = 8;
 const LIST_CALLS: u64 = 11;
+/// Read calls of the open files of every process, with the list they are
+/// read beside, once the kernel is known (tests/linux_processes.rs).
+const FILES_CALLS: u64 = 12;
 
 /// Runs the binary; fails the test if it has not ended by the deadline.
 fn leechio(args: &[&str]) -> Output {
@@ -232,6 +235,99 @@ fn a_module_unlinked_from_the_module_list_is_reported_hidden() {
     let lines = json_lines(&leechio(&["-d", &device, "modules", "--json"]));
     assert_eq!(lines.len(), want.len());
     assert!(lines.iter().all(|l| l["hidden"] == false));
+}
+
+#[test]
+fn files_lists_every_fd_as_the_guests_proc_says() {
+    check_files_lists_every_fd_as_the_guests_proc_says(shared_guest());
+}
+
+/// On a CPU with 5-level paging on, and KASLR.
+#[test]
+fn with_5_level_paging_files_lists_every_fd_as_the_guests_proc_says() {
+    check_files_lists_every_fd_as_the_guests_proc_says(shared_la57_guest());
+}
+
+/// `leechio files`: every fd of every process, as the guest's /proc said
+/// (readlink's name, fdinfo's flags, position and inode); the table of one
+/// process, its names escaped.
+fn check_files_lists_every_fd_as_the_guests_proc_says(guest: SharedGuest) {
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let lines = json_lines(&leechio(&["-d", &device, "files", "--json", "--no-cache"]));
+    let oracle = guest.oracle();
+    // Kernel threads that started since hold no fds: every line is of a
+    // process /proc listed.
+    let got: Vec<(u64, u64, &str, u64, i64)> = lines
+        .iter()
+        .map(|l| {
+            let flags = l["flags"].as_str().unwrap();
+            (
+                l["pid"].as_u64().unwrap(),
+                l["fd"].as_u64().unwrap(),
+                l["name"].as_str().unwrap_or_else(|| panic!("{l}")),
+                u64::from_str_radix(flags, 8).unwrap(),
+                l["pos"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64, &str, u64, i64)> = oracle
+        .fds
+        .iter()
+        .map(|f| {
+            let (pid, fd) = (u64::from(f.pid), u64::from(f.fd));
+            (pid, fd, f.name.as_str(), u64::from(f.flags), f.pos)
+        })
+        .collect();
+    assert_eq!(got, want);
+    for (line, fd) in lines.iter().zip(&oracle.fds) {
+        if let Some(inode) = fd.inode {
+            assert_eq!(line["inode"], inode, "{line}");
+        }
+        assert_eq!(line["command"], oracle.task(fd.pid).unwrap().comm, "{line}");
+    }
+    // One process: a header, then a row an fd, the name from column 60.
+    let pattern = guest.pattern().pid;
+    let output = leechio(&["-d", &device, "files", &pattern.to_string()]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let table = text(&output.stdout);
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        rows[0].split_whitespace().collect::<Vec<_>>(),
+        ["PID", "COMMAND", "FD", "TYPE", "FLAGS", "POS", "NAME"]
+    );
+    let want: Vec<(String, String, String)> = oracle
+        .fds_of(pattern)
+        .map(|f| {
+            let name = f.name.replace('\t', "\\t");
+            (f.fd.to_string(), format!("0{:o}", f.flags), name)
+        })
+        .collect();
+    let got: Vec<(String, String, String)> = rows[1..]
+        .iter()
+        .map(|row| {
+            let (head, name) = row.split_at(59);
+            assert!(
+                head.starts_with(&format!("{pattern:>7} leech (pat) x ")),
+                "{row:?}"
+            );
+            let words: Vec<&str> = head.split_whitespace().rev().take(4).collect();
+            let [_pos, flags, _kind, fd] = words[..] else {
+                panic!("{row:?}")
+            };
+            (
+                fd.to_string(),
+                flags.to_string(),
+                name.trim_start().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert!(table.contains(" REG ") && table.contains(" sock ") && table.contains(" a_inode "));
+    assert!(table.contains("/leechio-files/tab\\there"), "{table}");
+    let output = leechio(&["-d", &device, "files", "99999", "--no-cache"]);
+    assert!(!output.status.success());
+    assert_eq!(text(&output.stderr), "leechio: no process with pid 99999\n");
 }
 
 #[test]
@@ -534,6 +630,23 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
     for r in [engine, hop, os] {
         assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
         assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
+    }
+    // The open files: every fd /proc listed, batched and a read a call,
+    // the two alike.
+    let files = row("open files of every process", "engine: Kernel::open_files");
+    let fds = guest.oracle().fds.len();
+    assert_eq!(
+        files["workload"],
+        format!(
+            "open files of every process, {fds} fds of {} processes",
+            files["processes"]
+        )
+    );
+    assert_eq!(files["calls"], FILES_CALLS, "{files}");
+    let single = row("open files of every process", "engine: the same walk");
+    assert!(single["calls"].as_u64().unwrap() > fds as u64, "{single}");
+    for r in [files, single] {
+        assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
     }
 }
 

@@ -117,7 +117,9 @@ impl Kernel {
     /// `init_pid_ns`, `init_top_pgt`, `page_offset_base`, `linux_banner`,
     /// `__start_BTF`, `__stop_BTF`, `special_mapping_name`,
     /// `sysctl_max_map_count`, `vmcoreinfo_data`, `vmcoreinfo_size`,
-    /// `modules`, `__pgtable_l5_enabled`), when the kernel has it.
+    /// `modules`, `__pgtable_l5_enabled`, `sysctl_nr_open` and the
+    /// `d_dname` functions of sockets, pipes and anonymous inodes), when
+    /// the kernel has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }
@@ -135,6 +137,12 @@ impl Kernel {
     /// Whether this run searched memory or started from the cache.
     pub fn source(&self) -> Source {
         self.source
+    }
+
+    /// Where the kernel's `d_dname` functions are, which name files
+    /// that have no path.
+    pub(super) fn dnames(&self) -> crate::linux::paths::Dnames {
+        crate::linux::paths::Dnames::new(|name| self.symbol(name))
     }
 
     /// The kernel's virtual memory as it maps it.

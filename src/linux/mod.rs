@@ -13,13 +13,16 @@
 //!   statuses, 32-bit or not), [`Kernel::vmas`] (memory maps, with the
 //!   paths of their files), [`Kernel::modules`] (loadable modules, with
 //!   [`Kernel::module_exports`] and [`Kernel::module_sections`]),
-//!   [`Kernel::kallsyms`] (every symbol of the kernel's table).
+//!   [`Kernel::kallsyms`] (every symbol of the kernel's table),
+//!   [`Kernel::open_files`] (each process's fds, as `/proc/PID/fd`
+//!   names them).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
 
 #[cfg(test)]
 mod fake_memory;
+mod files;
 mod find;
 mod kernel;
 mod kmem;
@@ -32,6 +35,7 @@ mod structures;
 mod symbols;
 mod task_details;
 
+pub use files::{FileKind, FilesFailure, OpenFile, OpenFiles, ProcessFiles, Socket, TaskFiles};
 pub use find::btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX_BTF};
 pub use find::image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
 pub use find::vmcoreinfo::VmcoreinfoError;

@@ -5,6 +5,7 @@
 
 mod chains;
 mod dumps;
+mod files;
 mod physical;
 mod processes;
 mod table;
@@ -40,6 +41,7 @@ use leechio::{
 
 use chains::*;
 use dumps::*;
+use files::*;
 use physical::*;
 use processes::*;
 use table::*;
@@ -433,8 +435,10 @@ fn measure_all(
     // (now the only context, which `existing` attaches to).
     memflow_virtual(bench, dtb, &vas, &reference)?;
     memflow_dump(bench, dtb, target, &dump_reference)?;
-    // Phase three: a Linux target's processes, each way on its own context.
-    processes(bench)
+    // Phase three: a Linux target's processes, each way on its own context,
+    // then their open files.
+    processes(bench)?;
+    files(bench)
 }
 
 /// memflow's VirtualDma over the plugin, with memflow's default cache.

@@ -67,7 +67,19 @@ const SYMBOLS: &[&str] = &[
     // Whether the kernel runs with 5-level paging (kernels built with
     // CONFIG_X86_5LEVEL, up to 6.16).
     L5_SYMBOL,
+    // fs.nr_open, which bounds a process's fd table, and the d_dname
+    // functions that name sockets, pipes and anonymous inodes (see
+    // `files` and `paths`).
+    crate::linux::files::NR_OPEN_SYMBOL,
+    DNAMES[0],
+    DNAMES[1],
+    DNAMES[2],
+    DNAMES[3],
+    DNAMES[4],
+    DNAMES[5],
+    DNAMES[6],
 ];
+const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.
 const L5_SYMBOL: &str = "__pgtable_l5_enabled";
 /// The direct map's base without memory randomisation, by paging mode.

@@ -9,12 +9,14 @@
 //! `init_task`'s are needed to find the kernel at all.
 
 mod details;
+mod files;
 mod maps;
 mod modules;
 mod structures;
 mod tasks;
 
 pub(crate) use details::{CompatFlag, CredLayout, DetailsLayout};
+pub(crate) use files::{span, FilesLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
 pub(crate) use modules::{ModTreeLayout, ModuleLayout, SectionLayout, SymbolForm};
 pub(crate) use structures::{
@@ -41,6 +43,8 @@ pub(crate) struct Offsets {
     /// Each task's details (executable, exit code, 32-bit or not,
     /// credentials, start time, environment).
     pub details: Result<DetailsLayout, BtfError>,
+    /// The open files' (fd tables, `struct file`, sockets).
+    pub files: Result<FilesLayout, BtfError>,
 }
 
 impl Offsets {
@@ -54,15 +58,17 @@ impl Offsets {
             modules: ModuleLayout::from_btf(btf),
             module_tree: ModTreeLayout::from_btf(btf),
             details: DetailsLayout::from_btf(btf),
+            files: FilesLayout::from_btf(btf),
         })
     }
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
-/// process list, memory maps, the module list, each task's details): the
-/// answers a warm start must have, and what the fuzz target asks of random
-/// BTF. The first error of each walk, if any. (The module address tree
-/// is asked too, but a kernel may lack it: its error is not one.)
+/// process list, memory maps, the module list, each task's details, the
+/// open files): the answers a warm start must have, and what the fuzz
+/// target asks of random BTF. The first error of each walk, if any. (The
+/// module address tree is asked too, but a kernel may lack it: its error
+/// is not one.)
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
     let _ = ModTreeLayout::from_btf(btf);
     [
@@ -71,6 +77,7 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         MapsLayout::from_btf(btf).map(drop),
         ModuleLayout::from_btf(btf).map(drop),
         DetailsLayout::from_btf(btf).map(drop),
+        FilesLayout::from_btf(btf).map(drop),
     ]
     .into_iter()
     .filter_map(Result::err)
