@@ -13,7 +13,9 @@
 //!   statuses, 32-bit or not), [`Kernel::vmas`] (memory maps, with the
 //!   paths of their files), [`Kernel::modules`] (loadable modules, with
 //!   [`Kernel::module_exports`] and [`Kernel::module_sections`]),
-//!   [`Kernel::kallsyms`] (every symbol of the kernel's table).
+//!   [`Kernel::kallsyms`] (every symbol of the kernel's table),
+//!   [`Kernel::system`] (its names, boot time, uptime and command line),
+//!   [`Kernel::dmesg`] (its log buffer).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
@@ -23,6 +25,7 @@ mod fake_memory;
 mod find;
 mod kernel;
 mod kmem;
+mod log;
 mod maps;
 mod modules;
 mod offsets;
@@ -30,6 +33,7 @@ mod paths;
 mod processes;
 mod structures;
 mod symbols;
+mod system;
 mod task_details;
 
 pub use find::btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX_BTF};
@@ -37,10 +41,12 @@ pub use find::image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
 pub use find::vmcoreinfo::VmcoreinfoError;
 pub use find::{CacheLocation, FindError, Hints};
 pub use kernel::{Kernel, Source};
+pub use log::{Caller, KernelLog, LogRecord};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
 pub use modules::{Module, ModuleList, ModuleState};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use structures::StructureFailure;
+pub use system::{System, Uname};
 pub use task_details::{exit_status, TaskDetails, TaskState};
 
 pub use offsets::ask_walk_questions;

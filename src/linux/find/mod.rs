@@ -65,6 +65,23 @@ const SYMBOLS: &[&str] = &[
     // Whether the kernel runs with 5-level paging (kernels built with
     // CONFIG_X86_5LEVEL, up to 6.16).
     L5_SYMBOL,
+    // What the kernel says of itself (see `system`): its names, its
+    // timekeeper, its command line (and the line's length, from 6.x).
+    crate::linux::system::UTS_SYMBOL,
+    crate::linux::system::CLOCK_SYMBOL,
+    crate::linux::system::CMDLINE_SYMBOL,
+    crate::linux::system::CMDLINE_LEN_SYMBOL,
+    // The kernel log (see `log`): the ring's pointer and the kernel's
+    // two rings (5.10 on), or the old buffer's variables.
+    crate::linux::log::RING_SYMBOL,
+    crate::linux::log::STATIC_RINGS[0],
+    crate::linux::log::STATIC_RINGS[1],
+    crate::linux::log::LEGACY_SYMBOLS[0],
+    crate::linux::log::LEGACY_SYMBOLS[1],
+    crate::linux::log::LEGACY_SYMBOLS[2],
+    crate::linux::log::LEGACY_SYMBOLS[3],
+    crate::linux::log::LEGACY_SYMBOLS[4],
+    crate::linux::log::LEGACY_SYMBOLS[5],
 ];
 /// The kernel's own word on its paging mode: 1 with 5 levels.
 const L5_SYMBOL: &str = "__pgtable_l5_enabled";

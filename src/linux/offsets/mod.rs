@@ -8,16 +8,20 @@
 //! member of the memory maps still lists its processes, and only
 //! `init_task`'s are needed to find the kernel at all.
 
+mod log;
 mod maps;
 mod modules;
 mod structures;
+mod system;
 mod tasks;
 
+pub(crate) use log::{Int, LegacyLayout, LogLayout, RecordLayout, RingLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
 pub(crate) use modules::{ModuleLayout, SectionLayout, SymbolForm};
 pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
+pub(crate) use system::{ClockLayout, UtsLayout, UTS_FIELDS};
 pub(crate) use tasks::{CompatFlag, DetailsLayout, InitTaskLayout, ProcessLayout};
 
 use crate::linux::find::btf::{Btf, BtfError};
@@ -35,6 +39,12 @@ pub(crate) struct Offsets {
     pub modules: Result<ModuleLayout, BtfError>,
     /// Each task's details (executable, exit code, 32-bit or not).
     pub details: Result<DetailsLayout, BtfError>,
+    /// The first UTS namespace's name (`uname`).
+    pub uts: Result<UtsLayout, BtfError>,
+    /// The timekeeper's clocks in `tk_core` (boot time, uptime).
+    pub clock: Result<ClockLayout, BtfError>,
+    /// The kernel log's buffer.
+    pub log: Result<LogLayout, BtfError>,
 }
 
 impl Offsets {
@@ -47,12 +57,16 @@ impl Offsets {
             maps: MapsLayout::from_btf(btf),
             modules: ModuleLayout::from_btf(btf),
             details: DetailsLayout::from_btf(btf),
+            uts: UtsLayout::from_btf(btf),
+            clock: ClockLayout::from_btf(btf),
+            log: LogLayout::from_btf(btf),
         })
     }
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
-/// process list, memory maps, the module list, each task's details): the
+/// process list, memory maps, the module list, each task's details, the
+/// system's names and clocks, the kernel log): the
 /// answers a warm start must have, and what the fuzz target asks of random
 /// BTF. The first error of each walk, if any.
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
@@ -62,6 +76,9 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         MapsLayout::from_btf(btf).map(drop),
         ModuleLayout::from_btf(btf).map(drop),
         DetailsLayout::from_btf(btf).map(drop),
+        UtsLayout::from_btf(btf).map(drop),
+        ClockLayout::from_btf(btf).map(drop),
+        LogLayout::from_btf(btf).map(drop),
     ]
     .into_iter()
     .filter_map(Result::err)
