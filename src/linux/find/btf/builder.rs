@@ -103,6 +103,20 @@ impl BtfBuilder {
         self.push(&words)
     }
 
+    /// A struct of `size` bytes with bit fields (the kind flag set):
+    /// members (name; type; offset in bits; width in bits, 0 for a member
+    /// that is no bit field).
+    pub fn composite_bits(&mut self, name: &str, size: u32, members: &[(&str, u32, u32, u32)]) -> u32 {
+        let name = self.string(name);
+        let info = (1 << 31) | (KIND_STRUCT << 24) | members.len() as u32;
+        let mut words = vec![name, info, size];
+        for &(member, ty, bits, width) in members {
+            let member = self.string(member);
+            words.extend([member, ty, (width << 24) | bits]);
+        }
+        self.push(&words)
+    }
+
     /// `struct name` of `size` bytes whose members (each a long unless an
     /// array's type id is given) lie at the given byte offsets.
     pub fn structure(&mut self, name: &str, size: u32, members: &[(&str, u64)]) -> &mut Self {
