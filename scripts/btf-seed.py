@@ -22,6 +22,11 @@ ROOTS = [
     b"maple_type", b"module", b"module_layout", b"module_memory",
     b"mod_mem_type", b"module_state", b"list_head", b"kernel_symbol",
     b"module_sect_attrs", b"module_sect_attr",
+    # What the kernel says of itself (system.rs) and its log (log/).
+    b"uts_namespace", b"new_utsname", b"seqcount_raw_spinlock",
+    b"seqcount", b"tk_data", b"timekeeper", b"tk_read_base",
+    b"printk_ringbuffer", b"prb_desc", b"printk_info", b"desc_state",
+    b"printk_log",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,

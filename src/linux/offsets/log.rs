@@ -230,3 +230,41 @@ impl RingLayout {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test guest's BTF cut down to what the walks ask about.
+    const GUEST_BTF: &[u8] = include_bytes!("../../../fuzz/seeds/btf/debian12-6.1-walks.btf");
+
+    #[test]
+    fn a_6_1_kernel_keeps_its_log_in_the_lockless_ring() {
+        let btf = Btf::parse(GUEST_BTF).unwrap();
+        let LogLayout::Ring(ring) = LogLayout::from_btf(&btf).unwrap() else {
+            panic!("not the ring");
+        };
+        // `u8 flags:5, level:3` after `facility`, in the byte at 19.
+        assert_eq!(
+            ring.info.level,
+            Bits {
+                byte: 19,
+                shift: 5,
+                width: 3
+            }
+        );
+        assert_eq!(ring.info.text_len, Int { at: 16, width: 2 });
+        assert_eq!((ring.desc_size, ring.info_size), (24, 88));
+        assert_eq!(ring.tail_id, Int { at: 32, width: 8 });
+        assert_eq!(ring.data, Int { at: 56, width: 8 });
+        assert_eq!(
+            ring.states,
+            DescStates {
+                reserved: 0,
+                committed: 1,
+                finalized: 2,
+                reusable: 3
+            }
+        );
+    }
+}

@@ -123,3 +123,28 @@ impl ClockLayout {
         .unwrap_or(0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test guest's BTF cut down to what the walks ask about.
+    const GUEST_BTF: &[u8] = include_bytes!("../../../fuzz/seeds/btf/debian12-6.1-walks.btf");
+
+    #[test]
+    fn a_6_1_kernels_timekeeper_follows_a_4_byte_sequence_count_at_8() {
+        let btf = Btf::parse(GUEST_BTF).unwrap();
+        // No `struct tk_data` before 6.13.
+        assert!(btf.size_of("tk_data").is_err());
+        let clock = ClockLayout::from_btf(&btf).unwrap();
+        let tk = |m: &str| 8 + btf.member_offset("timekeeper", m).unwrap();
+        assert_eq!(clock.sequence, 0);
+        assert_eq!(clock.xtime_sec, tk("xtime_sec"));
+        assert_eq!(clock.mono_base, tk("tkr_mono.base"));
+        assert_eq!(clock.offs_boot, tk("offs_boot"));
+        assert_eq!(clock.len(), tk("offs_boot") + 8);
+        let uts = UtsLayout::from_btf(&btf).unwrap();
+        assert_eq!(uts.fields[5], (5 * 65, 65));
+        assert_eq!(uts.span(), (0, 390));
+    }
+}
