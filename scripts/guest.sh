@@ -65,6 +65,16 @@
 #   leechio-oracle: map PID <line of /proc/PID/maps>
 #       for pid 1 (/init), `sleep 100001`, the shell `leechio-args ...`
 #       and the pattern process
+#   leechio-oracle: uname KEY VALUE   (KEY sysname, nodename, release,
+#       version, machine, domainname: /proc/sys/kernel's ostype, hostname,
+#       osrelease, version, domainname, and `uname -m`; /init sets the host
+#       name leechio-guest and the domain name leechio.test first)
+#   leechio-oracle: btime N   (/proc/stat's)
+#   leechio-oracle: clock uptime=S.HH now=N   (/proc/uptime's first
+#       number, then `date +%s`, read one after the other)
+#   leechio-oracle: dmesg HEX   (one per line busybox `dmesg` prints, its
+#       bytes in hex, without the newline)
+#   leechio-oracle: dmesg-end lines=N   (how many dmesg lines)
 #   leechio-oracle: end tasks=N maps=N symbols=N modules=N   (how many
 #       lines of each)
 #   leechio-guest: ready
@@ -169,6 +179,10 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 exec </dev/console >/dev/console 2>&1
+# A host name and domain name of the guest's own, for the kernel's names
+# (`leechio system`) to be checked by.
+hostname leechio-guest
+echo leechio.test >/proc/sys/kernel/domainname
 # Kernel messages would land inside the lines below; real addresses in
 # /proc/kallsyms, whatever the kernel's default.
 echo 1 >/proc/sys/kernel/printk
@@ -285,6 +299,23 @@ while IFS= read -r line; do
     echo "leechio-oracle: module $line"
     modules=$((modules + 1))
 done </proc/modules
+# What the kernel says of itself, and its log: each dmesg line in hex
+# (od's 16 bytes a line, joined by awk up to each newline).
+for key in ostype:sysname hostname:nodename osrelease:release version:version domainname:domainname; do
+    IFS= read -r value </proc/sys/kernel/${key%%:*}
+    echo "leechio-oracle: uname ${key#*:} $value"
+done
+echo "leechio-oracle: uname machine $(uname -m)"
+while read -r key value; do
+    [ "$key" = btime ] && echo "leechio-oracle: btime $value"
+done </proc/stat
+read -r uptime _ </proc/uptime
+echo "leechio-oracle: clock uptime=$uptime now=$(date +%s)"
+dmesg >/dmesg.txt
+od -An -v -tx1 /dmesg.txt | awk '
+    { for (i = 1; i <= NF; i++) if ($i == "0a") { print "leechio-oracle: dmesg " line; line = ""; n++ } else line = line $i }
+    END { if (line != "") { print "leechio-oracle: dmesg " line; n++ } print "leechio-oracle: dmesg-end lines=" n + 0 }'
+rm -f /dmesg.txt
 echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols modules=$modules"
 )
 echo "leechio-guest: ready"

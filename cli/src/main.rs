@@ -6,6 +6,7 @@
 #[macro_use]
 mod output;
 mod bench;
+mod dmesg;
 mod dump;
 mod maps;
 mod modules;
@@ -14,6 +15,7 @@ mod paging;
 mod processes;
 mod signals;
 mod spaces;
+mod system;
 mod undo;
 
 use std::io::Write;
@@ -103,6 +105,10 @@ enum Command {
     Maps(maps::MapsArgs),
     /// Loadable modules of a Linux target, as lsmod shows them: name, size, state, base
     Modules(modules::ModulesArgs),
+    /// What a Linux target's kernel says of itself: its names (as uname), boot time, uptime, clock, command line
+    System(system::SystemArgs),
+    /// The kernel log of a Linux target, as dmesg prints it
+    Dmesg(dmesg::DmesgArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -205,6 +211,8 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Ps(args) => processes::ps(cli, args),
         Command::Maps(args) => maps::maps(cli, args),
         Command::Modules(args) => modules::modules(cli, args),
+        Command::System(args) => system::system(cli, args),
+        Command::Dmesg(args) => dmesg::dmesg(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }

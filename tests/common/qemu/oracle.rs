@@ -10,6 +10,9 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+mod system;
+pub use system::{GuestSystem, UNAME_KEYS};
+
 /// The prefix of every oracle line.
 const TAG: &str = "leechio-oracle: ";
 
@@ -139,6 +142,8 @@ pub struct Oracle {
     pub pattern: PatternProcess,
     /// `/proc/modules`, in its order.
     pub modules: Vec<GuestModule>,
+    /// The kernel's names, clocks and log.
+    pub system: GuestSystem,
 }
 
 impl Oracle {
@@ -196,6 +201,7 @@ struct Items {
     maps: BTreeMap<u32, Vec<GuestMap>>,
     map_lines: usize,
     modules: Vec<GuestModule>,
+    system: system::SystemItems,
     /// The counts of the end line: tasks, map lines, symbols, modules
     /// (the last 0 when the line has none).
     end: Option<[usize; 4]>,
@@ -260,6 +266,7 @@ impl Items {
                 self.modules.push(parse_module(rest)?);
                 Ok(())
             }
+            "uname" | "btime" | "clock" | "dmesg" | "dmesg-end" => self.system.add(kind, rest),
             "end" => {
                 let fields = Fields::new(rest);
                 let counts = [
@@ -302,6 +309,7 @@ impl Items {
             maps: self.maps,
             pattern: self.pattern.ok_or("no pattern process line")?,
             modules: self.modules,
+            system: self.system.finish()?,
         })
     }
 }
