@@ -30,7 +30,7 @@ pub fn dmesg(cli: &Cli, args: &DmesgArgs) -> Result<ExitCode, Failure> {
             false => {
                 let stamp = r.time_stamp();
                 for line in r.lines() {
-                    outln!("{stamp} {}", escape(&String::from_utf8_lossy(line)));
+                    outln!("{stamp} {}", escape_but_tabs(&String::from_utf8_lossy(line)));
                 }
             }
         }
@@ -40,6 +40,16 @@ pub fn dmesg(cli: &Cli, args: &DmesgArgs) -> Result<ExitCode, Failure> {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,
     })
+}
+
+/// A line of the log made safe for a terminal as `escape` does, its
+/// tabs kept: the kernel indents lines with them, and `dmesg` prints them
+/// (a tab moves to the next stop, and can hide or forge nothing).
+fn escape_but_tabs(line: &str) -> String {
+    line.split('\t')
+        .map(|part| escape(part))
+        .collect::<Vec<_>>()
+        .join("\t")
 }
 
 /// The JSON line of a record: its text whole, lines and all.
@@ -65,5 +75,16 @@ fn report_failures(log: &KernelLog) {
             log.failed.len(),
             log.records.len()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tabs_stay_and_other_controls_are_escaped() {
+        assert_eq!(escape_but_tabs("rcu: \tRCU x"), "rcu: \tRCU x");
+        assert_eq!(escape_but_tabs("a\t\u{1b}[2J\\"), "a\t\\u{1b}[2J\\\\");
     }
 }
