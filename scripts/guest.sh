@@ -47,8 +47,10 @@
 #       _text, init_top_pgt, init_task, init_pid_ns, page_offset_base,
 #       vmalloc_base, __pgtable_l5_enabled,
 #       __start_BTF, __stop_BTF, linux_banner, vmcoreinfo_data,
-#       vmcoreinfo_size and the kallsyms_* tables the kernel lists, and
-#       of crc7_be, crc8_populate_msb and crc_itu_t, which the modules
+#       vmcoreinfo_size and the kallsyms_* tables the kernel lists, of
+#       init_uts_ns, tk_core, saved_command_line, saved_command_line_len,
+#       prb, printk_rb_static, printk_rb_dynamic, log_buf and log_buf_len,
+#       and of crc7_be, crc8_populate_msb and crc_itu_t, which the modules
 #       below export)
 #   leechio-oracle: module <line of /proc/modules>
 #       the modules /init loads first: those `make setup` keeps for the
@@ -202,7 +204,9 @@ awk 'BEGIN {
         "__stop_BTF linux_banner kallsyms_num_syms kallsyms_names kallsyms_token_table " \
         "kallsyms_token_index kallsyms_offsets kallsyms_relative_base kallsyms_markers " \
         "kallsyms_addresses kallsyms_seqs_of_names vmcoreinfo_data vmcoreinfo_size " \
-        "crc7_be crc8_populate_msb crc_itu_t", names, " ")
+        "crc7_be crc8_populate_msb crc_itu_t " \
+        "init_uts_ns tk_core saved_command_line saved_command_line_len prb " \
+        "printk_rb_static printk_rb_dynamic log_buf log_buf_len", names, " ")
     for (i in names) wanted[names[i]] = 1
 } $3 in wanted' /proc/kallsyms >/symbols
 echo "leechio-guest: $(grep -w -e _text -e init_top_pgt /symbols | tr '\n' ' ')"

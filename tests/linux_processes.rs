@@ -271,8 +271,40 @@ fn check_dmesg(log: &KernelLog, guest: &Guest) {
     );
 }
 
+/// The symbols the names, clocks and log are found by, each once in the
+/// guest's /proc/kallsyms, where we found it (`saved_command_line_len`
+/// where the kernel has it).
+fn check_system_symbols(kernel: &Kernel, guest: &Guest) {
+    let names = [
+        "init_uts_ns",
+        "tk_core",
+        "saved_command_line",
+        "saved_command_line_len",
+        "prb",
+        "printk_rb_static",
+        "printk_rb_dynamic",
+        "log_buf",
+        "log_buf_len",
+    ];
+    for name in names {
+        let listed: Vec<u64> = guest
+            .oracle()
+            .symbols
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.address)
+            .collect();
+        match listed[..] {
+            [] if name == "saved_command_line_len" => assert_eq!(kernel.symbol(name), None),
+            [address] => assert_eq!(kernel.symbol(name), Some(address), "{name}"),
+            _ => panic!("{name}: /proc/kallsyms lists {listed:x?}"),
+        }
+    }
+}
+
 /// What the kernel says of itself and its log, each in its exact calls.
 fn check_system_and_dmesg(device: &LeechCore, kernel: &Kernel, guest: &Guest) {
+    check_system_symbols(kernel, guest);
     let (system, calls) = counted(device, || kernel.system());
     check_system(&system, guest);
     assert_eq!(calls, SYSTEM_CALLS);
