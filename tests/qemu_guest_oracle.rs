@@ -444,7 +444,10 @@ fn the_kernels_names_clocks_and_log_are_read_back() {
     let s = &oracle.system;
     assert_eq!(s.uname("version"), "#1 SMP PREEMPT_DYNAMIC Debian");
     assert_eq!(s.uname("domainname"), "leechio.test");
-    assert_eq!((s.btime, s.uptime_centis, s.now), (1764300000, 705, 1764300007));
+    assert_eq!(
+        (s.btime, s.uptime_centis, s.now),
+        (1764300000, 705, 1764300007)
+    );
     assert_eq!(
         s.dmesg,
         [&b"[    0.000000] Linux"[..], b"[    0.000000] \t\t\n"]
@@ -454,12 +457,19 @@ fn the_kernels_names_clocks_and_log_are_read_back() {
         Oracle::parse(&lost).unwrap_err(),
         "the guest printed 3 dmesg lines, 2 read"
     );
-    let no_name = log("", "tasks=2 maps=2 symbols=1").replace("uname machine x86_64", "uname sysname Linux");
-    assert!(Oracle::parse(&no_name).unwrap_err().ends_with("uname sysname given twice"));
+    let no_name =
+        log("", "tasks=2 maps=2 symbols=1").replace("uname machine x86_64", "uname sysname Linux");
+    assert!(Oracle::parse(&no_name)
+        .unwrap_err()
+        .ends_with("uname sysname given twice"));
     let bad = log("", "tasks=2 maps=2 symbols=1").replace("uptime=7.05", "uptime=7.5");
-    assert!(Oracle::parse(&bad).unwrap_err().ends_with("uptime \"7.5\" is not S.HH"));
+    assert!(Oracle::parse(&bad)
+        .unwrap_err()
+        .ends_with("uptime \"7.5\" is not S.HH"));
     let odd = log("", "tasks=2 maps=2 symbols=1").replace("2009090a", "2009090");
-    assert!(Oracle::parse(&odd).unwrap_err().ends_with("dmesg: odd number of hex digits"));
+    assert!(Oracle::parse(&odd)
+        .unwrap_err()
+        .ends_with("dmesg: odd number of hex digits"));
 }
 
 #[test]

@@ -30,7 +30,10 @@ pub fn dmesg(cli: &Cli, args: &DmesgArgs) -> Result<ExitCode, Failure> {
             false => {
                 let stamp = r.time_stamp();
                 for line in r.lines() {
-                    outln!("{stamp} {}", escape_but_tabs(&String::from_utf8_lossy(line)));
+                    outln!(
+                        "{stamp} {}",
+                        escape_but_tabs(&String::from_utf8_lossy(line))
+                    );
                 }
             }
         }

@@ -111,7 +111,11 @@ fn fields(s: &System) -> Vec<Field> {
             key: "clock",
             value: s.clock.clone().map(|t| {
                 (
-                    format!("{:.2} ({}), at the kernel's last timer tick", t.as_secs_f64(), utc(t)),
+                    format!(
+                        "{:.2} ({}), at the kernel's last timer tick",
+                        t.as_secs_f64(),
+                        utc(t)
+                    ),
                     json!(t.as_secs_f64()),
                 )
             }),

@@ -701,9 +701,7 @@ fn check_system_says_what_the_guests_uname_and_proc_say(guest: SharedGuest) {
     let _paused = guest.pause();
     let oracle = &guest.oracle().system;
     let lines = json_lines(&leechio(&["-d", &device, "system", "--json", "--no-cache"]));
-    let [s] = &lines[..] else {
-        panic!("{lines:?}")
-    };
+    let [s] = &lines[..] else { panic!("{lines:?}") };
     for key in common::qemu::oracle::UNAME_KEYS {
         assert_eq!(s[key], oracle.uname(key), "{key}");
     }
@@ -729,7 +727,10 @@ fn check_system_says_what_the_guests_uname_and_proc_say(guest: SharedGuest) {
         ("Domainname", "leechio.test"),
     ];
     assert_eq!(rows[..6], want);
-    assert!(rows[6].0 == "Boot time" && rows[6].1.starts_with(&boot.to_string()), "{table}");
+    assert!(
+        rows[6].0 == "Boot time" && rows[6].1.starts_with(&boot.to_string()),
+        "{table}"
+    );
     assert_eq!(rows[9], ("Cmdline", guest.oracle().kernel_cmdline.as_str()));
 }
 
@@ -773,7 +774,11 @@ fn check_dmesg_prints_what_the_guests_dmesg_printed(guest: SharedGuest) {
         let found = ours[at..].iter().position(|l| l == line);
         at += found.unwrap_or_else(|| panic!("{line:?} not printed in order")) + 1;
     }
-    assert!(theirs[0].starts_with("[    0.000000] Linux version "), "{}", theirs[0]);
+    assert!(
+        theirs[0].starts_with("[    0.000000] Linux version "),
+        "{}",
+        theirs[0]
+    );
     let records = json_lines(&leechio(&["-d", &device, "dmesg", "--json", "--no-cache"]));
     let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
@@ -781,9 +786,15 @@ fn check_dmesg_prints_what_the_guests_dmesg_printed(guest: SharedGuest) {
         .iter()
         .flat_map(|r| {
             let ns = r["time_ns"].as_u64().unwrap();
-            let stamp = format!("[{:5}.{:06}]", ns / 1_000_000_000, ns % 1_000_000_000 / 1000);
+            let stamp = format!(
+                "[{:5}.{:06}]",
+                ns / 1_000_000_000,
+                ns % 1_000_000_000 / 1000
+            );
             let text = r["text"].as_str().unwrap().to_string();
-            text.split('\n').map(|l| format!("{stamp} {l}")).collect::<Vec<_>>()
+            text.split('\n')
+                .map(|l| format!("{stamp} {l}"))
+                .collect::<Vec<_>>()
         })
         .collect();
     // The same log read twice: the same lines, save what the kernel logged

@@ -18,10 +18,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures::join;
 use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::offsets::{ClockLayout, UtsLayout, UTS_FIELDS};
 use crate::linux::Kernel;
+use futures::join;
 
 #[cfg(test)]
 mod tests;
@@ -237,12 +237,14 @@ async fn command_line_at(
     };
     let mut bytes = kmem.read_vec(pointer, first as usize).await?;
     if !bytes.contains(&0) && first < most {
-        bytes.extend(kmem.read_vec(pointer + first, (most - first) as usize).await?);
+        bytes.extend(
+            kmem.read_vec(pointer + first, (most - first) as usize)
+                .await?,
+        );
     }
-    let end = bytes
-        .iter()
-        .position(|&c| c == 0)
-        .ok_or_else(|| format!("the command line at {pointer:#x} has no end within {most} bytes"))?;
+    let end = bytes.iter().position(|&c| c == 0).ok_or_else(|| {
+        format!("the command line at {pointer:#x} has no end within {most} bytes")
+    })?;
     Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
 }
 

@@ -43,7 +43,11 @@ impl From<[u64; 6]> for Symbols {
 }
 
 /// The log in the buffer whose variables are at `at`.
-pub(super) async fn read(kmem: &KernelMemory<'_>, layout: &LegacyLayout, at: &Symbols) -> KernelLog {
+pub(super) async fn read(
+    kmem: &KernelMemory<'_>,
+    layout: &LegacyLayout,
+    at: &Symbols,
+) -> KernelLog {
     let words = [
         (at.buf, 8),
         (at.len, 4),
@@ -75,7 +79,13 @@ pub(super) async fn read(kmem: &KernelMemory<'_>, layout: &LegacyLayout, at: &Sy
         Ok(bytes) => bytes,
         Err(e) => return KernelLog::failed(buf, format!("the log's buffer: {e}")),
     };
-    records(layout, buf, &bytes, (first_idx, next_idx), (first_seq, next_seq))
+    records(
+        layout,
+        buf,
+        &bytes,
+        (first_idx, next_idx),
+        (first_seq, next_seq),
+    )
 }
 
 /// The records of `bytes` (the buffer, at `buf`) from index `first` to
@@ -106,12 +116,17 @@ fn records(
         if seq.wrapping_sub(first_seq) >= expected {
             log.failed.push(cut(
                 idx,
-                format!("{expected} records read and the walk is not at log_next_idx {next:#x}: cut"),
+                format!(
+                    "{expected} records read and the walk is not at log_next_idx {next:#x}: cut"
+                ),
             ));
             break;
         }
         let Some(head) = bytes.bytes_at(idx, layout.header) else {
-            log.failed.push(cut(idx, format!("a record at {idx:#x} would overrun the {len}-byte buffer: cut")));
+            log.failed.push(cut(
+                idx,
+                format!("a record at {idx:#x} would overrun the {len}-byte buffer: cut"),
+            ));
             break;
         };
         let r = &layout.record;
@@ -119,7 +134,10 @@ fn records(
         if size == 0 {
             // The end of the buffer: once, and only past the last record.
             if wrapped || idx < next {
-                log.failed.push(cut(idx, format!("a record of length 0 at {idx:#x} where none can end the buffer: cut")));
+                log.failed.push(cut(
+                    idx,
+                    format!("a record of length 0 at {idx:#x} where none can end the buffer: cut"),
+                ));
                 break;
             }
             (idx, wrapped) = (0, true);

@@ -64,10 +64,7 @@ pub(super) async fn read(
     let bytes = match known {
         Some((_, Ok(bytes))) => bytes,
         _ if pointer < kmem.kernel_half() => {
-            return KernelLog::failed(
-                prb,
-                format!("prb is {pointer:#x}, not a kernel address"),
-            )
+            return KernelLog::failed(prb, format!("prb is {pointer:#x}, not a kernel address"))
         }
         _ => match kmem.read_vec(pointer, size).await {
             Ok(bytes) => bytes,
@@ -84,7 +81,8 @@ pub(super) async fn read(
         kmem.read_vec(ring.infos, (count * layout.info_size) as usize),
         kmem.read_vec(ring.data, 1 << ring.size_bits),
     );
-    let failed = |at, what: &str, e: String| KernelLog::failed(at, format!("the log's {what}: {e}"));
+    let failed =
+        |at, what: &str, e: String| KernelLog::failed(at, format!("the log's {what}: {e}"));
     match (descs, infos, data) {
         (Ok(d), Ok(i), Ok(t)) => records(layout, &ring, &d, &i, &t),
         (Err(e), _, _) => failed(ring.descs, "descriptors", e),
@@ -95,7 +93,12 @@ pub(super) async fn read(
 
 /// The ring's header in `bytes`, read at `at`, checked against the bounds
 /// (see the parent module) and the target.
-fn parse(layout: &RingLayout, at: u64, bytes: &[u8], kmem: &KernelMemory<'_>) -> Result<Ring, String> {
+fn parse(
+    layout: &RingLayout,
+    at: u64,
+    bytes: &[u8],
+    kmem: &KernelMemory<'_>,
+) -> Result<Ring, String> {
     let short = || format!("the log's ring at {at:#x}: short read");
     let field = |f: crate::linux::offsets::Int| f.read(bytes).ok_or_else(short);
     let ring = Ring {
@@ -193,10 +196,14 @@ fn record(
     let state_var = word(layout.state_var)?;
     let (state, desc_id) = (state_var >> STATE_SHIFT, state_var & ID_MASK);
     if desc_id != id {
-        return Err(match desc_id.wrapping_sub(id) & ID_MASK < 1 << (STATE_SHIFT - 1) {
-            true => format!("overwritten while read (its descriptor holds record {desc_id} now)"),
-            false => format!("its descriptor holds record {desc_id}, an older one: garbage"),
-        });
+        return Err(
+            match desc_id.wrapping_sub(id) & ID_MASK < 1 << (STATE_SHIFT - 1) {
+                true => {
+                    format!("overwritten while read (its descriptor holds record {desc_id} now)")
+                }
+                false => format!("its descriptor holds record {desc_id}, an older one: garbage"),
+            },
+        );
     }
     let s = &layout.states;
     match state {

@@ -95,7 +95,10 @@ fn ring_layout() -> RingLayout {
         KIND_STRUCT,
         "printk_ringbuffer",
         RING_SIZE,
-        &[("desc_ring", desc_ring, DESC_RING), ("text_data_ring", data_ring, DATA_RING)],
+        &[
+            ("desc_ring", desc_ring, DESC_RING),
+            ("text_data_ring", data_ring, DATA_RING),
+        ],
     );
     let lpos = b.composite(
         KIND_STRUCT,
@@ -107,7 +110,10 @@ fn ring_layout() -> RingLayout {
         KIND_STRUCT,
         "prb_desc",
         DESC_SIZE as u32,
-        &[("state_var", atomic, STATE_VAR), ("text_blk_lpos", lpos, LPOS)],
+        &[
+            ("state_var", atomic, STATE_VAR),
+            ("text_blk_lpos", lpos, LPOS),
+        ],
     );
     record_members(&mut b, "printk_info", INFO_SIZE as u32, true);
     let btf = Btf::parse(&b.finish()).unwrap();
@@ -147,7 +153,10 @@ impl Ring {
         // The first id, one before the first record's: its slot is the
         // last, reusable, with no text; the first record gets seq 0.
         let first = count.wrapping_add(1).wrapping_neg() & ID_MASK;
-        fake.put(descs + (count - 1) * DESC_SIZE + STATE_VAR, REUSABLE << 62 | first);
+        fake.put(
+            descs + (count - 1) * DESC_SIZE + STATE_VAR,
+            REUSABLE << 62 | first,
+        );
         fake.put(descs + (count - 1) * DESC_SIZE + LPOS, 1);
         fake.put(descs + (count - 1) * DESC_SIZE + LPOS + 8, 1);
         fake.put(infos + SEQ, count.wrapping_neg());
@@ -291,7 +300,10 @@ fn records_in_seq_order_in_two_calls_or_three_for_a_ring_of_its_own() {
     let seqs: Vec<u64> = log.records.iter().map(|r| r.seq).collect();
     assert_eq!(seqs, [0, 1, 2, 3]);
     let r = &log.records[1];
-    assert_eq!((r.level, r.facility, r.caller()), (6, 0, Some(Caller::Cpu(1))));
+    assert_eq!(
+        (r.level, r.facility, r.caller()),
+        (6, 0, Some(Caller::Cpu(1)))
+    );
     assert_eq!(r.lines().collect::<Vec<_>>(), [&b"two"[..], b"lines"]);
     assert_eq!(r.time_stamp(), "[    0.001000]");
     // A ring that is neither static one: read where prb points.
@@ -312,15 +324,29 @@ fn text_that_wraps_to_the_rings_start_and_records_given_up_to_newer_ones() {
     assert_eq!(calls, 2);
     assert_eq!(reasons(&log), Vec::<String>::new());
     assert_eq!(log.records, ring.shown());
-    assert_eq!(log.records.last().unwrap().text, format!("record 49 {}", "x".repeat(49 % 23)).as_bytes());
+    assert_eq!(
+        log.records.last().unwrap().text,
+        format!("record 49 {}", "x".repeat(49 % 23)).as_bytes()
+    );
     assert!(log.records.len() >= 3 && log.records[0].seq > 40);
     // A block that wrapped is among them: it starts at the ring's start.
     let wrapped = log.records.iter().any(|r| {
-        let begin = u64::from_le_bytes(fake.bytes[(ring.desc(r.seq) + LPOS - DIRECT) as usize..][..8].try_into().unwrap());
-        let next = u64::from_le_bytes(fake.bytes[(ring.desc(r.seq) + LPOS + 8 - DIRECT) as usize..][..8].try_into().unwrap());
+        let begin = u64::from_le_bytes(
+            fake.bytes[(ring.desc(r.seq) + LPOS - DIRECT) as usize..][..8]
+                .try_into()
+                .unwrap(),
+        );
+        let next = u64::from_le_bytes(
+            fake.bytes[(ring.desc(r.seq) + LPOS + 8 - DIRECT) as usize..][..8]
+                .try_into()
+                .unwrap(),
+        );
         begin / 256 != next / 256
     });
-    assert!(wrapped, "no record's text wrapped: the test does not show it");
+    assert!(
+        wrapped,
+        "no record's text wrapped: the test does not show it"
+    );
 }
 
 #[test]
@@ -337,7 +363,11 @@ fn records_overwritten_while_read_being_written_or_garbage_are_named_not_shown()
     let newer = (ids[1] + 16) & ID_MASK;
     fake.put(ring.desc(ids[1]) + STATE_VAR, FINALIZED << 62 | newer);
     // Record 3's text block holds another record's id.
-    let begin = u64::from_le_bytes(fake.bytes[(ring.desc(ids[3]) + LPOS - DIRECT) as usize..][..8].try_into().unwrap());
+    let begin = u64::from_le_bytes(
+        fake.bytes[(ring.desc(ids[3]) + LPOS - DIRECT) as usize..][..8]
+            .try_into()
+            .unwrap(),
+    );
     fake.put(ring.data + begin % 1024, ids[3] + 16);
     // Record 4's text longer than its block.
     fake.put_bytes(ring.info(ids[4]) + TEXT_LEN, &200u16.to_le_bytes());
@@ -378,21 +408,34 @@ fn sizes_no_kernel_has_and_ends_too_far_apart_are_refused() {
         bad.put_u32(ring.at + DESC_RING, count_bits);
         bad.put_u32(ring.at + DATA_RING, size_bits);
         let (log, calls) = read_ring(&bad, &ring, &[ring.at]);
-        assert_eq!((log.records.len(), calls), (0, 1), "{count_bits} {size_bits}");
+        assert_eq!(
+            (log.records.len(), calls),
+            (0, 1),
+            "{count_bits} {size_bits}"
+        );
         assert_eq!(log.failed.len(), 1);
         let why = &log.failed[0].reason;
-        assert!(why.contains("over the") || why.contains("more than the target's memory"), "{why}");
+        assert!(
+            why.contains("over the") || why.contains("more than the target's memory"),
+            "{why}"
+        );
     }
     // Descriptors at a user address.
     let mut bad = Fake::new(0);
     bad.bytes = fake.bytes.clone();
     bad.put(ring.at + DESC_RING + 8, 0x1000);
     let (log, _) = read_ring(&bad, &ring, &[ring.at]);
-    assert_eq!(reasons(&log), ["the log's descriptors would be at 0x1000: not a kernel address"]);
+    assert_eq!(
+        reasons(&log),
+        ["the log's descriptors would be at 0x1000: not a kernel address"]
+    );
     // A tail further from the head than the ring holds: the newest read.
     let mut bad = Fake::new(0);
     bad.bytes = fake.bytes.clone();
-    bad.put(ring.at + DESC_RING + 32, ring.head.wrapping_sub(100) & ID_MASK);
+    bad.put(
+        ring.at + DESC_RING + 32,
+        ring.head.wrapping_sub(100) & ID_MASK,
+    );
     let (log, calls) = read_ring(&bad, &ring, &[ring.at]);
     assert_eq!(calls, 2);
     assert_eq!(log.records, ring.shown());
@@ -448,10 +491,19 @@ fn the_buffer_before_5_10_wraps_at_a_zero_length_and_is_cut_where_it_breaks() {
     let (log, calls) = fake.read(async |kmem| legacy::read(kmem, &layout, &sym).await);
     assert_eq!(calls, 2);
     assert_eq!(reasons(&log), Vec::<String>::new());
-    let got: Vec<(u64, &[u8], u8)> = log.records.iter().map(|r| (r.seq, &r.text[..], r.level)).collect();
+    let got: Vec<(u64, &[u8], u8)> = log
+        .records
+        .iter()
+        .map(|r| (r.seq, &r.text[..], r.level))
+        .collect();
     assert_eq!(
         got,
-        [(10, &b"old one"[..], 3), (11, b"old 2", 4), (12, b"after the wrap", 5), (13, b"last", 6)]
+        [
+            (10, &b"old one"[..], 3),
+            (11, b"old 2", 4),
+            (12, b"after the wrap", 5),
+            (13, b"last", 6)
+        ]
     );
     assert_eq!(log.records[0].timestamp, 5_000_000_003);
     assert_eq!(log.records[0].caller_id, Some(0));

@@ -138,9 +138,16 @@ impl Clock {
 
 fn kernel(fake: &mut Fake, core: Core, clock: &Clock, cmdline: &[u8]) -> Kernel {
     let uts = fake.alloc(432);
-    for (i, name) in ["Linux", "leech", "6.99.0-test", "#1 SMP", "x86_64", "example.test"]
-        .iter()
-        .enumerate()
+    for (i, name) in [
+        "Linux",
+        "leech",
+        "6.99.0-test",
+        "#1 SMP",
+        "x86_64",
+        "example.test",
+    ]
+    .iter()
+    .enumerate()
     {
         fake.put_bytes(uts + UTS_NAME + 65 * i as u64, name.as_bytes());
     }
@@ -259,7 +266,10 @@ fn clocks_that_disagree_or_hold_no_time_are_not_believed() {
     let (s, calls) = system(&fake, &btf, &k, true);
     assert_eq!(calls, 3, "read again, as a writer may have been caught");
     for field in [&s.boot_time, &s.uptime, &s.clock] {
-        assert!(field.as_ref().unwrap_err().contains("clocks disagree"), "{field:?}");
+        assert!(
+            field.as_ref().unwrap_err().contains("clocks disagree"),
+            "{field:?}"
+        );
     }
     // Zeros, as before the timekeeper starts: no calendar time, though
     // CLOCK_BOOTTIME is 0 then.
@@ -304,7 +314,10 @@ fn command_lines_end_within_their_bound_at_a_kernel_address() {
     let k = kernel(&mut fake, Core::Anonymous, &Clock::good(), &long);
     let (s, calls) = system(&fake, &btf, &k, false);
     assert_eq!(calls, 2 + u64::from(k.line % 0x1000 + 2048 > 0x1000));
-    assert!(s.command_line.unwrap_err().contains("no end within 2048 bytes"));
+    assert!(s
+        .command_line
+        .unwrap_err()
+        .contains("no end within 2048 bytes"));
     // With its length: all of it, in one read.
     let (s, calls) = system(&fake, &btf, &k, true);
     assert_eq!(calls, 2);
@@ -313,7 +326,10 @@ fn command_lines_end_within_their_bound_at_a_kernel_address() {
     fake.put_u32(k.cmdline_len, 1 << 20);
     let (s, calls) = system(&fake, &btf, &k, true);
     assert_eq!(calls, 1);
-    assert!(s.command_line.unwrap_err().contains("saved_command_line_len is 1048576"));
+    assert!(s
+        .command_line
+        .unwrap_err()
+        .contains("saved_command_line_len is 1048576"));
     // A user address.
     fake.put(k.cmdline_ptr, 0x4000);
     let (s, _) = system(&fake, &btf, &k, false);

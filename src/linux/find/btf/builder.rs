@@ -106,7 +106,12 @@ impl BtfBuilder {
     /// A struct of `size` bytes with bit fields (the kind flag set):
     /// members (name; type; offset in bits; width in bits, 0 for a member
     /// that is no bit field).
-    pub fn composite_bits(&mut self, name: &str, size: u32, members: &[(&str, u32, u32, u32)]) -> u32 {
+    pub fn composite_bits(
+        &mut self,
+        name: &str,
+        size: u32,
+        members: &[(&str, u32, u32, u32)],
+    ) -> u32 {
         let name = self.string(name);
         let info = (1 << 31) | (KIND_STRUCT << 24) | members.len() as u32;
         let mut words = vec![name, info, size];
