@@ -203,7 +203,7 @@ fn check_system(s: &System, guest: &Guest) {
         &u.machine,
         &u.domainname,
     ];
-    for (key, name) in common::qemu::oracle::UNAME_KEYS.iter().zip(names) {
+    for (key, name) in common::qemu::oracle::system::UNAME_KEYS.iter().zip(names) {
         assert_eq!(name.as_deref(), Ok(oracle.uname(key)), "{key}");
     }
     assert_eq!(oracle.uname("nodename"), "leechio-guest");

@@ -702,7 +702,7 @@ fn check_system_says_what_the_guests_uname_and_proc_say(guest: SharedGuest) {
     let oracle = &guest.oracle().system;
     let lines = json_lines(&leechio(&["-d", &device, "system", "--json", "--no-cache"]));
     let [s] = &lines[..] else { panic!("{lines:?}") };
-    for key in common::qemu::oracle::UNAME_KEYS {
+    for key in common::qemu::oracle::system::UNAME_KEYS {
         assert_eq!(s[key], oracle.uname(key), "{key}");
     }
     assert_eq!(s["command_line"], guest.oracle().kernel_cmdline);

@@ -118,7 +118,7 @@ fn ring_layout() -> RingLayout {
     record_members(&mut b, "printk_info", INFO_SIZE as u32, true);
     let btf = Btf::parse(&b.finish()).unwrap();
     match LogLayout::from_btf(&btf).unwrap() {
-        LogLayout::Ring(layout) => layout,
+        LogLayout::Ring(layout) => *layout,
         other => panic!("{other:?}"),
     }
 }

@@ -165,10 +165,10 @@ pub(crate) struct LegacyLayout {
 }
 
 /// How this kernel keeps its log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LogLayout {
     /// The lockless ring buffer (5.10 on).
-    Ring(RingLayout),
+    Ring(Box<RingLayout>),
     /// The buffer of `struct printk_log` records (before 5.10).
     Legacy(LegacyLayout),
 }
@@ -178,7 +178,7 @@ impl LogLayout {
     /// printk_ringbuffer`, else the old buffer's.
     pub fn from_btf(btf: &Btf) -> Result<LogLayout, BtfError> {
         if btf.size_of("printk_ringbuffer").is_ok() {
-            return RingLayout::from_btf(btf).map(LogLayout::Ring);
+            return RingLayout::from_btf(btf).map(|ring| LogLayout::Ring(Box::new(ring)));
         }
         match btf.size_of("printk_log") {
             Ok(header) => {

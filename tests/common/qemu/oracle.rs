@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-mod system;
-pub use system::{GuestSystem, UNAME_KEYS};
+pub mod system;
+use system::GuestSystem;
 
 /// The prefix of every oracle line.
 const TAG: &str = "leechio-oracle: ";
