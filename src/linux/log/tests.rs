@@ -8,7 +8,7 @@
 use super::legacy::Symbols;
 use super::*;
 use crate::linux::fake_memory::{FakeMemory as Fake, DIRECT};
-use crate::linux::find::btf::builder::{BtfBuilder, KIND_INT, KIND_STRUCT};
+use crate::linux::find::btf::builder::{BtfBuilder, KIND_STRUCT};
 use crate::linux::find::btf::Btf;
 use crate::linux::offsets::{LegacyLayout, RingLayout};
 
@@ -37,10 +37,7 @@ const LOG_HEADER: u64 = 24;
 
 /// Integer types of the made-up BTF: u8, u16, u32.
 fn ints(b: &mut BtfBuilder) -> [u32; 3] {
-    [("u8", 1), ("u16", 2), ("u32", 4)].map(|(name, size)| {
-        let name = b.string(name);
-        b.push(&[name, KIND_INT << 24, size, size * 8])
-    })
+    [("u8", 1), ("u16", 2), ("u32", 4)].map(|(name, size)| b.int(name, size))
 }
 
 /// The header members both forms share, at made-up places; `seq` only

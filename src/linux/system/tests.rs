@@ -7,7 +7,7 @@
 
 use super::*;
 use crate::linux::fake_memory::FakeMemory as Fake;
-use crate::linux::find::btf::builder::{BtfBuilder, KIND_INT, KIND_STRUCT};
+use crate::linux::find::btf::builder::{BtfBuilder, KIND_STRUCT};
 use crate::linux::find::btf::Btf;
 
 const MEMORY: usize = 1 << 20;
@@ -47,10 +47,8 @@ impl Core {
 
 fn btf(core: Core) -> Btf {
     let mut b = BtfBuilder::new();
-    let name = b.string("char");
-    let char_ty = b.push(&[name, KIND_INT << 24, 1, 8]);
-    let name = b.string("u32");
-    let u32_ty = b.push(&[name, KIND_INT << 24, 4, 32]);
+    let char_ty = b.int("char", 1);
+    let u32_ty = b.int("u32", 4);
     let long = b.long();
     let field = b.array_of(char_ty, 65);
     let names: Vec<(&str, u32, u64)> = UTS_FIELDS

@@ -38,6 +38,12 @@ impl BtfBuilder {
         b
     }
 
+    /// An integer type `name` of `bytes` bytes (unsigned): its id.
+    pub fn int(&mut self, name: &str, bytes: u32) -> u32 {
+        let name = self.string(name);
+        self.push(&[name, KIND_INT << 24, bytes, bytes * 8])
+    }
+
     /// Type 1, `long`.
     pub fn long(&self) -> u32 {
         self.long

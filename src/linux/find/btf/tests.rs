@@ -393,8 +393,7 @@ fn answers_are_kept_and_a_recorded_btf_gives_them_back_checked() {
 #[test]
 fn bit_fields_are_answered_in_bits_and_have_no_byte_offset() {
     let mut b = super::builder::BtfBuilder::new();
-    let name = b.string("u8");
-    let byte = b.push(&[name, super::builder::KIND_INT << 24, 1, 8]);
+    let byte = b.int("u8", 1);
     b.composite_bits(
         "info",
         4,
