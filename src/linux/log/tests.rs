@@ -12,7 +12,7 @@ use crate::linux::find::btf::builder::{BtfBuilder, KIND_STRUCT};
 use crate::linux::find::btf::Btf;
 use crate::linux::offsets::{LegacyLayout, RingLayout};
 
-const MEMORY: usize = 1 << 20;
+const MEMORY: usize = 1 << 16;
 const ID_MASK: u64 = (1 << 62) - 1;
 const RESERVED: u64 = 0;
 const FINALIZED: u64 = 2;

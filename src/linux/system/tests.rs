@@ -10,7 +10,7 @@ use crate::linux::fake_memory::FakeMemory as Fake;
 use crate::linux::find::btf::builder::{BtfBuilder, KIND_STRUCT};
 use crate::linux::find::btf::Btf;
 
-const MEMORY: usize = 1 << 20;
+const MEMORY: usize = 1 << 16;
 const NS: u64 = 1_000_000_000;
 /// "Now", for the calendar check: 2025-01-01.
 const NOW: i128 = 1_735_689_600 * NS as i128;
