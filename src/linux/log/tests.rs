@@ -12,7 +12,9 @@ use crate::linux::find::btf::builder::{BtfBuilder, KIND_STRUCT};
 use crate::linux::find::btf::Btf;
 use crate::linux::offsets::{LegacyLayout, RingLayout};
 
-const MEMORY: usize = 1 << 16;
+const MEMORY: usize = 1 << 14;
+/// `prb`, which points at the ring made.
+const PRB: u64 = DIRECT + 0x100;
 const ID_MASK: u64 = (1 << 62) - 1;
 const RESERVED: u64 = 0;
 const FINALIZED: u64 = 2;
@@ -60,7 +62,13 @@ fn record_members(b: &mut BtfBuilder, ty: &str, size: u32, info: bool) {
     b.composite_bits(ty, size, &members);
 }
 
-fn ring_layout() -> RingLayout {
+/// The made-up ring's layout (made once: BTF is slow to build under Miri).
+fn ring_layout() -> &'static RingLayout {
+    static LAYOUT: std::sync::OnceLock<RingLayout> = std::sync::OnceLock::new();
+    LAYOUT.get_or_init(make_ring_layout)
+}
+
+fn make_ring_layout() -> RingLayout {
     let mut b = BtfBuilder::new();
     let [_, _, word] = ints(&mut b);
     let long = b.long();
@@ -172,6 +180,7 @@ impl Ring {
             shown: Default::default(),
         };
         ring.put_header(fake);
+        fake.put(PRB, at);
         ring
     }
 
@@ -268,13 +277,8 @@ impl Ring {
 }
 
 /// The log of `ring` (with the static rings at `statics`), and the calls.
-fn read_ring(fake: &Fake, ring: &Ring, statics: &[u64]) -> (KernelLog, u64) {
-    let layout = ring_layout();
-    let prb = DIRECT + 0x100;
-    let mut fake_copy = Fake::new(0);
-    fake_copy.bytes = fake.bytes.clone();
-    fake_copy.put(prb, ring.at);
-    fake_copy.read(async |kmem| ring::read(kmem, &layout, prb, statics).await)
+fn read_ring(fake: &Fake, statics: &[u64]) -> (KernelLog, u64) {
+    fake.read(async |kmem| ring::read(kmem, ring_layout(), PRB, statics).await)
 }
 
 fn reasons(log: &KernelLog) -> Vec<String> {
@@ -290,7 +294,7 @@ fn records_in_seq_order_in_two_calls_or_three_for_a_ring_of_its_own() {
     ring.log(&mut fake, "", 7, 0);
     ring.log(&mut fake, "from user space", 4, 1);
     let other = fake.alloc(u64::from(RING_SIZE));
-    let (log, calls) = read_ring(&fake, &ring, &[other, ring.at]);
+    let (log, calls) = read_ring(&fake, &[other, ring.at]);
     assert_eq!(calls, 2);
     assert_eq!(reasons(&log), Vec::<String>::new());
     assert_eq!(log.records, ring.shown());
@@ -304,7 +308,7 @@ fn records_in_seq_order_in_two_calls_or_three_for_a_ring_of_its_own() {
     assert_eq!(r.lines().collect::<Vec<_>>(), [&b"two"[..], b"lines"]);
     assert_eq!(r.time_stamp(), "[    0.001000]");
     // A ring that is neither static one: read where prb points.
-    let (log, calls) = read_ring(&fake, &ring, &[other]);
+    let (log, calls) = read_ring(&fake, &[other]);
     assert_eq!((log.records.len(), calls), (4, 3));
 }
 
@@ -317,7 +321,7 @@ fn text_that_wraps_to_the_rings_start_and_records_given_up_to_newer_ones() {
         let text = format!("record {i} {}", "x".repeat(i % 23));
         ring.log(&mut fake, &text, (i % 8) as u8, 0);
     }
-    let (log, calls) = read_ring(&fake, &ring, &[ring.at]);
+    let (log, calls) = read_ring(&fake, &[ring.at]);
     assert_eq!(calls, 2);
     assert_eq!(reasons(&log), Vec::<String>::new());
     assert_eq!(log.records, ring.shown());
@@ -372,7 +376,7 @@ fn records_overwritten_while_read_being_written_or_garbage_are_named_not_shown()
     fake.put(ring.info(ids[5]) + SEQ, 1);
     // The newest is still being written.
     fake.put(ring.desc(ids[7]) + STATE_VAR, RESERVED << 62 | ids[7]);
-    let (log, calls) = read_ring(&fake, &ring, &[ring.at]);
+    let (log, calls) = read_ring(&fake, &[ring.at]);
     assert_eq!(calls, 2);
     let seqs: Vec<u64> = log.records.iter().map(|r| r.seq).collect();
     assert_eq!(seqs, [0, 2, 6]);
@@ -404,7 +408,7 @@ fn sizes_no_kernel_has_and_ends_too_far_apart_are_refused() {
         bad.bytes = fake.bytes.clone();
         bad.put_u32(ring.at + DESC_RING, count_bits);
         bad.put_u32(ring.at + DATA_RING, size_bits);
-        let (log, calls) = read_ring(&bad, &ring, &[ring.at]);
+        let (log, calls) = read_ring(&bad, &[ring.at]);
         assert_eq!(
             (log.records.len(), calls),
             (0, 1),
@@ -421,7 +425,7 @@ fn sizes_no_kernel_has_and_ends_too_far_apart_are_refused() {
     let mut bad = Fake::new(0);
     bad.bytes = fake.bytes.clone();
     bad.put(ring.at + DESC_RING + 8, 0x1000);
-    let (log, _) = read_ring(&bad, &ring, &[ring.at]);
+    let (log, _) = read_ring(&bad, &[ring.at]);
     assert_eq!(
         reasons(&log),
         ["the log's descriptors would be at 0x1000: not a kernel address"]
@@ -433,7 +437,7 @@ fn sizes_no_kernel_has_and_ends_too_far_apart_are_refused() {
         ring.at + DESC_RING + 32,
         ring.head.wrapping_sub(100) & ID_MASK,
     );
-    let (log, calls) = read_ring(&bad, &ring, &[ring.at]);
+    let (log, calls) = read_ring(&bad, &[ring.at]);
     assert_eq!(calls, 2);
     assert_eq!(log.records, ring.shown());
     assert!(reasons(&log)[0].contains("further apart than its 8 descriptors"));

@@ -10,7 +10,7 @@ use crate::linux::fake_memory::FakeMemory as Fake;
 use crate::linux::find::btf::builder::{BtfBuilder, KIND_STRUCT};
 use crate::linux::find::btf::Btf;
 
-const MEMORY: usize = 1 << 16;
+const MEMORY: usize = 1 << 14;
 const NS: u64 = 1_000_000_000;
 /// "Now", for the calendar check: 2025-01-01.
 const NOW: i128 = 1_735_689_600 * NS as i128;
@@ -45,7 +45,13 @@ impl Core {
     }
 }
 
-fn btf(core: Core) -> Btf {
+/// The made-up BTF of each layout (made once: slow under Miri).
+fn btf(core: Core) -> &'static Btf {
+    static BTF: std::sync::OnceLock<[Btf; 2]> = std::sync::OnceLock::new();
+    &BTF.get_or_init(|| [make_btf(Core::Anonymous), make_btf(Core::TkData)])[core as usize]
+}
+
+fn make_btf(core: Core) -> Btf {
     let mut b = BtfBuilder::new();
     let char_ty = b.int("char", 1);
     let u32_ty = b.int("u32", 4);
@@ -194,7 +200,7 @@ fn names_clocks_and_command_line_in_two_calls_both_layouts_of_tk_core() {
         let mut fake = Fake::new(MEMORY);
         let k = kernel(&mut fake, core, &Clock::good(), b"console=ttyS0 quiet");
         for with_len in [true, false] {
-            let (s, calls) = system(&fake, &btf, &k, with_len);
+            let (s, calls) = system(&fake, btf, &k, with_len);
             assert_eq!(calls, 2);
             let u = &s.uname;
             assert_eq!(u.sysname.as_deref(), Ok("Linux"));
@@ -222,7 +228,7 @@ fn a_name_without_its_nul_fails_alone() {
     let mut fake = Fake::new(MEMORY);
     let k = kernel(&mut fake, Core::Anonymous, &Clock::good(), b"ro");
     fake.put_bytes(k.uts + UTS_NAME + 65, &[b'x'; 65]);
-    let (s, _) = system(&fake, &btf, &k, true);
+    let (s, _) = system(&fake, btf, &k, true);
     assert_eq!(
         s.uname.nodename,
         Err("new_utsname.nodename has no NUL in its 65 bytes: not a name".into())
@@ -241,7 +247,7 @@ fn a_timekeeper_caught_mid_update_is_read_again_then_given_up() {
         ..Clock::good()
     };
     let k = kernel(&mut fake, Core::Anonymous, &clock, b"ro");
-    let (s, calls) = system(&fake, &btf, &k, true);
+    let (s, calls) = system(&fake, btf, &k, true);
     // The second read shares the command line's call; the third is its own.
     assert_eq!(calls, 3);
     let why = "the timekeeper was being updated while read (sequence 43)";
@@ -261,7 +267,7 @@ fn clocks_that_disagree_or_hold_no_time_are_not_believed() {
     let tk = k.tk_core + 16;
     let offs_real = Clock::good().wall - Clock::good().mono;
     fake.put(tk + OFFS_REAL, offs_real + 1);
-    let (s, calls) = system(&fake, &btf, &k, true);
+    let (s, calls) = system(&fake, btf, &k, true);
     assert_eq!(calls, 3, "read again, as a writer may have been caught");
     for field in [&s.boot_time, &s.uptime, &s.clock] {
         assert!(
@@ -279,7 +285,7 @@ fn clocks_that_disagree_or_hold_no_time_are_not_believed() {
         sequence: 0,
     };
     let k = kernel(&mut fake, Core::Anonymous, &zero, b"ro");
-    let (s, _) = system(&fake, &btf, &k, true);
+    let (s, _) = system(&fake, btf, &k, true);
     assert!(s.boot_time.unwrap_err().contains("before 2000"));
     assert!(s.clock.unwrap_err().contains("before 2000"));
     assert_eq!(s.uptime, Ok(Duration::ZERO));
@@ -290,14 +296,14 @@ fn clocks_that_disagree_or_hold_no_time_are_not_believed() {
         ..Clock::good()
     };
     let k = kernel(&mut fake, Core::Anonymous, &ahead, b"ro");
-    let (s, _) = system(&fake, &btf, &k, true);
+    let (s, _) = system(&fake, btf, &k, true);
     assert!(s.boot_time.unwrap_err().contains("over a century ahead"));
     assert_eq!(s.uptime, Ok(Duration::from_nanos(1239 * NS + NS / 2)));
     // A shift past a word's bits.
     let mut fake = Fake::new(MEMORY);
     let k = kernel(&mut fake, Core::Anonymous, &Clock::good(), b"ro");
     fake.put_u32(k.tk_core + 16 + SHIFT, 64);
-    let (s, calls) = system(&fake, &btf, &k, true);
+    let (s, calls) = system(&fake, btf, &k, true);
     assert_eq!(calls, 2, "garbage is not read again");
     assert!(s.uptime.unwrap_err().contains("shift is 64"));
 }
@@ -310,19 +316,19 @@ fn command_lines_end_within_their_bound_at_a_kernel_address() {
     let mut fake = Fake::new(MEMORY);
     let long = vec![b'a'; 3000];
     let k = kernel(&mut fake, Core::Anonymous, &Clock::good(), &long);
-    let (s, calls) = system(&fake, &btf, &k, false);
+    let (s, calls) = system(&fake, btf, &k, false);
     assert_eq!(calls, 2 + u64::from(k.line % 0x1000 + 2048 > 0x1000));
     assert!(s
         .command_line
         .unwrap_err()
         .contains("no end within 2048 bytes"));
     // With its length: all of it, in one read.
-    let (s, calls) = system(&fake, &btf, &k, true);
+    let (s, calls) = system(&fake, btf, &k, true);
     assert_eq!(calls, 2);
     assert_eq!(s.command_line.map(|l| l.len()), Ok(3000));
     // A length past the bound is not read at all.
     fake.put_u32(k.cmdline_len, 1 << 20);
-    let (s, calls) = system(&fake, &btf, &k, true);
+    let (s, calls) = system(&fake, btf, &k, true);
     assert_eq!(calls, 1);
     assert!(s
         .command_line
@@ -330,7 +336,7 @@ fn command_lines_end_within_their_bound_at_a_kernel_address() {
         .contains("saved_command_line_len is 1048576"));
     // A user address.
     fake.put(k.cmdline_ptr, 0x4000);
-    let (s, _) = system(&fake, &btf, &k, false);
+    let (s, _) = system(&fake, btf, &k, false);
     assert_eq!(
         s.command_line,
         Err("saved_command_line is 0x4000, not a kernel address".into())
