@@ -19,7 +19,9 @@ use std::path::Path;
 
 use common::linux::{engine, no_cache};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
-use leechio::linux::{DetailsAsked, FileKind, Kernel, ProcessList, Stage, TaskDetails};
+use leechio::linux::{
+    DetailsAsked, FileKind, Kernel, KernelLog, ProcessList, Stage, System, TaskDetails,
+};
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 
 /// Read calls of a list once the kernel is known, on a guest whose pids
@@ -39,6 +41,13 @@ const FIND_CALLS: u64 = 8;
 const KERNEL_THREAD_CHANGES: usize = 4;
 /// How many more processes the big guest starts.
 const EXTRA_PROCESSES: u32 = 300;
+/// Read calls of `Kernel::system` once the kernel is known: the names,
+/// the timekeeper and the command line's pointer and length, then the
+/// command line.
+const SYSTEM_CALLS: u64 = 2;
+/// Read calls of `Kernel::dmesg` once the kernel is known: `prb` and the
+/// kernel's two static rings, then the ring's descriptors, infos and text.
+const DMESG_CALLS: u64 = 2;
 
 /// Lists the processes, and the read calls the list took.
 fn list(device: &LeechCore, kernel: &Kernel) -> (ProcessList, u64) {
@@ -375,6 +384,139 @@ fn check_open_files(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> u64 {
     calls
 }
 
+/// Runs `f`, and counts its read calls.
+fn counted<T>(device: &LeechCore, f: impl FnOnce() -> T) -> (T, u64) {
+    let before = device.call_count(Call::ReadScatter);
+    let out = f();
+    (out, device.call_count(Call::ReadScatter) - before)
+}
+
+/// The kernel's names, clocks and command line against what the guest
+/// said at boot: names and command line equal, the boot time to the
+/// second (`btime` is truncated, ours as read), the uptime no less than
+/// the guest's then, and the wall clock as far past the guest's `date`
+/// as the uptime is past its uptime then (both clocks run together).
+fn check_system(s: &System, guest: &Guest) {
+    let oracle = &guest.oracle().system;
+    let u = &s.uname;
+    let names = [
+        &u.sysname,
+        &u.nodename,
+        &u.release,
+        &u.version,
+        &u.machine,
+        &u.domainname,
+    ];
+    for (key, name) in common::qemu::oracle::system::UNAME_KEYS.iter().zip(names) {
+        assert_eq!(name.as_deref(), Ok(oracle.uname(key)), "{key}");
+    }
+    assert_eq!(oracle.uname("nodename"), "leechio-guest");
+    assert_eq!(oracle.uname("domainname"), "leechio.test");
+    assert_eq!(
+        s.command_line.as_deref(),
+        Ok(guest.oracle().kernel_cmdline.as_str())
+    );
+    let boot = s.boot_time.clone().unwrap();
+    let uptime = s.uptime.clone().unwrap();
+    let clock = s.clock.clone().unwrap();
+    assert!(
+        boot.as_secs().abs_diff(oracle.btime) <= 1,
+        "boot time {boot:?}, btime {}",
+        oracle.btime
+    );
+    assert_eq!(clock - uptime, boot);
+    let then = std::time::Duration::from_millis(oracle.uptime_centis * 10);
+    assert!(uptime >= then, "uptime {uptime:?}, at boot {then:?}");
+    let clock_since = clock.as_secs_f64() - oracle.now as f64;
+    let uptime_since = (uptime - then).as_secs_f64();
+    assert!(
+        (clock_since - uptime_since).abs() <= 2.0,
+        "the clock moved {clock_since} s since the guest's date, the uptime {uptime_since} s"
+    );
+}
+
+/// The kernel log against busybox `dmesg` at boot: every line it printed
+/// is among ours, in its order (the kernel may have logged more since),
+/// each record's lines after its time stamp.
+fn check_dmesg(log: &KernelLog, guest: &Guest) {
+    assert!(log.failed.is_empty(), "{:#?}", log.failed);
+    let seqs: Vec<u64> = log.records.iter().map(|r| r.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let ours: Vec<Vec<u8>> = log
+        .records
+        .iter()
+        .flat_map(|r| {
+            let stamp = r.time_stamp();
+            r.lines()
+                .map(move |line| [stamp.as_bytes(), b" ", line].concat())
+        })
+        .collect();
+    let theirs = &guest.oracle().system.dmesg;
+    let mut at = 0;
+    for line in theirs {
+        match ours[at..].iter().position(|l| l == line) {
+            Some(i) => at += i + 1,
+            None => panic!(
+                "dmesg line {:?} not found in order; ours from there: {:#?}",
+                String::from_utf8_lossy(line),
+                ours[at..]
+                    .iter()
+                    .take(5)
+                    .map(|l| String::from_utf8_lossy(l))
+                    .collect::<Vec<_>>()
+            ),
+        }
+    }
+    eprintln!(
+        "dmesg: {} records, {} lines; the guest's {} lines all found in order",
+        log.records.len(),
+        ours.len(),
+        theirs.len()
+    );
+}
+
+/// The symbols the names, clocks and log are found by, each once in the
+/// guest's /proc/kallsyms, where we found it (`saved_command_line_len`
+/// where the kernel has it).
+fn check_system_symbols(kernel: &Kernel, guest: &Guest) {
+    let names = [
+        "init_uts_ns",
+        "tk_core",
+        "saved_command_line",
+        "saved_command_line_len",
+        "prb",
+        "printk_rb_static",
+        "printk_rb_dynamic",
+        "log_buf",
+        "log_buf_len",
+    ];
+    for name in names {
+        let listed: Vec<u64> = guest
+            .oracle()
+            .symbols
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.address)
+            .collect();
+        match listed[..] {
+            [] if name == "saved_command_line_len" => assert_eq!(kernel.symbol(name), None),
+            [address] => assert_eq!(kernel.symbol(name), Some(address), "{name}"),
+            _ => panic!("{name}: /proc/kallsyms lists {listed:x?}"),
+        }
+    }
+}
+
+/// What the kernel says of itself and its log, each in its exact calls.
+fn check_system_and_dmesg(device: &LeechCore, kernel: &Kernel, guest: &Guest) {
+    check_system_symbols(kernel, guest);
+    let (system, calls) = counted(device, || kernel.system());
+    check_system(&system, guest);
+    assert_eq!(calls, SYSTEM_CALLS);
+    let (log, calls) = counted(device, || kernel.dmesg());
+    check_dmesg(&log, guest);
+    assert_eq!(calls, DMESG_CALLS);
+}
+
 /// Finds the kernel of `guest` (paused), lists its processes and checks
 /// them, then lists them again with every task's details (which share
 /// the list's batches: no call more), its modules both ways, and their
@@ -393,6 +535,7 @@ fn check_guest(guest: &Guest) -> (u64, u64) {
     assert_eq!(kernel.details_unknown(), Vec::<String>::new());
     check_details(&again, &details, guest);
     check_module_views(&kernel, &device, guest);
+    check_system_and_dmesg(&device, &kernel, guest);
     eprintln!(
         "{}: {} processes, {} tasks in {calls} read calls",
         kernel.release(),
@@ -492,6 +635,7 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     let (list, calls) = list(&device, &kernel);
     check_against_oracle(&list, guest);
     check_address_spaces(&list, guest, &mem);
+    check_system_and_dmesg(&device, &kernel, guest);
     // One more level of each process's tables with 5 levels.
     assert_eq!(calls, LIST_CALLS + u64::from(guest.paging().levels() - 4));
     let (again, details) = kernel.processes_with(DetailsAsked { environment: true });

@@ -372,6 +372,17 @@ fn log(extra: &str, end: &str) -> String {
          leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 sched={worker} cmdline=\r\n\
          leechio-oracle: map 89 00400000-00401000 r--p 00001000 00:02 207                                /bin/leechio (x)\r\n\
          leechio-oracle: map 89 7f0000001000-7f0000021000 rw-p 00000000 00:00 0 \r\n\
+         leechio-oracle: uname sysname Linux\r\n\
+         leechio-oracle: uname nodename leechio-guest\r\n\
+         leechio-oracle: uname release 6.1.0\r\n\
+         leechio-oracle: uname version #1 SMP PREEMPT_DYNAMIC Debian\r\n\
+         leechio-oracle: uname machine x86_64\r\n\
+         leechio-oracle: uname domainname leechio.test\r\n\
+         leechio-oracle: btime 1764300000\r\n\
+         leechio-oracle: clock uptime=7.05 now=1764300007\r\n\
+         leechio-oracle: dmesg 5b20202020302e3030303030305d204c696e7578\r\n\
+         leechio-oracle: dmesg 5b20202020302e3030303030305d2009090a\r\n\
+         leechio-oracle: dmesg-end lines=2\r\n\
          {extra}leechio-oracle: end {end}\r\n\
          leechio-guest: ready\r\n"
     )
@@ -425,6 +436,40 @@ fn oracle_lines_are_read_back() {
         (maps[1].start, maps[1].end),
         (0x7f00_0000_1000, 0x7f00_0002_1000)
     );
+}
+
+#[test]
+fn the_kernels_names_clocks_and_log_are_read_back() {
+    let oracle = Oracle::parse(&log("", "tasks=2 maps=2 symbols=1")).unwrap();
+    let s = &oracle.system;
+    assert_eq!(s.uname("version"), "#1 SMP PREEMPT_DYNAMIC Debian");
+    assert_eq!(s.uname("domainname"), "leechio.test");
+    assert_eq!(
+        (s.btime, s.uptime_centis, s.now),
+        (1764300000, 705, 1764300007)
+    );
+    assert_eq!(
+        s.dmesg,
+        [&b"[    0.000000] Linux"[..], b"[    0.000000] \t\t\n"]
+    );
+    let lost = log("", "tasks=2 maps=2 symbols=1").replace("lines=2", "lines=3");
+    assert_eq!(
+        Oracle::parse(&lost).unwrap_err(),
+        "the guest printed 3 dmesg lines, 2 read"
+    );
+    let no_name =
+        log("", "tasks=2 maps=2 symbols=1").replace("uname machine x86_64", "uname sysname Linux");
+    assert!(Oracle::parse(&no_name)
+        .unwrap_err()
+        .ends_with("uname sysname given twice"));
+    let bad = log("", "tasks=2 maps=2 symbols=1").replace("uptime=7.05", "uptime=7.5");
+    assert!(Oracle::parse(&bad)
+        .unwrap_err()
+        .ends_with("uptime \"7.5\" is not S.HH"));
+    let odd = log("", "tasks=2 maps=2 symbols=1").replace("2009090a", "2009090");
+    assert!(Oracle::parse(&odd)
+        .unwrap_err()
+        .ends_with("dmesg: odd number of hex digits"));
 }
 
 #[test]

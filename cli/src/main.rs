@@ -6,6 +6,7 @@
 #[macro_use]
 mod output;
 mod bench;
+mod dmesg;
 mod dump;
 mod environment;
 mod files;
@@ -16,6 +17,7 @@ mod paging;
 mod processes;
 mod signals;
 mod spaces;
+mod system;
 mod undo;
 
 use std::io::Write;
@@ -68,7 +70,8 @@ const EXAMPLES: &str = "examples:
   leechio -d qemu://shm=guest,qmp=/tmp/qmp.sock translate --dtb 0x2a10000 0xffffffff81000000
   leechio -d fpga dump -o mem.elf
   leechio -d fpga dump --dtb 0x2a10000 --range 0xffffffff81000000-0xffffffff82000000 -o kernel.elf
-  leechio -d fpga ps --json";
+  leechio -d fpga ps --json
+  leechio -d file:///tmp/mem.raw dmesg";
 
 #[derive(Subcommand)]
 enum Command {
@@ -109,6 +112,10 @@ enum Command {
     Env(environment::EnvArgs),
     /// Open files of a Linux target's processes (or of one), as ls -l /proc/PID/fd and lsof show them: pid, command, fd, type, flags, position, name
     Files(files::FilesArgs),
+    /// What a Linux target's kernel says of itself: its names (as uname), boot time, uptime, clock, command line
+    System(system::SystemArgs),
+    /// The kernel log of a Linux target, as dmesg prints it
+    Dmesg(dmesg::DmesgArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -213,6 +220,8 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Modules(args) => modules::modules(cli, args),
         Command::Env(args) => environment::env(cli, args),
         Command::Files(args) => files::files(cli, args),
+        Command::System(args) => system::system(cli, args),
+        Command::Dmesg(args) => dmesg::dmesg(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }

@@ -2,7 +2,7 @@
 //! write on the analyst's terminal: an image of the test guest changed
 //! where the project's own API finds the structures (offsets from the
 //! kernel's BTF), with hostile shapes built in the guest's free RAM.
-//! `ps`, `maps`, `spaces`, `dump` and `modules` must end within a deadline and a
+//! `ps`, `maps`, `spaces`, `dump`, `modules`, `system` and `dmesg` must end within a deadline and a
 //! memory cap, with a result that names what was cut or a one-line error,
 //! show no value that failed a check as fact, and escape every string of
 //! the target, as the README states.
@@ -868,4 +868,97 @@ fn a_module_list_that_loops_or_tears_stops_there_with_what_it_read() {
         "{}",
         run.stderr
     );
+}
+
+/// Where the text of the log record that starts with `start` lies in the
+/// image (its block's id is the 8 bytes before), found in the ring's text.
+fn log_text(k: &Kernel, image: &Crafted, start: &[u8]) -> u64 {
+    let prb = image.peek_u64(physical(k, k.symbol("prb").unwrap()));
+    let ring = |path: &str| physical(k, prb + offset(k, "printk_ringbuffer", path));
+    let data = physical(k, image.peek_u64(ring("text_data_ring.data")));
+    let bits = image.peek(ring("text_data_ring.size_bits"), 4)[0];
+    let text = image.peek(data, 1 << bits);
+    let at = text
+        .windows(start.len())
+        .position(|w| w == start)
+        .unwrap_or_else(|| panic!("no log record starts {start:?}"));
+    data + at as u64
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn the_kernels_names_and_log_are_escaped_and_torn_records_named_not_shown() {
+    let (_turn, t, image) = start();
+    let k = &t.kernel;
+    let uts = physical(k, k.symbol("init_uts_ns").unwrap()) + offset(k, "uts_namespace", "name");
+    let field = |name: &str| uts + offset(k, "new_utsname", name);
+    // A host name that sets the terminal's title; a domain name with no
+    // NUL in its 65 bytes.
+    image.poke(field("nodename"), b"h\x1b]0;pwn\x07\0");
+    image.poke(field("domainname"), &[b'x'; 65]);
+    // A writer caught updating the timekeeper: its count odd (the
+    // anonymous struct of 6.1, its count first).
+    let tk = physical(k, k.symbol("tk_core").unwrap());
+    let sequence = image.peek(tk, 4);
+    image.poke(tk, &[sequence[0] | 1]);
+    let run = leechio(&image.device(), &["system", "--no-cache"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_terminal_safe(&run.stdout, "system");
+    assert!(
+        run.stdout.contains("Nodename     h\\u{1b}]0;pwn\\u{7}\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("Domainname   unknown\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("Boot time    unknown\n"),
+        "{}",
+        run.stdout
+    );
+    let why = "the timekeeper was being updated while read (sequence";
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", run.stderr);
+    assert_eq!(
+        lines[0],
+        "leechio: system: domainname: new_utsname.domainname has no NUL in its 65 bytes: not a name"
+    );
+    for (line, key) in lines[1..].iter().zip(["boot_time", "uptime", "clock"]) {
+        assert!(
+            line.starts_with(&format!("leechio: system: {key}: {why}")),
+            "{line}"
+        );
+    }
+
+    // The log: a record whose text clears the screen, one whose text block
+    // holds another record's id (overwritten while read).
+    let banner = log_text(k, &image, b"Linux version ");
+    image.poke(banner, b"\x1b[2J\x07");
+    let command_line = log_text(k, &image, b"Command line: ");
+    let id = image.peek_u64(command_line - 8);
+    image.poke_u64(command_line - 8, id + 1);
+    let run = leechio(&image.device(), &["dmesg", "--no-cache"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    // Tabs stay, as dmesg prints them (the kernel indents with them).
+    assert_terminal_safe(&run.stdout.replace('\t', " "), "dmesg");
+    let first = run.stdout.lines().next().unwrap();
+    assert!(
+        first.starts_with("[    0.000000] \\u{1b}[2J\\u{7} version "),
+        "{first}"
+    );
+    assert!(!run.stdout.contains("Command line: "), "{}", run.stdout);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.stderr);
+    assert!(
+        lines[0].ends_with(&format!(
+            "its text block belongs to record {}: overwritten while read, or garbage",
+            id + 1
+        )),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].starts_with("leechio: 1 record(s) or structure(s) could not be read;"));
 }

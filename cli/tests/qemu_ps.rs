@@ -1,4 +1,4 @@
-//! `leechio ps`, `modules`, `files`, `spaces`, `maps` and `dump --pid` against a live Linux
+//! `leechio ps`, `modules`, `files`, `system`, `dmesg`, `spaces`, `maps` and `dump --pid` against a live Linux
 //! guest, checked against what the guest's /proc said at boot (its oracle)
 //! and the bytes of its pattern process. The guest is paused while the
 //! binary reads.
@@ -1012,4 +1012,123 @@ fn section_bytes(dump: &str) -> Vec<u8> {
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+#[test]
+fn system_says_what_the_guests_uname_and_proc_say() {
+    check_system_says_what_the_guests_uname_and_proc_say(shared_guest());
+}
+
+#[test]
+fn with_5_level_paging_system_says_what_the_guests_uname_and_proc_say() {
+    check_system_says_what_the_guests_uname_and_proc_say(shared_la57_guest());
+}
+
+/// `leechio system`: its JSON fields against the guest's oracle (names and
+/// command line equal, boot time to the second, uptime no less than at
+/// boot), and the table, a `Key value` line each, the same.
+fn check_system_says_what_the_guests_uname_and_proc_say(guest: SharedGuest) {
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let oracle = &guest.oracle().system;
+    let lines = json_lines(&leechio(&["-d", &device, "system", "--json", "--no-cache"]));
+    let [s] = &lines[..] else { panic!("{lines:?}") };
+    for key in common::qemu::oracle::system::UNAME_KEYS {
+        assert_eq!(s[key], oracle.uname(key), "{key}");
+    }
+    assert_eq!(s["command_line"], guest.oracle().kernel_cmdline);
+    let boot = s["boot_time"].as_u64().unwrap();
+    assert!(boot.abs_diff(oracle.btime) <= 1, "{s}");
+    let uptime = s["uptime"].as_f64().unwrap();
+    assert!(uptime * 100.0 >= oracle.uptime_centis as f64, "{s}");
+    assert_eq!(s["errors"], serde_json::json!({}));
+    let table = leechio(&["-d", &device, "system", "--no-cache"]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    let rows: Vec<(&str, &str)> = table
+        .lines()
+        .map(|l| (l[..12].trim_end(), &l[13..]))
+        .collect();
+    let want = [
+        ("Sysname", oracle.uname("sysname")),
+        ("Nodename", "leechio-guest"),
+        ("Release", oracle.uname("release")),
+        ("Version", oracle.uname("version")),
+        ("Machine", oracle.uname("machine")),
+        ("Domainname", "leechio.test"),
+    ];
+    assert_eq!(rows[..6], want);
+    assert!(
+        rows[6].0 == "Boot time" && rows[6].1.starts_with(&boot.to_string()),
+        "{table}"
+    );
+    assert_eq!(rows[9], ("Cmdline", guest.oracle().kernel_cmdline.as_str()));
+}
+
+#[test]
+fn dmesg_prints_what_the_guests_dmesg_printed() {
+    check_dmesg_prints_what_the_guests_dmesg_printed(shared_guest());
+}
+
+#[test]
+fn with_5_level_paging_dmesg_prints_what_the_guests_dmesg_printed() {
+    check_dmesg_prints_what_the_guests_dmesg_printed(shared_la57_guest());
+}
+
+/// `leechio dmesg`: every line busybox `dmesg` printed at boot is among
+/// its lines, in order (the kernel may have logged more since), each as
+/// `[%5u.%06u] text`; its JSON a record a line, in sequence order, whose
+/// lines give the same text.
+fn check_dmesg_prints_what_the_guests_dmesg_printed(guest: SharedGuest) {
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let output = leechio(&["-d", &device, "dmesg", "--no-cache"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let printed = text(&output.stdout);
+    let ours: Vec<&str> = printed.lines().collect();
+    let theirs: Vec<String> = guest
+        .oracle()
+        .system
+        .dmesg
+        .iter()
+        .map(|l| text(l))
+        .collect();
+    // The guest's lines are printable but for tabs, which the terminal's
+    // escaping leaves as dmesg does: the lines are printed as they are.
+    let odd: Vec<&String> = theirs
+        .iter()
+        .filter(|l| l.contains(|c: char| (c.is_control() && c != '\t') || c == '\\'))
+        .collect();
+    assert!(odd.is_empty(), "{odd:#?}");
+    let mut at = 0;
+    for line in &theirs {
+        let found = ours[at..].iter().position(|l| l == line);
+        at += found.unwrap_or_else(|| panic!("{line:?} not printed in order")) + 1;
+    }
+    assert!(
+        theirs[0].starts_with("[    0.000000] Linux version "),
+        "{}",
+        theirs[0]
+    );
+    let records = json_lines(&leechio(&["-d", &device, "dmesg", "--json", "--no-cache"]));
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let from_json: Vec<String> = records
+        .iter()
+        .flat_map(|r| {
+            let ns = r["time_ns"].as_u64().unwrap();
+            let stamp = format!(
+                "[{:5}.{:06}]",
+                ns / 1_000_000_000,
+                ns % 1_000_000_000 / 1000
+            );
+            let text = r["text"].as_str().unwrap().to_string();
+            text.split('\n')
+                .map(|l| format!("{stamp} {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // The same log read twice: the same lines, save what the kernel logged
+    // in between (none, paused).
+    assert_eq!(from_json, ours);
 }

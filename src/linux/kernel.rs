@@ -117,9 +117,10 @@ impl Kernel {
     /// `init_pid_ns`, `init_top_pgt`, `page_offset_base`, `linux_banner`,
     /// `__start_BTF`, `__stop_BTF`, `special_mapping_name`,
     /// `sysctl_max_map_count`, `vmcoreinfo_data`, `vmcoreinfo_size`,
-    /// `modules`, `__pgtable_l5_enabled`, `sysctl_nr_open` and the
-    /// `d_dname` functions of sockets, pipes and anonymous inodes), when
-    /// the kernel has it.
+    /// `modules`, `__pgtable_l5_enabled`, `sysctl_nr_open`, the
+    /// `d_dname` functions of sockets, pipes and anonymous inodes, and
+    /// those of [`Kernel::system`] and [`Kernel::dmesg`]), when the kernel
+    /// has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }

@@ -15,7 +15,9 @@
 //!   [`Kernel::module_exports`] and [`Kernel::module_sections`]),
 //!   [`Kernel::kallsyms`] (every symbol of the kernel's table),
 //!   [`Kernel::open_files`] (each process's fds, as `/proc/PID/fd`
-//!   names them).
+//!   names them),
+//!   [`Kernel::system`] (its names, boot time, uptime and command line),
+//!   [`Kernel::dmesg`] (its log buffer).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
@@ -26,6 +28,7 @@ mod files;
 mod find;
 mod kernel;
 mod kmem;
+mod log;
 mod maps;
 mod modules;
 mod offsets;
@@ -33,6 +36,7 @@ mod paths;
 mod processes;
 mod structures;
 mod symbols;
+mod system;
 mod task_details;
 
 pub use files::{FileKind, FilesFailure, OpenFile, OpenFiles, ProcessFiles, Socket, TaskFiles};
@@ -41,10 +45,12 @@ pub use find::image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
 pub use find::vmcoreinfo::VmcoreinfoError;
 pub use find::{CacheLocation, FindError, Hints};
 pub use kernel::{Kernel, Source};
+pub use log::{Caller, KernelLog, LogRecord};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
 pub use modules::{Module, ModuleList, ModuleState, ModuleViews};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use structures::StructureFailure;
+pub use system::{System, Uname};
 pub use task_details::{
     exit_status, Capabilities, Credentials, DetailsAsked, TaskDetails, TaskState,
 };

@@ -78,6 +78,23 @@ const SYMBOLS: &[&str] = &[
     DNAMES[4],
     DNAMES[5],
     DNAMES[6],
+    // What the kernel says of itself (see `system`): its names, its
+    // timekeeper, its command line (and the line's length, from 6.x).
+    crate::linux::system::UTS_SYMBOL,
+    crate::linux::system::CLOCK_SYMBOL,
+    crate::linux::system::CMDLINE_SYMBOL,
+    crate::linux::system::CMDLINE_LEN_SYMBOL,
+    // The kernel log (see `log`): the ring's pointer and the kernel's
+    // two rings (5.10 on), or the old buffer's variables.
+    crate::linux::log::RING_SYMBOL,
+    crate::linux::log::STATIC_RINGS[0],
+    crate::linux::log::STATIC_RINGS[1],
+    crate::linux::log::LEGACY_SYMBOLS[0],
+    crate::linux::log::LEGACY_SYMBOLS[1],
+    crate::linux::log::LEGACY_SYMBOLS[2],
+    crate::linux::log::LEGACY_SYMBOLS[3],
+    crate::linux::log::LEGACY_SYMBOLS[4],
+    crate::linux::log::LEGACY_SYMBOLS[5],
 ];
 const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.

@@ -10,18 +10,22 @@
 
 mod details;
 mod files;
+mod log;
 mod maps;
 mod modules;
 mod structures;
+mod system;
 mod tasks;
 
 pub(crate) use details::{CompatFlag, CredLayout, DetailsLayout};
 pub(crate) use files::{span, FilesLayout};
+pub(crate) use log::{Int, LegacyLayout, LogLayout, RecordLayout, RingLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
 pub(crate) use modules::{ModTreeLayout, ModuleLayout, SectionLayout, SymbolForm};
 pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
+pub(crate) use system::{ClockLayout, UtsLayout, UTS_FIELDS};
 pub(crate) use tasks::{InitTaskLayout, ProcessLayout};
 
 use crate::linux::find::btf::{Btf, BtfError};
@@ -45,6 +49,12 @@ pub(crate) struct Offsets {
     pub details: Result<DetailsLayout, BtfError>,
     /// The open files' (fd tables, `struct file`, sockets).
     pub files: Result<FilesLayout, BtfError>,
+    /// The first UTS namespace's name (`uname`).
+    pub uts: Result<UtsLayout, BtfError>,
+    /// The timekeeper's clocks in `tk_core` (boot time, uptime).
+    pub clock: Result<ClockLayout, BtfError>,
+    /// The kernel log's buffer.
+    pub log: Result<LogLayout, BtfError>,
 }
 
 impl Offsets {
@@ -59,16 +69,19 @@ impl Offsets {
             module_tree: ModTreeLayout::from_btf(btf),
             details: DetailsLayout::from_btf(btf),
             files: FilesLayout::from_btf(btf),
+            uts: UtsLayout::from_btf(btf),
+            clock: ClockLayout::from_btf(btf),
+            log: LogLayout::from_btf(btf),
         })
     }
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
 /// process list, memory maps, the module list, each task's details, the
-/// open files): the answers a warm start must have, and what the fuzz
-/// target asks of random BTF. The first error of each walk, if any. (The
-/// module address tree is asked too, but a kernel may lack it: its error
-/// is not one.)
+/// open files, the system's names and clocks, the kernel log): the
+/// answers a warm start must have, and what the fuzz target asks of random
+/// BTF. The first error of each walk, if any. (The module address tree
+/// is asked too, but a kernel may lack it: its error is not one.)
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
     let _ = ModTreeLayout::from_btf(btf);
     [
@@ -78,6 +91,9 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         ModuleLayout::from_btf(btf).map(drop),
         DetailsLayout::from_btf(btf).map(drop),
         FilesLayout::from_btf(btf).map(drop),
+        UtsLayout::from_btf(btf).map(drop),
+        ClockLayout::from_btf(btf).map(drop),
+        LogLayout::from_btf(btf).map(drop),
     ]
     .into_iter()
     .filter_map(Result::err)

@@ -10,6 +10,9 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+pub mod system;
+use system::GuestSystem;
+
 /// The prefix of every oracle line.
 const TAG: &str = "leechio-oracle: ";
 
@@ -167,6 +170,8 @@ pub struct Oracle {
     /// Every open fd of every process (but `guest.sh --processes`' extra
     /// ones), by pid and fd.
     pub fds: Vec<GuestFd>,
+    /// The kernel's names, clocks and log.
+    pub system: GuestSystem,
 }
 
 impl Oracle {
@@ -230,6 +235,7 @@ struct Items {
     map_lines: usize,
     modules: Vec<GuestModule>,
     fds: Vec<GuestFd>,
+    system: system::SystemItems,
     /// The counts of the end line: tasks, map lines, symbols, modules, fds
     /// (the last two 0 when the line has none).
     end: Option<[usize; 5]>,
@@ -298,6 +304,7 @@ impl Items {
                 self.fds.push(parse_fd(rest)?);
                 Ok(())
             }
+            "uname" | "btime" | "clock" | "dmesg" | "dmesg-end" => self.system.add(kind, rest),
             "end" => {
                 let fields = Fields::new(rest);
                 let counts = [
@@ -344,6 +351,7 @@ impl Items {
             pattern: self.pattern.ok_or("no pattern process line")?,
             modules: self.modules,
             fds: self.fds,
+            system: self.system.finish()?,
         })
     }
 }
