@@ -227,14 +227,7 @@ fn check_details(list: &ProcessList, details: &HashMap<u64, TaskDetails>, guest:
                 .clone()
                 .map(Result::unwrap)
                 .unwrap_or_default();
-            let want_env: Vec<String> = want
-                .environ
-                .strip_suffix(b"\0")
-                .unwrap_or(&want.environ)
-                .split(|&b| b == 0)
-                .filter(|_| !want.environ.is_empty())
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-                .collect();
+            let want_env = want.environment();
             assert_eq!(environment, want_env, "pid {pid}");
             checked += 1;
         }

@@ -487,14 +487,7 @@ fn check_ps_tree_threads_creds_and_env(guest: SharedGuest) {
     assert_eq!(env.len(), users.len());
     for task in users {
         let line = env.iter().find(|l| l["pid"] == task.pid).unwrap();
-        let want: Vec<String> = task
-            .environ
-            .strip_suffix(b"\0")
-            .unwrap_or(&task.environ)
-            .split(|&b| b == 0)
-            .filter(|_| !task.environ.is_empty())
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-            .collect();
+        let want = task.environment();
         assert_eq!(line["environment"], serde_json::json!(want), "{line}");
     }
     let one = leechio(&["-d", &device, "env", "1"]);

@@ -38,6 +38,7 @@ mod structures;
 mod symbols;
 mod system;
 mod task_details;
+mod user_memory;
 
 pub use files::{FileKind, FilesFailure, OpenFile, OpenFiles, ProcessFiles, Socket, TaskFiles};
 pub use find::btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX_BTF};

@@ -9,12 +9,10 @@ use super::{
 };
 use crate::join_all;
 use crate::linux::kmem::Fields;
-use crate::AddressSpace;
+use crate::linux::user_memory;
 
 /// Most bytes of a command line read; a longer one is cut and reported.
 const MAX_COMMAND_LINE: u64 = 1 << 20;
-/// User addresses lie below this (47-bit canonical lower half).
-const USER_END: u64 = 0x0000_8000_0000_0000;
 
 /// Whether `t` is a thread of the process whose task is `leader`: its
 /// `group_leader` is that task, both are kernel threads or neither, and
@@ -174,9 +172,9 @@ impl Walk<'_> {
                 threads,
             });
         }
-        let lines = join_all(processes.iter().zip(&mm_fields).map(|(p, mm)| async move {
+        let lines = join_all(mm_fields.iter().map(|mm| async move {
             match mm {
-                Some(mm) => Some(self.command_line(p, mm).await),
+                Some(mm) => Some(self.command_line(mm).await),
                 None => None,
             }
         }))
@@ -208,29 +206,21 @@ impl Walk<'_> {
         let (start, len) = span(&[(l.mm_pgd, 8), (l.mm_arg_start, 8), (l.mm_arg_end, 8)]);
         let bytes = self.kmem.read_vec(mm.wrapping_add(start), len).await?;
         let at = |m: u64| bytes.u64_at(m - start).unwrap_or(0);
-        let pgd = at(l.mm_pgd);
-        let dtb = self
-            .kmem
-            .physical(pgd)
-            .filter(|pa| pa % 0x1000 == 0)
-            .ok_or_else(|| format!("its pgd {pgd:#x} is no page of the direct map"))?;
+        let dtb = user_memory::top_table(&self.kmem, at(l.mm_pgd))?;
         Ok(MmFields {
             dtb,
             args: (at(l.mm_arg_start), at(l.mm_arg_end)),
         })
     }
 
-    /// The command line of `p` through its own page tables, and whether
+    /// The command line of a process through its own page tables, and whether
     /// its top table maps the kernel as the kernel's does (read in the
     /// same batch as the walk's first level).
     async fn command_line(
         &self,
-        p: &Process,
         mm: &MmFields,
     ) -> (Result<(), String>, Result<Vec<String>, String>) {
         let mem = self.kmem.mem;
-        let space = AddressSpace::new(mem.clone(), mm.dtb, self.kmem.space.paging());
-        let (start, end) = mm.args;
         let top = async {
             let entry = mem
                 .read_val::<u64>(mm.dtb + 511 * 8)
@@ -246,34 +236,10 @@ impl Walk<'_> {
             }
         };
         let line = async {
-            if start >= end {
-                return Ok(Vec::new());
-            }
-            if end > USER_END {
-                return Err(format!(
-                    "arguments at {start:#x}..{end:#x} are not in user memory"
-                ));
-            }
-            let len = (end - start).min(MAX_COMMAND_LINE);
-            let mut bytes = vec![0u8; len as usize];
-            space.read(start, &mut bytes).await.map_err(|e| {
-                format!(
-                    "{} of the {len} bytes at {start:#x} unreadable ({})",
-                    e.failed_bytes(),
-                    e.failed
-                        .first()
-                        .map(|f| f.reason.to_string())
-                        .unwrap_or_default()
-                )
-            })?;
-            if len < end - start {
-                return Err(format!(
-                    "{} bytes of arguments for pid {}, more than the {MAX_COMMAND_LINE} read",
-                    end - start,
-                    p.pid
-                ));
-            }
-            Ok(split_command_line(&bytes))
+            let range = mm.args;
+            let bytes =
+                user_memory::read_range(&self.kmem, mm.dtb, range, MAX_COMMAND_LINE, "arguments");
+            Ok(split_command_line(&bytes.await?))
         };
         futures::join!(top, line)
     }

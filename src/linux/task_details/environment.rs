@@ -3,7 +3,7 @@
 //! page tables.
 
 use crate::linux::kmem::KernelMemory;
-use crate::AddressSpace;
+use crate::linux::user_memory;
 
 /// Most bytes of an environment read; a longer one is cut and said.
 /// (The kernel bounds arguments and environment together by a quarter of
@@ -16,38 +16,9 @@ pub(super) async fn read(
     kmem: &KernelMemory<'_>,
     (pgd, start, end): (u64, u64, u64),
 ) -> Result<Vec<String>, String> {
-    let dtb = kmem
-        .physical(pgd)
-        .filter(|pa| pa % 0x1000 == 0)
-        .ok_or_else(|| format!("its pgd {pgd:#x} is no page of the direct map"))?;
-    if start >= end {
-        return Ok(Vec::new());
-    }
-    let paging = kmem.space.paging();
-    if end > paging.lower_half_end() {
-        return Err(format!(
-            "environment at {start:#x}..{end:#x} is not in user memory"
-        ));
-    }
-    if end - start > MAX_ENVIRONMENT {
-        return Err(format!(
-            "{} bytes of environment at {start:#x}, more than the {MAX_ENVIRONMENT} read",
-            end - start
-        ));
-    }
-    let space = AddressSpace::new(kmem.mem.clone(), dtb, paging);
-    let mut bytes = vec![0u8; (end - start) as usize];
-    space.read(start, &mut bytes).await.map_err(|e| {
-        format!(
-            "{} of the {} bytes at {start:#x} unreadable ({})",
-            e.failed_bytes(),
-            bytes.len(),
-            e.failed
-                .first()
-                .map(|f| f.reason.to_string())
-                .unwrap_or_default()
-        )
-    })?;
+    let dtb = user_memory::top_table(kmem, pgd)?;
+    let range = (start, end);
+    let bytes = user_memory::read_range(kmem, dtb, range, MAX_ENVIRONMENT, "environment").await?;
     Ok(split(&bytes))
 }
 

@@ -57,6 +57,18 @@ impl GuestTask {
     pub fn is_process(&self) -> bool {
         self.pid == self.tgid
     }
+
+    /// `/proc/PID/environ`'s variables: split at the NUL that ends each.
+    pub fn environment(&self) -> Vec<String> {
+        let bytes = self.environ.strip_suffix(b"\0").unwrap_or(&self.environ);
+        match bytes.is_empty() {
+            true => Vec::new(),
+            false => bytes
+                .split(|&b| b == 0)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .collect(),
+        }
+    }
 }
 
 /// One line of `/proc/PID/maps`.
