@@ -117,7 +117,8 @@ impl Kernel {
     /// `init_pid_ns`, `init_top_pgt`, `page_offset_base`, `linux_banner`,
     /// `__start_BTF`, `__stop_BTF`, `special_mapping_name`,
     /// `sysctl_max_map_count`, `vmcoreinfo_data`, `vmcoreinfo_size`,
-    /// `modules`, `__pgtable_l5_enabled`), when the kernel has it.
+    /// `modules`, `__pgtable_l5_enabled`, `runqueues`, `nr_cpu_ids`,
+    /// `__per_cpu_offset`), when the kernel has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }

@@ -13,7 +13,9 @@
 //!   statuses, 32-bit or not), [`Kernel::vmas`] (memory maps, with the
 //!   paths of their files), [`Kernel::modules`] (loadable modules, with
 //!   [`Kernel::module_exports`] and [`Kernel::module_sections`]),
-//!   [`Kernel::kallsyms`] (every symbol of the kernel's table).
+//!   [`Kernel::kallsyms`] (every symbol of the kernel's table),
+//!   [`Kernel::process_views`] (each task through the pid table, the task
+//!   list, its thread group and the run queues: what hides).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
@@ -31,6 +33,7 @@ mod processes;
 mod structures;
 mod symbols;
 mod task_details;
+mod views;
 
 pub use find::btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX_BTF};
 pub use find::image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
@@ -44,5 +47,6 @@ pub use structures::StructureFailure;
 pub use task_details::{
     exit_status, Capabilities, Credentials, DetailsAsked, TaskDetails, TaskState,
 };
+pub use views::{ProcessViews, TaskViews, View, ViewFailure};
 
 pub use offsets::ask_walk_questions;

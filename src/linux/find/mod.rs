@@ -65,6 +65,11 @@ const SYMBOLS: &[&str] = &[
     // Whether the kernel runs with 5-level paging (kernels built with
     // CONFIG_X86_5LEVEL, up to 6.16).
     L5_SYMBOL,
+    // Each CPU's run queue: a per-CPU variable, the CPUs, their offsets
+    // (see `views`).
+    crate::linux::views::SYMBOLS[0],
+    crate::linux::views::SYMBOLS[1],
+    crate::linux::views::SYMBOLS[2],
 ];
 /// The kernel's own word on its paging mode: 1 with 5 levels.
 const L5_SYMBOL: &str = "__pgtable_l5_enabled";

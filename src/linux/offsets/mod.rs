@@ -13,6 +13,7 @@ mod maps;
 mod modules;
 mod structures;
 mod tasks;
+mod views;
 
 pub(crate) use details::{CompatFlag, CredLayout, DetailsLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
@@ -21,6 +22,7 @@ pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
 pub(crate) use tasks::{InitTaskLayout, ProcessLayout};
+pub(crate) use views::{GroupLinks, SchedLayout, ViewsLayout};
 
 use crate::linux::find::btf::{Btf, BtfError};
 
@@ -38,6 +40,9 @@ pub(crate) struct Offsets {
     /// Each task's details (executable, exit code, 32-bit or not,
     /// credentials, start time, environment).
     pub details: Result<DetailsLayout, BtfError>,
+    /// The other views of the tasks (the task list, thread groups, run
+    /// queues), each standing alone.
+    pub views: Result<ViewsLayout, BtfError>,
 }
 
 impl Offsets {
@@ -50,23 +55,35 @@ impl Offsets {
             maps: MapsLayout::from_btf(btf),
             modules: ModuleLayout::from_btf(btf),
             details: DetailsLayout::from_btf(btf),
+            views: ViewsLayout::from_btf(btf),
         })
     }
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
-/// process list, memory maps, the module list, each task's details): the
-/// answers a warm start must have, and what the fuzz target asks of random
-/// BTF. The first error of each walk, if any.
+/// process list, memory maps, the module list, each task's details, the
+/// tasks' other views): the answers a warm start must have, and what the
+/// fuzz target asks of random BTF. The first error of each walk, if any,
+/// and each answer of the views not kept.
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
+    let views = ViewsLayout::from_btf(btf);
+    // A view the BTF lacks is no error of the walks; an answer a warm
+    // start did not keep is.
+    let view_errors = views
+        .iter()
+        .flat_map(ViewsLayout::errors)
+        .filter(|e| matches!(e, BtfError::NotKept(..)))
+        .cloned();
     [
         InitTaskLayout::from_btf(btf).map(drop),
         ProcessLayout::from_btf(btf).map(drop),
         MapsLayout::from_btf(btf).map(drop),
         ModuleLayout::from_btf(btf).map(drop),
         DetailsLayout::from_btf(btf).map(drop),
+        views.as_ref().map(drop).map_err(Clone::clone),
     ]
     .into_iter()
     .filter_map(Result::err)
+    .chain(view_errors)
     .collect()
 }
