@@ -19,7 +19,7 @@ use std::path::Path;
 
 use common::linux::{engine, no_cache};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
-use leechio::linux::{DetailsAsked, Kernel, ProcessList, Stage, TaskDetails};
+use leechio::linux::{DetailsAsked, Kernel, ProcessList, ProcessViews, Stage, TaskDetails, View};
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 
 /// Read calls of a list once the kernel is known, on a guest whose pids
@@ -248,9 +248,79 @@ fn check_details(list: &ProcessList, details: &HashMap<u64, TaskDetails>, guest:
     assert_eq!(environment, ["LEECHIO_ENV=one", "LEECHIO_SPACE=two words"]);
 }
 
+/// Every task the views found, by pid (threads too), with the views that
+/// have it; the views' read calls.
+fn read_views(device: &LeechCore, kernel: &Kernel) -> (ProcessViews, u64) {
+    let before = device.call_count(Call::ReadScatter);
+    let views = kernel.process_views();
+    (views, device.call_count(Call::ReadScatter) - before)
+}
+
+/// The views of a clean guest agree, with the oracle too: every task of
+/// the pid table in its thread group, every process on the task list, and
+/// each run queue read (the guest has one CPU); nothing hides.
+fn check_views_agree(views: &ProcessViews, list: &ProcessList, guest: &Guest) {
+    assert_eq!(views.failed, []);
+    assert_eq!(views.unread, []);
+    assert_eq!(
+        views.hidden().count(),
+        0,
+        "{:#?}",
+        views.hidden().collect::<Vec<_>>()
+    );
+    // One CPU, idle or not, whose idle task is init_task.
+    let queues: Vec<(u32, u64)> = views.run_queues.iter().map(|q| (q.cpu, q.idle)).collect();
+    assert_eq!(queues, [(0, guest.symbol("init_task"))]);
+    let on_queue: Vec<(u32, &str, Option<u32>)> = views
+        .tasks
+        .iter()
+        .filter(|t| t.seen_in.contains(&View::RunQueue))
+        .map(|t| (t.pid, t.name.as_str(), t.cpu))
+        .collect();
+    eprintln!(
+        "views: {} tasks, {} thread groups, on the run queue {on_queue:?}",
+        views.tasks.len(),
+        views.thread_groups
+    );
+    let mut listed = 0;
+    for p in &list.processes {
+        let tasks =
+            std::iter::once((p.pid, p.task)).chain(p.threads.iter().map(|t| (t.pid, t.task)));
+        for (pid, task) in tasks {
+            let t = views.tasks.iter().find(|t| t.task == task).unwrap();
+            assert_eq!(t.pid, pid);
+            let mut want = vec![View::PidTable];
+            if pid == p.pid {
+                want.push(View::TaskList);
+            }
+            want.push(View::ThreadGroup);
+            let seen: Vec<View> = t
+                .seen_in
+                .iter()
+                .copied()
+                .filter(|&v| v != View::RunQueue)
+                .collect();
+            assert_eq!(seen, want, "{t:?}");
+            listed += 1;
+        }
+    }
+    assert_eq!(views.tasks.len(), listed);
+    assert_eq!(
+        views.thread_groups,
+        list.processes.len() + 1,
+        "and init_task's"
+    );
+    // Every user task of the oracle.
+    for task in guest.tasks().iter().filter(|t| !t.kernel_thread) {
+        assert!(views.tasks.iter().any(|t| t.pid == task.pid), "{task:?}");
+    }
+}
+
 /// Finds the kernel of `guest` (paused), lists its processes and checks
 /// them, then lists them again with every task's details (which share
-/// the list's batches: no call more); returns the read calls of the list.
+/// the list's batches: no call more), and reads every view of the tasks
+/// (in the same calls: no call more); returns the read calls of the
+/// list.
 fn check_guest(guest: &Guest) -> u64 {
     let (mem, device) = engine(guest.open());
     let _paused = guest.pause();
@@ -263,6 +333,9 @@ fn check_guest(guest: &Guest) -> u64 {
     assert_eq!(device.call_count(Call::ReadScatter) - before, calls);
     assert_eq!(kernel.details_unknown(), Vec::<String>::new());
     check_details(&again, &details, guest);
+    let (views, view_calls) = read_views(&device, &kernel);
+    check_views_agree(&views, &again, guest);
+    assert_eq!(view_calls, calls);
     eprintln!(
         "{}: {} processes, {} tasks in {calls} read calls",
         kernel.release(),
@@ -481,4 +554,138 @@ fn lists_the_processes_of_a_running_guest() {
             assert_eq!(p.cmdline, task.cmdline);
         }
     }
+}
+
+/// Words of kernel memory changed through the device, put back as they
+/// were when this drops (the test failing or not: the guest is shared).
+struct Unlinked<'m> {
+    mem: &'m Memory,
+    /// `(physical address, original word)`, in the order written.
+    words: Vec<(u64, u64)>,
+}
+
+impl Unlinked<'_> {
+    /// Reads the word at kernel address `va` through the kernel's tables.
+    fn read(kernel: &Kernel, va: u64) -> u64 {
+        let mut word = [0u8; 8];
+        kernel
+            .memory()
+            .block_on(kernel.space().read(va, &mut word))
+            .unwrap();
+        u64::from_le_bytes(word)
+    }
+
+    /// Writes `value` at kernel address `va` through the device, keeping
+    /// the word it replaces.
+    fn write(&mut self, kernel: &Kernel, va: u64, value: u64) {
+        let pa = self.mem.block_on(kernel.space().translate(va)).unwrap().pa;
+        let mut old = [0u8; 8];
+        self.mem.block_on(self.mem.read(pa, &mut old)).unwrap();
+        self.words.push((pa, u64::from_le_bytes(old)));
+        self.mem
+            .block_on(self.mem.write(pa, &value.to_le_bytes()))
+            .unwrap();
+    }
+
+    /// Takes the node at `node` (a `list_head`) out of its list as
+    /// `list_del` does but leaves its own links: its `prev`'s `next` is its
+    /// `next`, its `next`'s `prev` its `prev`.
+    fn unlink(&mut self, kernel: &Kernel, node: u64) {
+        let (next, prev) = (Self::read(kernel, node), Self::read(kernel, node + 8));
+        self.write(kernel, prev, next);
+        self.write(kernel, next + 8, prev);
+    }
+}
+
+impl Drop for Unlinked<'_> {
+    fn drop(&mut self) {
+        for &(pa, word) in self.words.iter().rev() {
+            let _ = self.mem.block_on(self.mem.write(pa, &word.to_le_bytes()));
+        }
+    }
+}
+
+/// As a rootkit hides a process: `sleep 100001` unlinked from the task
+/// list and the pattern process's first thread from its thread group,
+/// through the device's own writes (the guest paused; the words put back
+/// after). The views report those two, each missing from the one list and
+/// still in the others, in as many calls as before; once put back,
+/// nothing hides.
+#[test]
+fn a_process_unlinked_from_the_task_list_and_a_thread_from_its_group_are_found() {
+    let guest = shared_guest();
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let list = kernel.processes();
+    let (clean, calls) = read_views(&device, &kernel);
+    check_views_agree(&clean, &list, &guest);
+    let sleep = guest
+        .processes()
+        .into_iter()
+        .find(|t| t.cmdline == ["sleep", "100001"])
+        .unwrap()
+        .pid;
+    let sleep = list.get(sleep).unwrap();
+    let pattern = list.get(guest.pattern().pid).unwrap();
+    let thread = &pattern.threads[0];
+    assert_eq!(thread.name, "leechio-thr-1");
+    let offset = |member: &str| kernel.offset_of("task_struct", member).unwrap();
+    let group_node = offset("thread_node");
+    let mut unlinked = Unlinked {
+        mem: &mem,
+        words: Vec::new(),
+    };
+    unlinked.unlink(&kernel, sleep.task + offset("tasks"));
+    unlinked.unlink(&kernel, thread.task + group_node);
+
+    let (views, hidden_calls) = read_views(&device, &kernel);
+    assert_eq!(hidden_calls, calls);
+    assert_eq!(views.failed, []);
+    let hidden: Vec<(u32, u64, &str, &[View], &[View])> = views
+        .hidden()
+        .map(|t| {
+            (
+                t.pid,
+                t.task,
+                t.name.as_str(),
+                &t.seen_in[..],
+                &t.missing_from[..],
+            )
+        })
+        .collect();
+    assert_eq!(
+        hidden,
+        [
+            (
+                sleep.pid,
+                sleep.task,
+                "sleep",
+                &[View::PidTable, View::ThreadGroup][..],
+                &[View::TaskList][..]
+            ),
+            (
+                thread.pid,
+                thread.task,
+                "leechio-thr-1",
+                &[View::PidTable][..],
+                &[View::ThreadGroup][..]
+            ),
+        ]
+    );
+    // Every other task as before.
+    let others = |v: &ProcessViews| -> Vec<_> {
+        v.tasks
+            .iter()
+            .filter(|t| t.missing_from.is_empty())
+            .map(|t| (t.task, t.seen_in.clone()))
+            .collect()
+    };
+    let mut before = others(&clean);
+    before.retain(|(task, _)| *task != sleep.task && *task != thread.task);
+    assert_eq!(others(&views), before);
+
+    drop(unlinked);
+    let (again, _) = read_views(&device, &kernel);
+    assert_eq!(again, clean);
 }

@@ -47,6 +47,6 @@ pub use structures::StructureFailure;
 pub use task_details::{
     exit_status, Capabilities, Credentials, DetailsAsked, TaskDetails, TaskState,
 };
-pub use views::{ProcessViews, TaskViews, View, ViewFailure};
+pub use views::{ProcessViews, RunQueue, TaskViews, View, ViewFailure};
 
 pub use offsets::ask_walk_questions;

@@ -115,8 +115,13 @@ impl ViewsLayout {
     /// missing (then no view can name what it finds).
     pub fn from_btf(btf: &Btf) -> Result<ViewsLayout, BtfError> {
         let task = |m: &str| btf.member_offset("task_struct", m);
-        let groups = match (task("thread_node"), btf.member_offset("signal_struct", "thread_head")) {
-            (Ok(node), Ok(head)) => task("signal").map(|signal| GroupLinks::Signal { signal, head, node }),
+        let groups = match (
+            task("thread_node"),
+            btf.member_offset("signal_struct", "thread_head"),
+        ) {
+            (Ok(node), Ok(head)) => {
+                task("signal").map(|signal| GroupLinks::Signal { signal, head, node })
+            }
             _ => task("thread_group").map(|node| GroupLinks::Leader { node }),
         };
         Ok(ViewsLayout {

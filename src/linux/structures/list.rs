@@ -130,7 +130,16 @@ pub(crate) async fn objects(
     let link = |at: u64| head_bytes.u64_at(at).unwrap_or(0);
     let links = (link(layout.next), link(layout.prev));
     let budget = Budget::new(max, "in the list");
-    follow(kmem, layout, head, links, objects, &FxHashMap::default(), &budget).await
+    follow(
+        kmem,
+        layout,
+        head,
+        links,
+        objects,
+        &FxHashMap::default(),
+        &budget,
+    )
+    .await
 }
 
 /// Every object of the list whose head at `head` links to `links` (its

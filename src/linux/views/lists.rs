@@ -75,7 +75,16 @@ impl Lists {
         if tasks.is_empty() {
             return;
         }
-        let walked = groups(kmem, layout, links, &self.spans, &tasks, &self.groups, budget).await;
+        let walked = groups(
+            kmem,
+            layout,
+            links,
+            &self.spans,
+            &tasks,
+            &self.groups,
+            budget,
+        )
+        .await;
         self.take(walked);
     }
 
@@ -92,11 +101,12 @@ impl Lists {
     /// Keeps the tasks a list found, and its failures.
     fn found(&mut self, linked: Linked) {
         let view = View::ThreadGroup;
-        self.failed.extend(linked.failed.into_iter().map(|f| ViewFailure {
-            view,
-            address: f.address,
-            reason: f.reason,
-        }));
+        self.failed
+            .extend(linked.failed.into_iter().map(|f| ViewFailure {
+                view,
+                address: f.address,
+                reason: f.reason,
+            }));
         for (task, bytes) in linked.objects {
             self.spans.entry(task).or_insert(bytes);
         }
@@ -133,7 +143,12 @@ pub(super) async fn read(
     tasks.sort_unstable();
     tasks.dedup();
     let (start, len) = layout.task_span();
-    let reads = join_all(tasks.iter().map(|&t| kmem.read_vec(t.wrapping_add(start), len))).await;
+    let reads = join_all(
+        tasks
+            .iter()
+            .map(|&t| kmem.read_vec(t.wrapping_add(start), len)),
+    )
+    .await;
     let mut lists = Lists {
         init_task: Some(init_task),
         ..Lists::default()
@@ -179,11 +194,13 @@ pub(super) async fn read(
     let (task_list, groups) = futures::join!(task_list, groups);
     if let Some(linked) = task_list {
         lists.task_list = Some(Reach::of(&linked));
-        lists.failed.extend(linked.failed.iter().map(|f| ViewFailure {
-            view: View::TaskList,
-            address: f.address,
-            reason: f.reason.clone(),
-        }));
+        lists
+            .failed
+            .extend(linked.failed.iter().map(|f| ViewFailure {
+                view: View::TaskList,
+                address: f.address,
+                reason: f.reason.clone(),
+            }));
         for (task, bytes) in linked.objects {
             lists.spans.entry(task).or_insert(bytes);
         }
@@ -221,7 +238,9 @@ async fn groups(
     let mut out = Groups::default();
     let mut keys = Vec::new();
     for &task in tasks {
-        let Some(bytes) = spans.get(&task) else { continue };
+        let Some(bytes) = spans.get(&task) else {
+            continue;
+        };
         let (what, at) = match links {
             GroupLinks::Signal { signal, .. } => ("signal", signal),
             GroupLinks::Leader { .. } => ("group_leader", layout.group_leader),
@@ -231,8 +250,12 @@ async fn groups(
             out.failed.push(ViewFailure {
                 view: View::ThreadGroup,
                 address: task,
-                reason: format!("the task's {what} is {key:#x}, no kernel address: its thread group not read"),
+                reason: format!(
+                    "the task's {what} is {key:#x}, no kernel address: its thread group not read"
+                ),
             });
+            // Key 0 is no group's: asked once.
+            out.key_of.push((task, 0));
             continue;
         }
         out.key_of.push((task, key));
@@ -292,7 +315,9 @@ async fn groups(
         // A ring through its leader: the leader stands for the head.
         if let GroupLinks::Leader { .. } = links {
             let bytes = spans.get(&key).or_else(|| anchors.get(&key));
-            linked.objects.push((key, bytes.cloned().unwrap_or_default()));
+            linked
+                .objects
+                .push((key, bytes.cloned().unwrap_or_default()));
         }
         out.groups.push((key, linked));
     }

@@ -35,10 +35,12 @@
 
 use std::fmt;
 
+use futures::future::BoxFuture;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::offsets::ViewsLayout;
+use crate::linux::structures::list::Budget;
 use crate::linux::{Kernel, ProcessList, Stage};
 
 mod lists;
@@ -133,7 +135,21 @@ pub struct ProcessViews {
     /// The thread groups walked.
     pub thread_groups: usize,
     /// The run queues read, one a CPU.
-    pub run_queues: u32,
+    pub run_queues: Vec<RunQueue>,
+}
+
+/// A CPU's run queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunQueue {
+    /// The CPU.
+    pub cpu: u32,
+    /// Address of its `struct rq`.
+    pub address: u64,
+    /// The task it runs (`curr`): its idle task when it has nothing to
+    /// run.
+    pub running: u64,
+    /// Its idle task (pid 0; the first CPU's is `init_task`).
+    pub idle: u64,
 }
 
 impl ProcessViews {
@@ -165,50 +181,70 @@ impl Kernel {
             Ok(layout) => layout,
             Err(e) => {
                 let list = self.processes_async().await;
-                let unread = [View::TaskList, View::ThreadGroup, View::RunQueue]
-                    .map(|v| (v, e.to_string()));
+                let unread =
+                    [View::TaskList, View::ThreadGroup, View::RunQueue].map(|v| (v, e.to_string()));
                 let (lists, queues) = (Lists::default(), RunQueues::default());
                 return assemble(&list, &lists, &queues, unread.into(), None);
             }
         };
         let kmem = self.kernel_memory();
         let budget = lists::budget(&kmem, layout);
-        let init_task = self.init_task();
         let symbols = SYMBOLS.map(|s| self.symbol(s));
-        let beside = |tasks: Vec<(u64, Option<u64>)>| {
-            let tasks = tasks.into_iter().map(|t| t.0).collect();
-            lists::read(&kmem, layout, init_task, tasks, &budget)
-        };
-        let (walked, queues) = futures::join!(
-            self.processes_beside(beside),
-            scheduler::read(&kmem, layout, symbols),
-        );
-        let (list, lists) = walked;
-        let mut unread = Vec::new();
-        let mut lists = match lists {
-            Some(lists) => lists,
-            None => {
-                let why = "the pid table could not be read, and the other views are read by what it holds";
-                unread.extend([View::TaskList, View::ThreadGroup].map(|v| (v, why.to_string())));
-                Lists::default()
-            }
-        };
-        if let Err(e) = &layout.tasks {
-            unread.push((View::TaskList, e.to_string()));
-        }
-        if let Err(e) = &layout.groups {
-            unread.push((View::ThreadGroup, e.to_string()));
-        }
-        if let Some(why) = &queues.unread {
-            unread.push((View::RunQueue, why.clone()));
-        }
-        // The groups of tasks only the other views found.
-        lists
-            .more_groups(&kmem, layout, &queues.spans, &budget)
-            .await;
-        unread.sort();
-        assemble(&list, &lists, &queues, unread, Some(layout))
+        let walk = |beside| self.processes_beside(beside);
+        read(&kmem, layout, &budget, self.init_task(), symbols, walk).await
     }
+}
+
+/// What reads the other views beside the pid table's walk, given the
+/// tasks the walk checked (with their `mm`s, unused).
+type Beside<'a> = Box<dyn FnOnce(Vec<(u64, Option<u64>)>) -> BoxFuture<'a, Lists> + Send + 'a>;
+
+/// The views of the tasks, the pid table from `walk`, which runs the
+/// function it is given on the tasks it found while it reads on (`None`
+/// when it found none); the run queues from the symbols (`runqueues`,
+/// `nr_cpu_ids`, `__per_cpu_offset`).
+async fn read<'b, W, F>(
+    kmem: &'b KernelMemory<'b>,
+    layout: &'b ViewsLayout,
+    budget: &'b Budget,
+    init_task: u64,
+    symbols: [Option<u64>; 3],
+    walk: W,
+) -> ProcessViews
+where
+    W: FnOnce(Beside<'b>) -> F,
+    F: std::future::Future<Output = (ProcessList, Option<Lists>)>,
+{
+    let beside: Beside<'b> = Box::new(move |tasks: Vec<(u64, Option<u64>)>| {
+        let tasks = tasks.into_iter().map(|t| t.0).collect();
+        Box::pin(lists::read(kmem, layout, init_task, tasks, budget))
+    });
+    let (walked, queues) = futures::join!(walk(beside), scheduler::read(kmem, layout, symbols));
+    let (list, lists) = walked;
+    let mut unread = Vec::new();
+    let mut lists = match lists {
+        Some(lists) => lists,
+        None => {
+            let why =
+                "the pid table could not be read, and the other views are read by what it holds";
+            unread.extend([View::TaskList, View::ThreadGroup].map(|v| (v, why.to_string())));
+            Lists::default()
+        }
+    };
+    if let Err(e) = &layout.tasks {
+        unread.push((View::TaskList, e.to_string()));
+    }
+    if let Err(e) = &layout.groups {
+        unread.push((View::ThreadGroup, e.to_string()));
+    }
+    if let Some(why) = &queues.unread {
+        unread.push((View::RunQueue, why.clone()));
+    }
+    // The groups of tasks only the other views found.
+    lists.more_groups(kmem, layout, &queues.spans, budget).await;
+    unread.sort();
+    unread.dedup_by(|a, b| a.0 == b.0);
+    assemble(&list, &lists, &queues, unread, Some(layout))
 }
 
 /// Who a task says it is, from its span.
@@ -218,7 +254,11 @@ fn identity(layout: &ViewsLayout, bytes: &[u8]) -> Option<(u32, u32, String)> {
     let tgid = bytes.u32_at(layout.tgid - start)?;
     let comm = bytes.bytes_at(layout.comm - start, layout.comm_len)?;
     let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
-    Some((pid, tgid, String::from_utf8_lossy(&comm[..end]).into_owned()))
+    Some((
+        pid,
+        tgid,
+        String::from_utf8_lossy(&comm[..end]).into_owned(),
+    ))
 }
 
 /// The pid table's tasks, each with its pid, tgid and name, and whether
@@ -259,7 +299,12 @@ fn assemble(
     let mut failed: Vec<ViewFailure> = list
         .failed
         .iter()
-        .filter(|f| matches!(f.stage, Stage::Layout | Stage::PidTable | Stage::Pid | Stage::Task))
+        .filter(|f| {
+            matches!(
+                f.stage,
+                Stage::Layout | Stage::PidTable | Stage::Pid | Stage::Task
+            )
+        })
         .map(|f| ViewFailure {
             view: View::PidTable,
             address: f.address,
@@ -268,11 +313,26 @@ fn assemble(
         .collect();
     failed.extend(lists.failed.iter().cloned());
     failed.extend(queues.failed.iter().cloned());
-    let idle: FxHashSet<u64> = queues.idle.iter().copied().chain(lists.init_task).collect();
+    let idle: FxHashSet<u64> = queues
+        .queues
+        .iter()
+        .map(|q| q.idle)
+        .chain(lists.init_task)
+        .collect();
     let on_queue: FxHashMap<u64, u32> = queues.tasks.iter().copied().collect();
     let mut all: Vec<u64> = table.keys().copied().collect();
-    all.extend(lists.task_list.iter().flat_map(|l| l.members.iter().copied()));
-    all.extend(lists.groups.values().flat_map(|g| g.members.iter().copied()));
+    all.extend(
+        lists
+            .task_list
+            .iter()
+            .flat_map(|l| l.members.iter().copied()),
+    );
+    all.extend(
+        lists
+            .groups
+            .values()
+            .flat_map(|g| g.members.iter().copied()),
+    );
     all.extend(on_queue.keys().copied());
     all.sort_unstable();
     all.dedup();
@@ -341,7 +401,7 @@ fn assemble(
         failed,
         unread,
         thread_groups: lists.groups.len(),
-        run_queues: queues.read,
+        run_queues: queues.queues.clone(),
     }
 }
 

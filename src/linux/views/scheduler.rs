@@ -8,7 +8,7 @@
 use rustc_hash::FxHashSet;
 
 use super::lists::Spans;
-use super::{View, ViewFailure};
+use super::{RunQueue, View, ViewFailure};
 use crate::join_all;
 use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::offsets::{SchedLayout, ViewsLayout};
@@ -19,9 +19,7 @@ use crate::linux::structures::rbtree::{self, Objects};
 #[derive(Debug, Default)]
 pub(super) struct RunQueues {
     /// The run queues read.
-    pub(super) read: u32,
-    /// Each CPU's idle task.
-    pub(super) idle: Vec<u64>,
+    pub(super) queues: Vec<RunQueue>,
     /// Each task running (but the idle ones) or runnable, with its CPU.
     pub(super) tasks: Vec<(u64, u32)>,
     /// Those tasks' spans.
@@ -94,7 +92,12 @@ pub(super) async fn read(
     let queues: Vec<u64> = (0..cpus)
         .map(|cpu| runqueues.wrapping_add(offsets.u64_at(cpu * 8).unwrap_or(0)))
         .collect();
-    let reads = join_all(queues.iter().map(|&rq| kmem.read_vec(rq.wrapping_add(start), len))).await;
+    let reads = join_all(
+        queues
+            .iter()
+            .map(|&rq| kmem.read_vec(rq.wrapping_add(start), len)),
+    )
+    .await;
     let kernel_half = kmem.kernel_half();
     let mut roots = Vec::new();
     for ((cpu, &rq), read) in (0u32..).zip(&queues).zip(reads) {
@@ -112,8 +115,12 @@ pub(super) async fn read(
             out.fail(rq, why);
             continue;
         }
-        out.read += 1;
-        out.idle.push(idle);
+        out.queues.push(RunQueue {
+            cpu,
+            address: rq,
+            running: curr,
+            idle,
+        });
         if curr != idle {
             out.tasks.push((curr, cpu));
         }
@@ -127,7 +134,12 @@ pub(super) async fn read(
     tasks.sort_unstable();
     tasks.dedup();
     let (start, len) = layout.task_span();
-    let reads = join_all(tasks.iter().map(|&t| kmem.read_vec(t.wrapping_add(start), len))).await;
+    let reads = join_all(
+        tasks
+            .iter()
+            .map(|&t| kmem.read_vec(t.wrapping_add(start), len)),
+    )
+    .await;
     for (&task, read) in tasks.iter().zip(reads) {
         match read {
             Ok(bytes) => {
@@ -169,7 +181,10 @@ async fn runnable(
         for (&(cpu, _), (found, failed, _)) in roots.iter().zip(trees) {
             left = left.saturating_sub(found.len());
             for f in failed {
-                out.fail(f.address, format!("CPU {cpu}'s runnable tasks: {}", f.reason));
+                out.fail(
+                    f.address,
+                    format!("CPU {cpu}'s runnable tasks: {}", f.reason),
+                );
             }
             for (entity, bytes) in found {
                 let my_q = sched.my_q.and_then(|q| bytes.u64_at(q)).unwrap_or(0);
