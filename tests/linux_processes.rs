@@ -17,7 +17,7 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use common::linux::{engine, no_cache};
+use common::linux::{engine, no_cache, Unlinked};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
 use leechio::linux::{DetailsAsked, Kernel, ProcessList, ProcessViews, Stage, TaskDetails, View};
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
@@ -556,61 +556,12 @@ fn lists_the_processes_of_a_running_guest() {
     }
 }
 
-/// Words of kernel memory changed through the device, put back as they
-/// were when this drops (the test failing or not: the guest is shared).
-struct Unlinked<'m> {
-    mem: &'m Memory,
-    /// `(physical address, original word)`, in the order written.
-    words: Vec<(u64, u64)>,
-}
-
-impl Unlinked<'_> {
-    /// Reads the word at kernel address `va` through the kernel's tables.
-    fn read(kernel: &Kernel, va: u64) -> u64 {
-        let mut word = [0u8; 8];
-        kernel
-            .memory()
-            .block_on(kernel.space().read(va, &mut word))
-            .unwrap();
-        u64::from_le_bytes(word)
-    }
-
-    /// Writes `value` at kernel address `va` through the device, keeping
-    /// the word it replaces.
-    fn write(&mut self, kernel: &Kernel, va: u64, value: u64) {
-        let pa = self.mem.block_on(kernel.space().translate(va)).unwrap().pa;
-        let mut old = [0u8; 8];
-        self.mem.block_on(self.mem.read(pa, &mut old)).unwrap();
-        self.words.push((pa, u64::from_le_bytes(old)));
-        self.mem
-            .block_on(self.mem.write(pa, &value.to_le_bytes()))
-            .unwrap();
-    }
-
-    /// Takes the node at `node` (a `list_head`) out of its list as
-    /// `list_del` does but leaves its own links: its `prev`'s `next` is its
-    /// `next`, its `next`'s `prev` its `prev`.
-    fn unlink(&mut self, kernel: &Kernel, node: u64) {
-        let (next, prev) = (Self::read(kernel, node), Self::read(kernel, node + 8));
-        self.write(kernel, prev, next);
-        self.write(kernel, next + 8, prev);
-    }
-}
-
-impl Drop for Unlinked<'_> {
-    fn drop(&mut self) {
-        for &(pa, word) in self.words.iter().rev() {
-            let _ = self.mem.block_on(self.mem.write(pa, &word.to_le_bytes()));
-        }
-    }
-}
-
 /// As a rootkit hides a process: `sleep 100001` unlinked from the task
 /// list and the pattern process's first thread from its thread group,
 /// through the device's own writes (the guest paused; the words put back
 /// after). The views report those two, each missing from the one list and
 /// still in the others, in as many calls as before; once put back,
-/// nothing hides.
+/// nothing hides. Then `sleep 100001` hidden from the pid table alone.
 #[test]
 fn a_process_unlinked_from_the_task_list_and_a_thread_from_its_group_are_found() {
     let guest = shared_guest();
@@ -632,10 +583,7 @@ fn a_process_unlinked_from_the_task_list_and_a_thread_from_its_group_are_found()
     assert_eq!(thread.name, "leechio-thr-1");
     let offset = |member: &str| kernel.offset_of("task_struct", member).unwrap();
     let group_node = offset("thread_node");
-    let mut unlinked = Unlinked {
-        mem: &mem,
-        words: Vec::new(),
-    };
+    let mut unlinked = Unlinked::new(&mem);
     unlinked.unlink(&kernel, sleep.task + offset("tasks"));
     unlinked.unlink(&kernel, thread.task + group_node);
 
@@ -688,4 +636,39 @@ fn a_process_unlinked_from_the_task_list_and_a_thread_from_its_group_are_found()
     drop(unlinked);
     let (again, _) = read_views(&device, &kernel);
     assert_eq!(again, clean);
+
+    // Taken out of the pid table instead (its pid names no task): found
+    // on the task list and in its group, read there, its group walked
+    // after (one call more).
+    let thread_pid = Unlinked::read(&kernel, sleep.task + offset("thread_pid"));
+    let first = kernel.offset_of("pid", "tasks[0].first").unwrap();
+    let mut unlinked = Unlinked::new(&mem);
+    unlinked.write(&kernel, thread_pid + first, 0);
+    let (views, hidden_calls) = read_views(&device, &kernel);
+    assert_eq!(hidden_calls, calls + 1);
+    assert_eq!(views.failed, []);
+    let hidden: Vec<(u32, u64, &str, &[View], &[View])> = views
+        .hidden()
+        .map(|t| {
+            (
+                t.pid,
+                t.task,
+                t.name.as_str(),
+                &t.seen_in[..],
+                &t.missing_from[..],
+            )
+        })
+        .collect();
+    assert_eq!(
+        hidden,
+        [(
+            sleep.pid,
+            sleep.task,
+            "sleep",
+            &[View::TaskList, View::ThreadGroup][..],
+            &[View::PidTable][..]
+        )]
+    );
+    drop(unlinked);
+    assert_eq!(read_views(&device, &kernel).0, clean);
 }

@@ -6,6 +6,7 @@
 #[macro_use]
 mod output;
 mod bench;
+mod check;
 mod dump;
 mod environment;
 mod maps;
@@ -106,6 +107,8 @@ enum Command {
     Modules(modules::ModulesArgs),
     /// Environment of a Linux target's processes, as /proc/PID/environ holds it
     Env(environment::EnvArgs),
+    /// What hides on a Linux target: each task through the pid table, the task list, its thread group and the run queues; a line for each task missing from a view that must have it. Exit 1 when a task hides (or a view could not be read whole), 0 when the views agree
+    Check(check::CheckArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -209,6 +212,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Maps(args) => maps::maps(cli, args),
         Command::Modules(args) => modules::modules(cli, args),
         Command::Env(args) => environment::env(cli, args),
+        Command::Check(args) => check::check(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }
