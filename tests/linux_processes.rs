@@ -17,7 +17,7 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use common::linux::{engine, no_cache, Unlinked};
+use common::linux::{engine, no_cache, sleeper, Unlinked};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
 use leechio::linux::{DetailsAsked, Kernel, ProcessList, ProcessViews, Stage, TaskDetails, View};
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
@@ -556,6 +556,32 @@ fn lists_the_processes_of_a_running_guest() {
     }
 }
 
+/// A task that hides: pid, task, name, the views that have it and those
+/// that lack it.
+type Hidden<'a> = (u32, u64, &'a str, &'a [View], &'a [View]);
+
+/// The views read again, in `calls` read calls, nothing failing, and
+/// what hides as `want` says.
+fn views_hiding(device: &LeechCore, kernel: &Kernel, calls: u64, want: &[Hidden]) -> ProcessViews {
+    let (views, read_calls) = read_views(device, kernel);
+    assert_eq!(read_calls, calls);
+    assert_eq!(views.failed, []);
+    let hidden: Vec<Hidden> = views
+        .hidden()
+        .map(|t| {
+            (
+                t.pid,
+                t.task,
+                t.name.as_str(),
+                &t.seen_in[..],
+                &t.missing_from[..],
+            )
+        })
+        .collect();
+    assert_eq!(hidden, want);
+    views
+}
+
 /// As a rootkit hides a process: `sleep 100001` unlinked from the task
 /// list and the pattern process's first thread from its thread group,
 /// through the device's own writes (the guest paused; the words put back
@@ -571,13 +597,7 @@ fn a_process_unlinked_from_the_task_list_and_a_thread_from_its_group_are_found()
     let list = kernel.processes();
     let (clean, calls) = read_views(&device, &kernel);
     check_views_agree(&clean, &list, &guest);
-    let sleep = guest
-        .processes()
-        .into_iter()
-        .find(|t| t.cmdline == ["sleep", "100001"])
-        .unwrap()
-        .pid;
-    let sleep = list.get(sleep).unwrap();
+    let sleep = list.get(sleeper(&guest)).unwrap();
     let pattern = list.get(guest.pattern().pid).unwrap();
     let thread = &pattern.threads[0];
     assert_eq!(thread.name, "leechio-thr-1");
@@ -587,39 +607,26 @@ fn a_process_unlinked_from_the_task_list_and_a_thread_from_its_group_are_found()
     unlinked.unlink(&kernel, sleep.task + offset("tasks"));
     unlinked.unlink(&kernel, thread.task + group_node);
 
-    let (views, hidden_calls) = read_views(&device, &kernel);
-    assert_eq!(hidden_calls, calls);
-    assert_eq!(views.failed, []);
-    let hidden: Vec<(u32, u64, &str, &[View], &[View])> = views
-        .hidden()
-        .map(|t| {
-            (
-                t.pid,
-                t.task,
-                t.name.as_str(),
-                &t.seen_in[..],
-                &t.missing_from[..],
-            )
-        })
-        .collect();
-    assert_eq!(
-        hidden,
-        [
+    let views = views_hiding(
+        &device,
+        &kernel,
+        calls,
+        &[
             (
                 sleep.pid,
                 sleep.task,
                 "sleep",
                 &[View::PidTable, View::ThreadGroup][..],
-                &[View::TaskList][..]
+                &[View::TaskList][..],
             ),
             (
                 thread.pid,
                 thread.task,
                 "leechio-thr-1",
                 &[View::PidTable][..],
-                &[View::ThreadGroup][..]
+                &[View::ThreadGroup][..],
             ),
-        ]
+        ],
     );
     // Every other task as before.
     let others = |v: &ProcessViews| -> Vec<_> {
@@ -644,30 +651,17 @@ fn a_process_unlinked_from_the_task_list_and_a_thread_from_its_group_are_found()
     let first = kernel.offset_of("pid", "tasks[0].first").unwrap();
     let mut unlinked = Unlinked::new(&mem);
     unlinked.write(&kernel, thread_pid + first, 0);
-    let (views, hidden_calls) = read_views(&device, &kernel);
-    assert_eq!(hidden_calls, calls + 1);
-    assert_eq!(views.failed, []);
-    let hidden: Vec<(u32, u64, &str, &[View], &[View])> = views
-        .hidden()
-        .map(|t| {
-            (
-                t.pid,
-                t.task,
-                t.name.as_str(),
-                &t.seen_in[..],
-                &t.missing_from[..],
-            )
-        })
-        .collect();
-    assert_eq!(
-        hidden,
-        [(
+    views_hiding(
+        &device,
+        &kernel,
+        calls + 1,
+        &[(
             sleep.pid,
             sleep.task,
             "sleep",
             &[View::TaskList, View::ThreadGroup][..],
-            &[View::PidTable][..]
-        )]
+            &[View::PidTable][..],
+        )],
     );
     drop(unlinked);
     assert_eq!(read_views(&device, &kernel).0, clean);

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::elf_tools::readelf_clean;
-use common::linux::{engine, no_cache, Unlinked};
+use common::linux::{engine, no_cache, sleeper, Unlinked};
 use common::qemu::{shared_guest, shared_la57_guest, Guest, SharedGuest};
 use leechio::linux::Kernel;
 use serde_json::Value;
@@ -147,12 +147,7 @@ fn check_finds_nothing_hiding_until_a_process_is_unlinked_from_the_task_list() {
         )
     );
 
-    let sleep = guest
-        .processes()
-        .into_iter()
-        .find(|t| t.cmdline == ["sleep", "100001"])
-        .unwrap()
-        .pid;
+    let sleep = sleeper(&guest);
     let line = ps.iter().find(|p| p["pid"] == sleep).unwrap();
     let task = parse_hex(&line["task"]);
     let (mem, _) = engine(guest.open());

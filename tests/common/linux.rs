@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::qemu::Guest;
 use leechio::linux::{CacheLocation, Hints, Kernel};
 use leechio::{EngineConfig, LeechCore, Memory};
 
@@ -22,6 +23,16 @@ pub fn no_cache() -> Hints {
         cache: CacheLocation::Off,
         ..Hints::default()
     }
+}
+
+/// The pid of the guest's `sleep 100001`, which tests may hide (and put
+/// back).
+pub fn sleeper(guest: &Guest) -> u32 {
+    let sleep = guest
+        .processes()
+        .into_iter()
+        .find(|t| t.cmdline == ["sleep", "100001"]);
+    sleep.expect("the guest's sleep 100001").pid
 }
 
 /// Words of kernel memory changed through the device, put back as they

@@ -130,6 +130,35 @@ fn tasks_by(layout: &ViewsLayout, node: u64) -> Objects {
     }
 }
 
+/// The spans of `tasks` (each once), read in one batch, and why each
+/// that could not be read could not.
+pub(super) async fn read_spans(
+    kmem: &KernelMemory<'_>,
+    layout: &ViewsLayout,
+    mut tasks: Vec<u64>,
+) -> (Spans, Vec<(u64, String)>) {
+    tasks.sort_unstable();
+    tasks.dedup();
+    let (start, len) = layout.task_span();
+    let reads = join_all(
+        tasks
+            .iter()
+            .map(|&t| kmem.read_vec(t.wrapping_add(start), len)),
+    )
+    .await;
+    let mut spans = Spans::default();
+    let mut unreadable = Vec::new();
+    for (task, read) in tasks.into_iter().zip(reads) {
+        match read {
+            Ok(bytes) => {
+                spans.insert(task, bytes);
+            }
+            Err(why) => unreadable.push((task, why)),
+        }
+    }
+    (spans, unreadable)
+}
+
 /// Reads the spans of `init_task` and of `tasks` (the pid table's) in one
 /// batch, then follows the task list and every thread group of theirs.
 pub(super) async fn read(
@@ -140,31 +169,20 @@ pub(super) async fn read(
     budget: &Budget,
 ) -> Lists {
     tasks.push(init_task);
-    tasks.sort_unstable();
-    tasks.dedup();
-    let (start, len) = layout.task_span();
-    let reads = join_all(
-        tasks
-            .iter()
-            .map(|&t| kmem.read_vec(t.wrapping_add(start), len)),
-    )
-    .await;
+    let (spans, unreadable) = read_spans(kmem, layout, tasks).await;
     let mut lists = Lists {
         init_task: Some(init_task),
+        spans,
         ..Lists::default()
     };
-    for (&task, read) in tasks.iter().zip(reads) {
-        match read {
-            Ok(bytes) => {
-                lists.spans.insert(task, bytes);
-            }
-            Err(why) => lists.failed.push(ViewFailure {
-                view: View::ThreadGroup,
-                address: task,
-                reason: format!("task: {why}: its links not read"),
-            }),
-        }
-    }
+    lists
+        .failed
+        .extend(unreadable.into_iter().map(|(task, why)| ViewFailure {
+            view: View::ThreadGroup,
+            address: task,
+            reason: format!("task: {why}: its links not read"),
+        }));
+    let start = layout.task_span().0;
     let spans = &lists.spans;
     let task_list = async {
         let node = *layout.tasks.as_ref().ok()?;

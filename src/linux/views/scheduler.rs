@@ -7,7 +7,7 @@
 
 use rustc_hash::FxHashSet;
 
-use super::lists::Spans;
+use super::lists::{read_spans, Spans};
 use super::{RunQueue, View, ViewFailure};
 use crate::join_all;
 use crate::linux::kmem::{Fields, KernelMemory};
@@ -130,23 +130,11 @@ pub(super) async fn read(
     }
     let max = super::max_tasks(kmem, layout);
     runnable(kmem, sched, roots, max, &mut out).await;
-    let mut tasks: Vec<u64> = out.tasks.iter().map(|t| t.0).collect();
-    tasks.sort_unstable();
-    tasks.dedup();
-    let (start, len) = layout.task_span();
-    let reads = join_all(
-        tasks
-            .iter()
-            .map(|&t| kmem.read_vec(t.wrapping_add(start), len)),
-    )
-    .await;
-    for (&task, read) in tasks.iter().zip(reads) {
-        match read {
-            Ok(bytes) => {
-                out.spans.insert(task, bytes);
-            }
-            Err(why) => out.fail(task, format!("a task of a run queue: {why}")),
-        }
+    let tasks = out.tasks.iter().map(|t| t.0).collect();
+    let (spans, unreadable) = read_spans(kmem, layout, tasks).await;
+    out.spans = spans;
+    for (task, why) in unreadable {
+        out.fail(task, format!("a task of a run queue: {why}"));
     }
     out
 }

@@ -323,8 +323,11 @@ async fn pid_table(list: ProcessList, beside: Beside<'_>) -> (ProcessList, Optio
     (list, Some(lists))
 }
 
-/// Each task's pid with the views that have it and lack it, and its CPU.
-fn seen(views: &ProcessViews) -> Vec<(u32, Vec<View>, Vec<View>, Option<u32>)> {
+/// A task's pid with the views that have it and lack it, and its CPU.
+type Seen = (u32, Vec<View>, Vec<View>, Option<u32>);
+
+/// Each task as [`Seen`].
+fn seen(views: &ProcessViews) -> Vec<Seen> {
     views
         .tasks
         .iter()
@@ -335,7 +338,7 @@ fn seen(views: &ProcessViews) -> Vec<(u32, Vec<View>, Vec<View>, Option<u32>)> {
 use View::{PidTable as P, RunQueue as R, TaskList as L, ThreadGroup as G};
 
 /// What the clean system's views say of each task.
-fn clean_views() -> Vec<(u32, Vec<View>, Vec<View>, Option<u32>)> {
+fn clean_views() -> Vec<Seen> {
     vec![
         (1, vec![P, L, G, R], vec![], Some(0)),
         (10, vec![P, L, G, R], vec![], Some(1)),
