@@ -432,6 +432,9 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     check_address_spaces(&list, guest, &mem);
     // One more level of each process's tables with 5 levels.
     assert_eq!(calls, LIST_CALLS + u64::from(guest.paging().levels() - 4));
+    let (views, view_calls) = read_views(&device, &kernel);
+    check_views_agree(&views, &list, guest);
+    assert_eq!(view_calls, calls);
 }
 
 /// Little-endian word `value` at physical `pa` of an image.
@@ -538,6 +541,21 @@ fn loops_and_torn_structures_are_cut_and_reported() {
     expected.processes[at].dtb = None;
     expected.processes[at].cmdline.clear();
     assert_eq!(torn.processes, expected.processes);
+
+    // The views: the pid table, cut at its loop, claims no absence; the
+    // thread it did not believe is still filed in it; nothing hides.
+    let views = kernel.process_views();
+    assert_eq!(views.hidden().count(), 0, "{views:#?}");
+    let failed: Vec<(View, u64)> = views.failed.iter().map(|f| (f.view, f.address)).collect();
+    assert_eq!(
+        failed,
+        [
+            (View::PidTable, torn.failed[0].address),
+            (View::PidTable, thread.task)
+        ]
+    );
+    let t = views.tasks.iter().find(|t| t.task == thread.task).unwrap();
+    assert_eq!(t.seen_in, [View::PidTable, View::ThreadGroup]);
 }
 
 /// A running guest changes under the walk: it still ends, and every user

@@ -86,7 +86,8 @@ pub struct TaskViews {
     /// Address of its `task_struct`.
     pub task: u64,
     /// Its pid and thread group: as the pid table checked them, else as
-    /// the task says.
+    /// the task says (its pid the table's when the table files it but
+    /// the walk did not believe it; its tgid 0 when it could not be read).
     pub pid: u32,
     pub tgid: u32,
     /// Its `comm`, decoded lossily.
@@ -261,25 +262,30 @@ fn identity(layout: &ViewsLayout, bytes: &[u8]) -> Option<(u32, u32, String)> {
     ))
 }
 
-/// The pid table's tasks, each with its pid, tgid and name, and whether
-/// the table was read whole.
-fn pid_table(list: &ProcessList) -> (FxHashMap<u64, (u32, u32, String)>, bool) {
+/// A task the pid table files.
+enum Filed {
+    /// Checked by the walk: its pid, tgid and name.
+    Checked(u32, u32, String),
+    /// Filed under this pid, but not believed (the walk says why).
+    Doubted(u32),
+}
+
+/// The pid table's tasks, and whether the table was read whole.
+fn pid_table(list: &ProcessList) -> (FxHashMap<u64, Filed>, bool) {
     let mut tasks = FxHashMap::default();
     for p in &list.processes {
-        tasks.insert(p.task, (p.pid, p.tgid, p.name.clone()));
+        tasks.insert(p.task, Filed::Checked(p.pid, p.tgid, p.name.clone()));
         for t in &p.threads {
-            tasks.insert(t.task, (t.pid, p.tgid, t.name.clone()));
+            tasks.insert(t.task, Filed::Checked(t.pid, p.tgid, t.name.clone()));
         }
     }
     let mut whole = true;
     for f in &list.failed {
         match f.stage {
             Stage::Layout | Stage::PidTable | Stage::Pid => whole = false,
-            // Filed in the table, but not believed: the table has it.
             Stage::Task => {
-                tasks
-                    .entry(f.address)
-                    .or_insert_with(|| (f.pid.unwrap_or(0), f.pid.unwrap_or(0), String::new()));
+                let pid = f.pid.unwrap_or(0);
+                tasks.entry(f.address).or_insert(Filed::Doubted(pid));
             }
             _ => {}
         }
@@ -344,10 +350,14 @@ fn assemble(
         let on_list = lists.task_list.as_ref().map(|l| l.members.contains(&task));
         let group = lists.group_of(task);
         let in_group = group.map(|g| g.members.contains(&task));
-        let (pid, tgid, name) = match (table.get(&task), said) {
-            (Some(known), _) => known.clone(),
+        // Who it is, and whether it leads its group (unknown: no).
+        let (pid, tgid, name, leader) = match (table.get(&task), said) {
+            (Some(Filed::Checked(pid, tgid, name)), _) => (*pid, *tgid, name.clone(), pid == tgid),
+            // The rest as the task says, its tgid unknown (0) unread.
+            (Some(Filed::Doubted(pid)), Some((_, tgid, name))) => (*pid, tgid, name, false),
+            (Some(Filed::Doubted(pid)), None) => (*pid, 0, String::new(), false),
             (None, Some((pid, tgid, name))) if pid < PID_MAX_LIMIT && tgid < PID_MAX_LIMIT => {
-                (pid, tgid, name)
+                (pid, tgid, name, pid == tgid)
             }
             // Read, but no task: its pid says so.
             (None, Some((pid, ..))) => {
@@ -379,7 +389,7 @@ fn assemble(
         note(View::PidTable, in_table, true, table_whole);
         if let Some(on_list) = on_list {
             let whole = lists.task_list.as_ref().is_some_and(|l| l.whole);
-            note(View::TaskList, on_list, pid == tgid, whole);
+            note(View::TaskList, on_list, leader, whole);
         }
         if let (Some(in_group), Some(g)) = (in_group, group) {
             note(View::ThreadGroup, in_group, true, g.whole);
