@@ -7,6 +7,10 @@ use crate::linux::find::btf::{Btf, BtfError};
 use crate::linux::offsets::{ListLayout, RbLayout};
 use crate::linux::processes::span;
 
+/// The most CPUs an x86-64 kernel is built for (`NR_CPUS` with
+/// `CONFIG_MAXSMP`).
+pub(crate) const MAX_CPUS: u64 = 8192;
+
 /// How a kernel links the tasks of a thread group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GroupLinks {
@@ -60,7 +64,7 @@ pub(crate) struct SchedLayout {
     /// `task_struct.se`.
     pub(crate) task_se: u64,
     /// The most CPUs the kernel is built for: the bits of a `struct
-    /// cpumask` (`NR_CPUS`, rounded up to a word).
+    /// cpumask` (`NR_CPUS`, rounded up to a word), at most [`MAX_CPUS`].
     pub(crate) max_cpus: u64,
 }
 
@@ -79,7 +83,7 @@ impl SchedLayout {
             my_q: se("my_q").ok(),
             entity_size: btf.size_of("sched_entity")?,
             task_se: btf.member_offset("task_struct", "se")?,
-            max_cpus: btf.size_of("cpumask")? * 8,
+            max_cpus: (btf.size_of("cpumask")? * 8).min(MAX_CPUS),
         })
     }
 

@@ -15,7 +15,8 @@
 //! A user that has read some of the objects already (the tasks of the pid
 //! table, say) gives their bytes: the walk follows their links in memory,
 //! by the same rules, and reads only the nodes it does not know, a batch
-//! per step of such a run; its reads may share one bound with other walks.
+//! per step of such a run; the objects it takes may share one bound with
+//! other walks'.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -60,27 +61,38 @@ struct End {
     found: Vec<(u64, Vec<u8>)>,
 }
 
-/// How many objects walks may still read, shared by the walks given it:
-/// past it they stop and say so.
+/// How many objects walks may still take (read, or known already), shared
+/// by the walks given it: past it they stop and say so.
 #[derive(Debug)]
 pub(crate) struct Budget {
     left: AtomicUsize,
-    max: usize,
+    max: AtomicUsize,
     /// Where the objects are counted, for the failure, e.g. "in the list".
     of: &'static str,
 }
 
 impl Budget {
-    /// `max` reads, counted `of` somewhere.
+    /// `max` objects, counted `of` somewhere.
     pub(crate) fn new(max: usize, of: &'static str) -> Budget {
         Budget {
             left: AtomicUsize::new(max),
-            max,
+            max: AtomicUsize::new(max),
             of,
         }
     }
 
-    /// Takes one read, if one is left.
+    /// Allows `more` objects.
+    pub(crate) fn allow(&self, more: usize) {
+        let add = |n: usize| Some(n.saturating_add(more));
+        let _ = self
+            .left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, add);
+        let _ = self
+            .max
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, add);
+    }
+
+    /// Takes one object, if one is left.
     fn take(&self) -> bool {
         self.left
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
@@ -144,8 +156,8 @@ pub(crate) async fn objects(
 
 /// Every object of the list whose head at `head` links to `links` (its
 /// `next` and `prev`), in list order: the objects in `known` (by address,
-/// the bytes of their span) are taken as they are, the others read, as
-/// many as `budget` allows.
+/// the bytes of their span) are taken as they are, the others read; as
+/// many in all as `budget` allows.
 pub(crate) async fn follow(
     kmem: &KernelMemory<'_>,
     layout: &ListLayout,
@@ -212,17 +224,14 @@ pub(crate) async fn follow(
                 // The other end read it: the two have met.
                 Some(_) => e.done = true,
                 None if claimed == Some(e.at) => {}
-                None if known.contains_key(&object) => {
-                    claimed = Some(e.at);
-                    reading[i] = true;
-                }
                 None if !budget.take() => {
                     if !found.at_limit {
+                        let max = budget.max.load(Ordering::Relaxed);
                         found.failed.push(cut(
                             object,
                             format!(
-                                "more than {} {}s {}: this one and those past it not read",
-                                budget.max, objects.what, budget.of
+                                "more than {max} {}s {}: this one and those past it not read",
+                                objects.what, budget.of
                             ),
                         ));
                     }

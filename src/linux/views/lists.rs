@@ -75,6 +75,7 @@ impl Lists {
         if tasks.is_empty() {
             return;
         }
+        budget.allow(tasks.len());
         let walked = groups(
             kmem,
             layout,
@@ -113,11 +114,13 @@ impl Lists {
     }
 }
 
-/// The budget of tasks all the lists read together.
+/// The budget of tasks all the lists take together: as many as the
+/// target's memory holds, read, and twice each task known (on the task
+/// list and in its group), allowed as they become known.
 pub(super) fn budget(kmem: &KernelMemory<'_>, layout: &ViewsLayout) -> Budget {
     Budget::new(
         max_tasks(kmem, layout),
-        "read in all the lists, the most task_structs the target's memory holds",
+        "in all the lists (as many task_structs as the target's memory holds, and each known task twice)",
     )
 }
 
@@ -170,6 +173,7 @@ pub(super) async fn read(
 ) -> Lists {
     tasks.push(init_task);
     let (spans, unreadable) = read_spans(kmem, layout, tasks).await;
+    budget.allow(2 * spans.len());
     let mut lists = Lists {
         init_task: Some(init_task),
         spans,
