@@ -536,6 +536,19 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
         assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
         assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
     }
+    // What hides: the engine's views in the process list's calls, the
+    // same views pointer by pointer in at least a call a task, alike.
+    let engine = row("what hides", "engine: Kernel::process_views");
+    let hop = row("what hides", "memflow VirtualDma: pointer by pointer");
+    assert_eq!(engine["calls"], LIST_CALLS, "{engine}");
+    let tasks = engine["processes"].as_u64().unwrap();
+    assert!(tasks > processes, "{engine}");
+    assert_eq!(hop["processes"], tasks, "{hop}");
+    assert!(hop["calls"].as_u64().unwrap() >= tasks, "{hop}");
+    for r in [engine, hop] {
+        assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
+        assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
+    }
 }
 
 #[test]

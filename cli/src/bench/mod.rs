@@ -10,6 +10,7 @@ mod processes;
 mod table;
 mod timing;
 mod verdict;
+mod views;
 mod virtual_reads;
 
 use std::io::IsTerminal;
@@ -45,6 +46,7 @@ use processes::*;
 use table::*;
 use timing::*;
 use verdict::*;
+use views::*;
 use virtual_reads::*;
 
 #[derive(Args)]
@@ -433,8 +435,10 @@ fn measure_all(
     // (now the only context, which `existing` attaches to).
     memflow_virtual(bench, dtb, &vas, &reference)?;
     memflow_dump(bench, dtb, target, &dump_reference)?;
-    // Phase three: a Linux target's processes, each way on its own context.
-    processes(bench)
+    // Phase three: a Linux target's processes, and what hides, each way
+    // on its own context.
+    processes(bench)?;
+    views(bench)
 }
 
 /// memflow's VirtualDma over the plugin, with memflow's default cache.

@@ -72,9 +72,13 @@ fn listing(list: &ProcessList) -> Listing {
 }
 
 /// Compares `got` with the engine's lists read `before` and `after` it:
-/// a process that differs from `before` is right if it is as `after` has
-/// it, and left out if the two engine lists disagree on it.
-fn compare(got: &Listing, before: &Listing, after: Option<&Listing>) -> ListCheck {
+/// a process (or task) that differs from `before` is right if it is as
+/// `after` has it, and left out if the two engine lists disagree on it.
+pub(super) fn compare<T: PartialEq>(
+    got: &BTreeMap<u32, T>,
+    before: &BTreeMap<u32, T>,
+    after: Option<&BTreeMap<u32, T>>,
+) -> ListCheck {
     let pids: std::collections::BTreeSet<u32> = got.keys().chain(before.keys()).copied().collect();
     let mut check = ListCheck {
         processes: got.len(),

@@ -95,6 +95,10 @@ impl Lists {
         self.failed.extend(walked.failed);
         for (key, linked) in walked.groups {
             self.groups.insert(key, Reach::of(&linked));
+            // A task no view knew belongs to the group that found it.
+            for (task, _) in &linked.objects {
+                self.key_of.entry(*task).or_insert(key);
+            }
             self.found(linked);
         }
     }

@@ -446,6 +446,43 @@ fn a_task_only_on_the_task_list_hides_from_the_pid_table() {
 }
 
 #[test]
+fn a_process_hidden_from_the_pid_table_brings_its_threads() {
+    // H (pid 30) on the task list, its thread 31 only in H's group.
+    let mut sys = System::new(Groups::Signal);
+    let task = |f: &mut Fake, pid: u32, leader: u64, name: &str| {
+        let t = f.alloc(TASK_SIZE);
+        f.put_u32(t + PID, pid);
+        f.put_u32(t + TGID, 30);
+        f.put(t + GROUP_LEADER, if leader == 0 { t } else { leader });
+        f.put_bytes(t + COMM, name.as_bytes());
+        t
+    };
+    let h = task(&mut sys.f, 30, 0, "hidden");
+    let t31 = task(&mut sys.f, 31, h, "hidden-thr");
+    ring(
+        &mut sys.f,
+        &[
+            sys.init_task + TASKS,
+            sys.a + TASKS,
+            sys.b + TASKS,
+            sys.c + TASKS,
+            h + TASKS,
+        ],
+    );
+    sys.group(&[h, t31]);
+    let (views, calls) = sys.views();
+    let mut want = clean_views();
+    want.push((30, vec![L, G], vec![P], None));
+    want.push((31, vec![G], vec![P], None));
+    assert_eq!(seen(&views), want);
+    assert_eq!(views.failed, []);
+    assert_eq!(views.thread_groups, 5);
+    // H read as the list reaches it; its group's head, then its thread,
+    // after.
+    assert_eq!(calls, CLEAN_CALLS + 2);
+}
+
+#[test]
 fn a_runnable_task_no_list_has_hides_from_both() {
     let mut sys = System::new(Groups::Signal);
     let r = sys.f.alloc(TASK_SIZE);
