@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use leechio::linux::{CacheLocation, Hints, Kernel, ProcessViews, View};
+use leechio::linux::{Hints, Kernel, ProcessViews, View};
 
 use super::*;
 
@@ -111,14 +111,9 @@ impl Profile {
 /// views read pointer by pointer. A target whose kernel lacks what the
 /// views read gets none, and a line on stderr that says why.
 pub(super) fn views(bench: &mut Bench) -> Result<(), Failure> {
-    let hints = Hints {
-        cache: CacheLocation::Off,
-        ..Hints::default()
-    };
+    let hints = uncached();
     let (profile, before, workload, engine_row) = {
-        let _plugin = bench.plugin(false)?;
-        let device = Arc::new(LeechCore::open(&bench.existing())?);
-        let mem = Memory::with_config(device.clone(), Default::default());
+        let (_plugin, device, mem) = engine_on_plugin(bench)?;
         let found = Kernel::find(&mem, &hints).map_err(|e| e.to_string());
         let kernel = match found.and_then(|k| Profile::of(&k).map(|p| (k, p))) {
             Ok(found) => found,
@@ -142,36 +137,15 @@ pub(super) fn views(bench: &mut Bench) -> Result<(), Failure> {
         (profile, seen(&views), workload, engine_row)
     };
     let method = "memflow VirtualDma: pointer by pointer, read by read";
-    progress(&workload, method);
-    let mut runs = Vec::new();
-    let mut got = Seen::new();
-    let mut last = None;
-    for _ in 0..bench.runs {
-        stop_requested()?;
-        let p = bench.plugin(true)?;
-        runs.push(timed(&p.counter, || got = pointer_by_pointer(&p, &profile)));
-        last = Some(p);
-    }
-    push_median(bench, &workload, method, 0, runs);
-    // Read again by the engine, on the last instance's context: a task
-    // the live guest changed meanwhile is told from one read wrong.
-    let after = last.and_then(|_plugin| {
-        let device = Arc::new(LeechCore::open(&bench.existing()).ok()?);
-        let mem = Memory::with_config(device, Default::default());
-        let hints = Hints {
-            dtb: Some(profile.kernel_dtb),
-            ..hints
-        };
-        Some(seen(&Kernel::find(&mem, &hints).ok()?.process_views()))
-    });
-    let check = compare(&got, &before, after.as_ref());
-    if let Some(row) = bench.rows.last_mut() {
-        row.lists = Some(check.clone());
-    }
-    bench.rows[engine_row].lists = Some(ListCheck {
-        processes: before.len(),
-        ..check
-    });
+    let hints = Hints {
+        dtb: Some(profile.kernel_dtb),
+        ..hints
+    };
+    let read = |p: &Plugin| pointer_by_pointer(p, &profile);
+    let rows = (&workload[..], method, engine_row);
+    memflow_rows(bench, rows, &before, read, &hints, |k| {
+        seen(&k.process_views())
+    })?;
     Ok(())
 }
 
