@@ -21,7 +21,15 @@ ROOTS = [
     b"vm_special_mapping", b"rb_root", b"rb_node", b"pid_type",
     b"maple_type", b"module", b"module_layout", b"module_memory",
     b"mod_mem_type", b"module_state", b"list_head", b"kernel_symbol",
-    b"module_sect_attrs", b"module_sect_attr",
+    b"module_sect_attrs", b"module_sect_attr", b"dentry_operations",
+    b"files_struct", b"fdtable", b"socket", b"socket_alloc",
+    # Credentials (task_details) and the module address tree.
+    b"cred", b"mod_tree_root", b"mod_tree_node",
+    # What the kernel says of itself (system.rs) and its log (log/).
+    b"uts_namespace", b"new_utsname", b"seqcount_raw_spinlock",
+    b"seqcount", b"tk_data", b"timekeeper", b"tk_read_base",
+    b"printk_ringbuffer", b"prb_desc", b"printk_info", b"desc_state",
+    b"printk_log",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,

@@ -16,7 +16,15 @@
  *   - a comm with spaces and parentheses, "leech (pat) x";
  *   - two children that stay in known states: one stopped (state T, comm
  *     leechio-stopped) and one exited with status 42 but never reaped
- *     (state Z, comm leechio-zombie: no mm, yet not a kernel thread).
+ *     (state Z, comm leechio-zombie: no mm, yet not a kernel thread);
+ *   - open files of every kind /proc names (open_files below), which the
+ *     stopped child inherits: a file read up to a known position, a file
+ *     unlinked while open, a folder, a file whose name does not fit in its
+ *     dentry, a file opened O_APPEND | O_CLOEXEC, a pipe, a socket pair,
+ *     an AF_INET socket, an eventfd, a memfd, a file with a tab in its
+ *     name (which a terminal must be shown escaped), and a copy of the
+ *     first file at fd 100, so the process's fd table outgrows the 64 fds
+ *     its files_struct holds itself.
  *
  * Once all of that is in place it writes one line "START END" (hex, no
  * 0x) to standard output, closes it, and then waits for ever. /init reads
@@ -24,13 +32,17 @@
  * is ready.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,6 +70,49 @@ static void *idle(void *unused)
     for (;;)
         pause();
     return NULL;
+}
+
+/* The folder of the files below, and where the first is read up to. */
+#define FILES "/leechio-files"
+enum { DATA_POS = 1234, DATA_COPY = 100 };
+
+static int open_or_fail(const char *path, int flags)
+{
+    int fd = open(path, flags, 0644);
+    if (fd < 0)
+        fail(path);
+    return fd;
+}
+
+/* The open files (see the top of this file). */
+static void open_files(void)
+{
+    static char block[4096];
+    int pipe_fds[2], pair[2];
+    if (mkdir(FILES, 0755) != 0)
+        fail("mkdir " FILES);
+    int data = open_or_fail(FILES "/data", O_RDWR | O_CREAT);
+    if (write(data, block, sizeof block) != (ssize_t)sizeof block || lseek(data, DATA_POS, SEEK_SET) != DATA_POS)
+        fail("data");
+    open_or_fail(FILES "/gone", O_RDWR | O_CREAT);
+    if (unlink(FILES "/gone") != 0)
+        fail("unlink");
+    open_or_fail(FILES, O_RDONLY | O_DIRECTORY);
+    open_or_fail(FILES "/a-name-longer-than-a-dentry-keeps-inside-itself", O_WRONLY | O_CREAT);
+    open_or_fail(FILES "/log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC);
+    if (pipe(pipe_fds) != 0)
+        fail("pipe");
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
+        fail("socketpair");
+    if (socket(AF_INET, SOCK_DGRAM, 0) < 0)
+        fail("socket");
+    if (eventfd(0, EFD_CLOEXEC) < 0)
+        fail("eventfd");
+    if (memfd_create("leechio-memfd", 0) < 0)
+        fail("memfd_create");
+    open_or_fail(FILES "/tab\there", O_WRONLY | O_CREAT);
+    if (dup2(data, DATA_COPY) != DATA_COPY)
+        fail("dup2");
 }
 
 /* A child that is stopped (state T) when this returns. */
@@ -108,6 +163,7 @@ int main(void)
     if (mprotect((char *)words + size / 2, size / 2, PROT_READ) != 0)
         fail("mprotect r");
 
+    open_files();
     stopped_child();
     zombie_child();
 

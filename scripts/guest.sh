@@ -47,8 +47,10 @@
 #       _text, init_top_pgt, init_task, init_pid_ns, page_offset_base,
 #       vmalloc_base, __pgtable_l5_enabled,
 #       __start_BTF, __stop_BTF, linux_banner, vmcoreinfo_data,
-#       vmcoreinfo_size and the kallsyms_* tables the kernel lists, and
-#       of crc7_be, crc8_populate_msb and crc_itu_t, which the modules
+#       vmcoreinfo_size and the kallsyms_* tables the kernel lists, of
+#       init_uts_ns, tk_core, saved_command_line, saved_command_line_len,
+#       prb, printk_rb_static, printk_rb_dynamic, log_buf and log_buf_len,
+#       and of crc7_be, crc8_populate_msb and crc_itu_t, which the modules
 #       below export)
 #   leechio-oracle: module <line of /proc/modules>
 #       the modules /init loads first: those `make setup` keeps for the
@@ -68,8 +70,23 @@
 #   leechio-oracle: map PID <line of /proc/PID/maps>
 #       for pid 1 (/init), `sleep 100001`, the shell `leechio-args ...`
 #       and the pattern process
-#   leechio-oracle: end tasks=N maps=N symbols=N modules=N   (how many
-#       lines of each)
+#   leechio-oracle: fd PID FD POS FLAGS INO NAME
+#       one per open fd of every process but the --processes ones:
+#       /proc/PID/fdinfo/FD's pos, flags (octal) and ino (- where the
+#       kernel gives none), and readlink /proc/PID/fd/FD (the rest of the
+#       line: a path, `socket:[INO]`, `anon_inode:[eventfd]`...)
+#   leechio-oracle: uname KEY VALUE   (KEY sysname, nodename, release,
+#       version, machine, domainname: /proc/sys/kernel's ostype, hostname,
+#       osrelease, version, domainname, and `uname -m`; /init sets the host
+#       name leechio-guest and the domain name leechio.test first)
+#   leechio-oracle: btime N   (/proc/stat's)
+#   leechio-oracle: clock uptime=S.HH now=N   (/proc/uptime's first
+#       number, then `date +%s`, read one after the other)
+#   leechio-oracle: dmesg HEX   (one per line busybox `dmesg` prints, its
+#       bytes in hex, without the newline)
+#   leechio-oracle: dmesg-end lines=N   (how many dmesg lines)
+#   leechio-oracle: end tasks=N maps=N symbols=N modules=N fds=N   (how
+#       many lines of each)
 #   leechio-guest: ready
 # The processes it starts (children of /init; they run for ever): `sleep
 # 100001`; the shell `sh -c 'while :; do sleep 100002; done' leechio-args
@@ -77,8 +94,10 @@
 # empty argument); the 32-bit process `leechio-32bit` (where the kernel
 # runs 32-bit code); `sleep 100003` as user 1001 (group 1002); `sleep
 # 100004` with the ambient capability CAP_NET_RAW and the environment
-# LEECHIO_ENV=one, LEECHIO_SPACE=two words; the pattern process, comm "leech (pat) x", with two
-# threads (leechio-thr-1, -2), a stopped child and a zombie child. The
+# LEECHIO_ENV=one, LEECHIO_SPACE=two words; the pattern process, comm
+# "leech (pat) x", with two threads (leechio-thr-1, -2), a stopped child
+# and a zombie child, and open files of every kind (in /leechio-files/,
+# pipes, sockets...). The
 # oracle is printed by a subshell that leaves itself out, and /init then
 # waits for its children: no user process starts or ends after the oracle,
 # and /init's own state (S) is the same before and after.
@@ -174,6 +193,10 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 exec </dev/console >/dev/console 2>&1
+# A host name and domain name of the guest's own, for the kernel's names
+# (`leechio system`) to be checked by.
+hostname leechio-guest
+echo leechio.test >/proc/sys/kernel/domainname
 # Kernel messages would land inside the lines below; real addresses in
 # /proc/kallsyms, whatever the kernel's default.
 echo 1 >/proc/sys/kernel/printk
@@ -193,7 +216,9 @@ awk 'BEGIN {
         "__stop_BTF linux_banner kallsyms_num_syms kallsyms_names kallsyms_token_table " \
         "kallsyms_token_index kallsyms_offsets kallsyms_relative_base kallsyms_markers " \
         "kallsyms_addresses kallsyms_seqs_of_names vmcoreinfo_data vmcoreinfo_size " \
-        "crc7_be crc8_populate_msb crc_itu_t", names, " ")
+        "crc7_be crc8_populate_msb crc_itu_t " \
+        "init_uts_ns tk_core saved_command_line saved_command_line_len prb " \
+        "printk_rb_static printk_rb_dynamic log_buf log_buf_len", names, " ")
     for (i in names) wanted[names[i]] = 1
 } $3 in wanted' /proc/kallsyms >/symbols
 echo "leechio-guest: $(grep -w -e _text -e init_top_pgt /symbols | tr '\n' ' ')"
@@ -243,7 +268,10 @@ fi
 # What /proc says: the kernel, its symbols, then every task and the maps of
 # the user processes that start above. Counted, so a lost line shows. A
 # subshell prints it, and leaves itself out: /init waits meanwhile, in the
-# state it keeps afterwards.
+# state it keeps afterwards. One group to the end of this file, so the
+# shell has read all of it before the subshell looks: its position in the
+# file (its fd 10, in the oracle) stays.
+{
 (
 read -r self _ </proc/self/stat
 read -r version </proc/version
@@ -306,11 +334,48 @@ while IFS= read -r line; do
     echo "leechio-oracle: module $line"
     modules=$((modules + 1))
 done </proc/modules
-echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols modules=$modules"
+fds=0
+for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    [ "$pid" = "$self" ] && continue
+    [ "$extra" -gt 0 ] && [ "$pid" -ge 5000 ] && continue
+    for fd in "$dir"/fd/*; do
+        link=$(readlink "$fd") || continue
+        pos=- flags=- ino=-
+        while read -r key value; do
+            case "$key" in
+                pos:) pos=$value ;;
+                flags:) flags=$value ;;
+                ino:) ino=$value ;;
+            esac
+        done <"$dir/fdinfo/${fd##*/}"
+        echo "leechio-oracle: fd $pid ${fd##*/} $pos $flags $ino $link"
+        fds=$((fds + 1))
+    done
+done
+# What the kernel says of itself, and its log: each dmesg line in hex
+# (od's 16 bytes a line, joined by awk up to each newline).
+for key in ostype:sysname hostname:nodename osrelease:release version:version domainname:domainname; do
+    IFS= read -r value </proc/sys/kernel/${key%%:*}
+    echo "leechio-oracle: uname ${key#*:} $value"
+done
+echo "leechio-oracle: uname machine $(uname -m)"
+while read -r key value; do
+    [ "$key" = btime ] && echo "leechio-oracle: btime $value"
+done </proc/stat
+read -r uptime _ </proc/uptime
+echo "leechio-oracle: clock uptime=$uptime now=$(date +%s)"
+dmesg >/dmesg.txt
+od -An -v -tx1 /dmesg.txt | awk '
+    { for (i = 1; i <= NF; i++) if ($i == "0a") { print "leechio-oracle: dmesg " line; line = ""; n++ } else line = line $i }
+    END { if (line != "") { print "leechio-oracle: dmesg " line; n++ } print "leechio-oracle: dmesg-end lines=" n + 0 }'
+rm -f /dmesg.txt
+echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols modules=$modules fds=$fds"
 )
 echo "leechio-guest: ready"
 # The test processes run for ever: `wait` returns only if they all end.
 while :; do wait; sleep 3600; done
+}
 INIT
     chmod 0755 "$build/root/init"
     (cd "$build/root" && find . | cpio -o -H newc --quiet | gzip -6) >"$build/initramfs.cpio.gz"

@@ -19,7 +19,10 @@ use std::path::Path;
 
 use common::linux::{engine, no_cache, sleeper, Unlinked};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
-use leechio::linux::{DetailsAsked, Kernel, ProcessList, ProcessViews, Stage, TaskDetails, View};
+use leechio::linux::{
+    DetailsAsked, FileKind, Kernel, KernelLog, ProcessList, ProcessViews, Stage, System,
+    TaskDetails, View,
+};
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 
 /// Read calls of a list once the kernel is known, on a guest whose pids
@@ -28,6 +31,9 @@ use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 const LIST_CALLS: u64 = 11;
 /// The same with pids from 5,000 up: a third level.
 const LIST_CALLS_THREE_LEVELS: u64 = 12;
+/// Read calls of the open files of every process with the kernel known,
+/// read beside the list (which they need for the processes' names).
+const FILES_CALLS: u64 = 12;
 /// Read calls of `Kernel::find` with no cache (as `tests/linux_find.rs`
 /// counts them).
 const FIND_CALLS: u64 = 8;
@@ -36,6 +42,13 @@ const FIND_CALLS: u64 = 8;
 const KERNEL_THREAD_CHANGES: usize = 4;
 /// How many more processes the big guest starts.
 const EXTRA_PROCESSES: u32 = 300;
+/// Read calls of `Kernel::system` once the kernel is known: the names,
+/// the timekeeper and the command line's pointer and length, then the
+/// command line.
+const SYSTEM_CALLS: u64 = 2;
+/// Read calls of `Kernel::dmesg` once the kernel is known: `prb` and the
+/// kernel's two static rings, then the ring's descriptors, infos and text.
+const DMESG_CALLS: u64 = 2;
 
 /// Lists the processes, and the read calls the list took.
 fn list(device: &LeechCore, kernel: &Kernel) -> (ProcessList, u64) {
@@ -316,12 +329,270 @@ fn check_views_agree(views: &ProcessViews, list: &ProcessList, guest: &Guest) {
     }
 }
 
+/// Read calls of the module list and the module address tree, walked at
+/// once, on the test guests (three modules), with 4-level paging (one
+/// more with 5: modules lie outside the direct map, read through the
+/// kernel's tables): the list's head and a call per two modules, beside
+/// the tree's root and levels.
+const MODULE_VIEWS_CALLS: u64 = 7;
+
+/// The modules of both views as the guest's /proc/modules said, none
+/// hidden, in [`MODULE_VIEWS_CALLS`].
+fn check_module_views(kernel: &Kernel, device: &LeechCore, guest: &Guest) {
+    let before = device.call_count(Call::ReadScatter);
+    let views = kernel.module_views();
+    let calls = device.call_count(Call::ReadScatter) - before;
+    let names: Vec<&str> = views.list.modules.iter().map(|m| m.name.as_str()).collect();
+    let want: Vec<&str> = guest.modules().iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, want);
+    assert!(
+        views.hidden.is_empty() && views.not_in_tree.is_empty(),
+        "{views:#?}"
+    );
+    assert!(
+        views.failed.is_empty() && views.list.failed.is_empty(),
+        "{views:#?}"
+    );
+    eprintln!("module views: {calls} read calls");
+    let levels = u64::from(guest.paging().levels());
+    assert_eq!(calls, MODULE_VIEWS_CALLS + levels - 4);
+}
+
+/// Every open fd of every process, read beside the process list, against
+/// what the guest's /proc said (every process but `--processes`' extra
+/// ones): the same fds, each with the name `readlink` gave, `fdinfo`'s
+/// flags, position and inode; the pattern process's fds of every kind,
+/// which its stopped child shares, and the same read for it alone in as
+/// many calls. The read calls it took.
+fn check_open_files(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> u64 {
+    let before = device.call_count(Call::ReadScatter);
+    let found = kernel.open_files(None);
+    let calls = device.call_count(Call::ReadScatter) - before;
+    assert!(found.failed.is_empty(), "{:#?}", found.failed);
+    let oracle = guest.oracle();
+    let extra = oracle.kernel_cmdline.contains("leechio.processes=");
+    let mut compared = 0;
+    for p in &found.processes {
+        if oracle.task(p.pid).is_none() || (extra && p.pid >= 5000) {
+            continue;
+        }
+        let got: Vec<(u32, String, u32, i64)> = p
+            .fds
+            .iter()
+            .map(|f| (f.fd, f.name.clone().unwrap(), f.flags.unwrap(), f.pos))
+            .collect();
+        let want: Vec<(u32, String, u32, i64)> = oracle
+            .fds_of(p.pid)
+            .map(|g| (g.fd, g.name.clone(), g.flags, g.pos))
+            .collect();
+        assert_eq!(got, want, "pid {} ({})", p.pid, p.name);
+        for (f, g) in p.fds.iter().zip(oracle.fds_of(p.pid)) {
+            if let Some(inode) = g.inode {
+                assert_eq!(f.inode, inode, "{f:?}");
+            }
+        }
+        compared += got.len();
+    }
+    assert_eq!(
+        compared,
+        oracle.fds.len(),
+        "an fd /proc listed was not found"
+    );
+    // The pattern process holds one of every kind, at the fds it opened
+    // them.
+    let pattern = found
+        .processes
+        .iter()
+        .find(|p| p.pid == guest.pattern().pid)
+        .unwrap();
+    let kinds: Vec<(u32, FileKind, bool)> = pattern
+        .fds
+        .iter()
+        .map(|f| (f.fd, f.kind, f.socket.is_some()))
+        .collect();
+    use FileKind::*;
+    assert_eq!(
+        kinds,
+        [
+            (0, CharDevice, false),
+            (2, CharDevice, false),
+            (3, Regular, false),
+            (4, Regular, false),
+            (5, Directory, false),
+            (6, Regular, false),
+            (7, Regular, false),
+            (8, Fifo, false),
+            (9, Fifo, false),
+            (10, Socket, true),
+            (11, Socket, true),
+            (12, Socket, true),
+            (13, AnonInode, false),
+            (14, Regular, false),
+            (15, Regular, false),
+            (100, Regular, false),
+        ]
+    );
+    let file = |fd: u32| pattern.fds.iter().find(|f| f.fd == fd).unwrap().file;
+    assert_eq!(file(3), file(100), "dup2 shares the file");
+    // One process alone: the same fds, in as many calls (the same depth).
+    let before = device.call_count(Call::ReadScatter);
+    let one = kernel.open_files(Some(pattern.pid));
+    assert_eq!(device.call_count(Call::ReadScatter) - before, calls);
+    assert_eq!(one.processes, std::slice::from_ref(pattern));
+    // Its stopped child inherited them: the same struct files.
+    let child = guest
+        .processes()
+        .into_iter()
+        .find(|t| t.ppid == pattern.pid && t.state == 'T')
+        .unwrap();
+    let child = found.processes.iter().find(|p| p.pid == child.pid).unwrap();
+    for f in pattern.fds.iter().filter(|f| f.fd >= 3) {
+        let same = child.fds.iter().find(|c| c.fd == f.fd).unwrap();
+        assert_eq!((same.file, &same.name), (f.file, &f.name));
+    }
+    calls
+}
+
+/// Runs `f`, and counts its read calls.
+fn counted<T>(device: &LeechCore, f: impl FnOnce() -> T) -> (T, u64) {
+    let before = device.call_count(Call::ReadScatter);
+    let out = f();
+    (out, device.call_count(Call::ReadScatter) - before)
+}
+
+/// The kernel's names, clocks and command line against what the guest
+/// said at boot: names and command line equal, the boot time to the
+/// second (`btime` is truncated, ours as read), the uptime no less than
+/// the guest's then, and the wall clock as far past the guest's `date`
+/// as the uptime is past its uptime then (both clocks run together).
+fn check_system(s: &System, guest: &Guest) {
+    let oracle = &guest.oracle().system;
+    let u = &s.uname;
+    let names = [
+        &u.sysname,
+        &u.nodename,
+        &u.release,
+        &u.version,
+        &u.machine,
+        &u.domainname,
+    ];
+    for (key, name) in common::qemu::oracle::system::UNAME_KEYS.iter().zip(names) {
+        assert_eq!(name.as_deref(), Ok(oracle.uname(key)), "{key}");
+    }
+    assert_eq!(oracle.uname("nodename"), "leechio-guest");
+    assert_eq!(oracle.uname("domainname"), "leechio.test");
+    assert_eq!(
+        s.command_line.as_deref(),
+        Ok(guest.oracle().kernel_cmdline.as_str())
+    );
+    let boot = s.boot_time.clone().unwrap();
+    let uptime = s.uptime.clone().unwrap();
+    let clock = s.clock.clone().unwrap();
+    assert!(
+        boot.as_secs().abs_diff(oracle.btime) <= 1,
+        "boot time {boot:?}, btime {}",
+        oracle.btime
+    );
+    assert_eq!(clock - uptime, boot);
+    let then = std::time::Duration::from_millis(oracle.uptime_centis * 10);
+    assert!(uptime >= then, "uptime {uptime:?}, at boot {then:?}");
+    let clock_since = clock.as_secs_f64() - oracle.now as f64;
+    let uptime_since = (uptime - then).as_secs_f64();
+    assert!(
+        (clock_since - uptime_since).abs() <= 2.0,
+        "the clock moved {clock_since} s since the guest's date, the uptime {uptime_since} s"
+    );
+}
+
+/// The kernel log against busybox `dmesg` at boot: every line it printed
+/// is among ours, in its order (the kernel may have logged more since),
+/// each record's lines after its time stamp.
+fn check_dmesg(log: &KernelLog, guest: &Guest) {
+    assert!(log.failed.is_empty(), "{:#?}", log.failed);
+    let seqs: Vec<u64> = log.records.iter().map(|r| r.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let ours: Vec<Vec<u8>> = log
+        .records
+        .iter()
+        .flat_map(|r| {
+            let stamp = r.time_stamp();
+            r.lines()
+                .map(move |line| [stamp.as_bytes(), b" ", line].concat())
+        })
+        .collect();
+    let theirs = &guest.oracle().system.dmesg;
+    let mut at = 0;
+    for line in theirs {
+        match ours[at..].iter().position(|l| l == line) {
+            Some(i) => at += i + 1,
+            None => panic!(
+                "dmesg line {:?} not found in order; ours from there: {:#?}",
+                String::from_utf8_lossy(line),
+                ours[at..]
+                    .iter()
+                    .take(5)
+                    .map(|l| String::from_utf8_lossy(l))
+                    .collect::<Vec<_>>()
+            ),
+        }
+    }
+    eprintln!(
+        "dmesg: {} records, {} lines; the guest's {} lines all found in order",
+        log.records.len(),
+        ours.len(),
+        theirs.len()
+    );
+}
+
+/// The symbols the names, clocks and log are found by, each once in the
+/// guest's /proc/kallsyms, where we found it (`saved_command_line_len`
+/// where the kernel has it).
+fn check_system_symbols(kernel: &Kernel, guest: &Guest) {
+    let names = [
+        "init_uts_ns",
+        "tk_core",
+        "saved_command_line",
+        "saved_command_line_len",
+        "prb",
+        "printk_rb_static",
+        "printk_rb_dynamic",
+        "log_buf",
+        "log_buf_len",
+    ];
+    for name in names {
+        let listed: Vec<u64> = guest
+            .oracle()
+            .symbols
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.address)
+            .collect();
+        match listed[..] {
+            [] if name == "saved_command_line_len" => assert_eq!(kernel.symbol(name), None),
+            [address] => assert_eq!(kernel.symbol(name), Some(address), "{name}"),
+            _ => panic!("{name}: /proc/kallsyms lists {listed:x?}"),
+        }
+    }
+}
+
+/// What the kernel says of itself and its log, each in its exact calls.
+fn check_system_and_dmesg(device: &LeechCore, kernel: &Kernel, guest: &Guest) {
+    check_system_symbols(kernel, guest);
+    let (system, calls) = counted(device, || kernel.system());
+    check_system(&system, guest);
+    assert_eq!(calls, SYSTEM_CALLS);
+    let (log, calls) = counted(device, || kernel.dmesg());
+    check_dmesg(&log, guest);
+    assert_eq!(calls, DMESG_CALLS);
+}
+
 /// Finds the kernel of `guest` (paused), lists its processes and checks
 /// them, then lists them again with every task's details (which share
-/// the list's batches: no call more), and reads every view of the tasks
-/// (in the same calls: no call more); returns the read calls of the
-/// list.
-fn check_guest(guest: &Guest) -> u64 {
+/// the list's batches: no call more), its modules both ways, every view
+/// of its tasks (in the list's calls: no call more), and their open
+/// files; returns the read calls of the list, and of the open files
+/// (with the list they are read beside).
+fn check_guest(guest: &Guest) -> (u64, u64) {
     let (mem, device) = engine(guest.open());
     let _paused = guest.pause();
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
@@ -333,6 +604,8 @@ fn check_guest(guest: &Guest) -> u64 {
     assert_eq!(device.call_count(Call::ReadScatter) - before, calls);
     assert_eq!(kernel.details_unknown(), Vec::<String>::new());
     check_details(&again, &details, guest);
+    check_module_views(&kernel, &device, guest);
+    check_system_and_dmesg(&device, &kernel, guest);
     let (views, view_calls) = read_views(&device, &kernel);
     check_views_agree(&views, &again, guest);
     assert_eq!(view_calls, calls);
@@ -342,13 +615,15 @@ fn check_guest(guest: &Guest) -> u64 {
         list.processes.len(),
         list.task_count()
     );
-    calls
+    let files = check_open_files(&device, &kernel, guest);
+    eprintln!("their open files in {files} read calls");
+    (calls, files)
 }
 
 #[test]
 fn lists_the_processes_of_a_live_guest() {
     let guest = shared_guest();
-    assert_eq!(check_guest(&guest), LIST_CALLS);
+    assert_eq!(check_guest(&guest), (LIST_CALLS, FILES_CALLS));
 }
 
 #[test]
@@ -373,7 +648,7 @@ fn lists_the_processes_from_nothing_in_under_forty_calls() {
 #[test]
 fn lists_the_processes_with_5_level_paging_and_kaslr_on() {
     let guest = common::qemu::shared_la57_guest();
-    assert_eq!(check_guest(&guest), LIST_CALLS + 1);
+    assert_eq!(check_guest(&guest), (LIST_CALLS + 1, FILES_CALLS));
 }
 
 #[test]
@@ -383,7 +658,7 @@ fn lists_the_processes_of_another_kernel_build() {
         kernel: GuestKernel::Cloud,
         ..GuestOptions::default()
     });
-    assert_eq!(check_guest(&guest), LIST_CALLS);
+    assert_eq!(check_guest(&guest), (LIST_CALLS, FILES_CALLS));
 }
 
 #[test]
@@ -395,7 +670,10 @@ fn lists_a_few_hundred_processes_in_twelve_calls() {
         .filter(|p| p.pid >= 5000 && p.cmdline.first().map(String::as_str) == Some("sleep"))
         .count();
     assert_eq!(sleepers, EXTRA_PROCESSES as usize);
-    assert_eq!(check_guest(&guest), LIST_CALLS_THREE_LEVELS);
+    assert_eq!(
+        check_guest(&guest),
+        (LIST_CALLS_THREE_LEVELS, FILES_CALLS + 1)
+    );
 }
 
 /// Writes `bytes` as an image file in `dir` and opens it.
@@ -430,8 +708,13 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     let (list, calls) = list(&device, &kernel);
     check_against_oracle(&list, guest);
     check_address_spaces(&list, guest, &mem);
+    check_system_and_dmesg(&device, &kernel, guest);
     // One more level of each process's tables with 5 levels.
     assert_eq!(calls, LIST_CALLS + u64::from(guest.paging().levels() - 4));
+    let (again, details) = kernel.processes_with(DetailsAsked { environment: true });
+    check_details(&again, &details, guest);
+    // The open files' walk reads the direct map alone: no more levels.
+    assert_eq!(check_open_files(&device, &kernel, guest), FILES_CALLS);
     let (views, view_calls) = read_views(&device, &kernel);
     check_views_agree(&views, &list, guest);
     assert_eq!(view_calls, calls);
@@ -451,8 +734,9 @@ fn peek(image: &[u8], pa: u64) -> u64 {
 /// An image changed as a target that changes while it is read would look:
 /// a node of the pid table that leads back to the root (a loop), a thread
 /// whose pid no longer matches the table (it exited and its memory was
-/// reused), and a process whose `mm` points at a page table that is not
-/// one. Each is cut and reported; the rest is listed as before.
+/// reused), a process whose `mm` points at a page table that is not
+/// one, and an fd whose file pointer is no kernel address. Each is cut and
+/// reported; the rest is listed as before.
 #[test]
 fn loops_and_torn_structures_are_cut_and_reported() {
     let guest = shared_guest();
@@ -496,8 +780,33 @@ fn loops_and_torn_structures_are_cut_and_reported() {
         .expect("a page of zeros");
     poke(&mut bytes, pgd_at, kernel.direct_map_base() + zeros as u64);
 
+    // The pattern process's fd 5, a pointer that is no kernel address.
+    let files = kernel.open_files(Some(pattern.pid));
+    let table = files.processes[0].files.unwrap() + offset("files_struct", "fdt");
+    let table = peek(
+        &bytes,
+        pa(peek(&bytes, pa(table))) + offset("fdtable", "fd"),
+    );
+    let fd5 = pa(table) + 5 * 8;
+    let file5 = peek(&bytes, fd5);
+    poke(&mut bytes, fd5, 0x7fff_0000_1000);
+
     let (mem, _) = engine(image_device(dir.path(), "torn.raw", &bytes));
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let torn_files = kernel.open_files(Some(pattern.pid));
+    let failed: Vec<String> = torn_files.failed.iter().map(|f| f.to_string()).collect();
+    assert_eq!(
+        failed,
+        [format!(
+            "pid {} fd 5 at {:#x}: its file pointer 0x7fff00001000 is no kernel address",
+            pattern.pid,
+            table + 5 * 8
+        )]
+    );
+    let mut expected = files.processes[0].fds.clone();
+    assert_eq!(expected.iter().find(|f| f.fd == 5).unwrap().file, file5);
+    expected.retain(|f| f.fd != 5);
+    assert_eq!(torn_files.processes[0].fds, expected);
     let torn = kernel.processes();
     let failed: Vec<(Stage, Option<u32>)> = torn.failed.iter().map(|f| (f.stage, f.pid)).collect();
     eprintln!("{:#?}", torn.failed);

@@ -368,10 +368,21 @@ fn log(extra: &str, end: &str) -> String {
          leechio-oracle: btf 4359789\r\n\
          leechio-oracle: vmcoreinfo 0x0000000002a3b000 1024\r\n\
          leechio-oracle: symbol _text ffffffff81000000 T\r\n\
-         leechio-oracle: task pid=89 tgid=89 ppid=1 state=S kthread=0 sched={pattern} cmdline=610062000000\r\n\
-         leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 sched={worker} cmdline=\r\n\
+         leechio-oracle: task pid=89 tgid=89 ppid=1 state=S kthread=0 uid=0,0,0,0 gid=0,0,0,0 caps=0,1ff,1ff,1ff,0 start=5 environ=413d3100 sched={pattern} cmdline=610062000000\r\n\
+         leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 uid=0,0,0,0 gid=0,0,0,0 caps=0,1ff,1ff,1ff,0 start=5 environ=413d3100 sched={worker} cmdline=\r\n\
          leechio-oracle: map 89 00400000-00401000 r--p 00001000 00:02 207                                /bin/leechio (x)\r\n\
          leechio-oracle: map 89 7f0000001000-7f0000021000 rw-p 00000000 00:00 0 \r\n\
+         leechio-oracle: uname sysname Linux\r\n\
+         leechio-oracle: uname nodename leechio-guest\r\n\
+         leechio-oracle: uname release 6.1.0\r\n\
+         leechio-oracle: uname version #1 SMP PREEMPT_DYNAMIC Debian\r\n\
+         leechio-oracle: uname machine x86_64\r\n\
+         leechio-oracle: uname domainname leechio.test\r\n\
+         leechio-oracle: btime 1764300000\r\n\
+         leechio-oracle: clock uptime=7.05 now=1764300007\r\n\
+         leechio-oracle: dmesg 5b20202020302e3030303030305d204c696e7578\r\n\
+         leechio-oracle: dmesg 5b20202020302e3030303030305d2009090a\r\n\
+         leechio-oracle: dmesg-end lines=2\r\n\
          {extra}leechio-oracle: end {end}\r\n\
          leechio-guest: ready\r\n"
     )
@@ -381,6 +392,13 @@ fn log(extra: &str, end: &str) -> String {
 fn oracle_lines_are_read_back() {
     let oracle = Oracle::parse(&log("", "tasks=2 maps=2 symbols=1")).unwrap();
     assert_eq!(oracle.version, "Linux version 6.1.0 (x) #1 SMP");
+    let task = oracle.task(89).unwrap();
+    assert_eq!((task.uid, task.gid), ([0; 4], [0; 4]));
+    assert_eq!(task.caps, [0, 0x1ff, 0x1ff, 0x1ff, 0]);
+    assert_eq!(
+        (task.start_ticks, task.environ.as_slice()),
+        (5, &b"A=1\0"[..])
+    );
     assert_eq!(oracle.kernel_cmdline, "console=ttyS0 nokaslr");
     assert_eq!(oracle.btf_size, Some(4359789));
     assert_eq!(oracle.vmcoreinfo_note, Some((0x2a3b000, 0x1024)));
@@ -428,11 +446,45 @@ fn oracle_lines_are_read_back() {
 }
 
 #[test]
+fn the_kernels_names_clocks_and_log_are_read_back() {
+    let oracle = Oracle::parse(&log("", "tasks=2 maps=2 symbols=1")).unwrap();
+    let s = &oracle.system;
+    assert_eq!(s.uname("version"), "#1 SMP PREEMPT_DYNAMIC Debian");
+    assert_eq!(s.uname("domainname"), "leechio.test");
+    assert_eq!(
+        (s.btime, s.uptime_centis, s.now),
+        (1764300000, 705, 1764300007)
+    );
+    assert_eq!(
+        s.dmesg,
+        [&b"[    0.000000] Linux"[..], b"[    0.000000] \t\t\n"]
+    );
+    let lost = log("", "tasks=2 maps=2 symbols=1").replace("lines=2", "lines=3");
+    assert_eq!(
+        Oracle::parse(&lost).unwrap_err(),
+        "the guest printed 3 dmesg lines, 2 read"
+    );
+    let no_name =
+        log("", "tasks=2 maps=2 symbols=1").replace("uname machine x86_64", "uname sysname Linux");
+    assert!(Oracle::parse(&no_name)
+        .unwrap_err()
+        .ends_with("uname sysname given twice"));
+    let bad = log("", "tasks=2 maps=2 symbols=1").replace("uptime=7.05", "uptime=7.5");
+    assert!(Oracle::parse(&bad)
+        .unwrap_err()
+        .ends_with("uptime \"7.5\" is not S.HH"));
+    let odd = log("", "tasks=2 maps=2 symbols=1").replace("2009090a", "2009090");
+    assert!(Oracle::parse(&odd)
+        .unwrap_err()
+        .ends_with("dmesg: odd number of hex digits"));
+}
+
+#[test]
 fn a_lost_or_bad_oracle_line_is_an_error() {
     let lost = Oracle::parse(&log("", "tasks=3 maps=2 symbols=1")).unwrap_err();
     assert_eq!(
         lost,
-        "the guest printed [3, 2, 1, 0] tasks, map lines, symbols and modules; [2, 2, 1, 0] read"
+        "the guest printed [3, 2, 1, 0, 0] tasks, map lines, symbols, modules and fds; [2, 2, 1, 0, 0] read"
     );
     // A module line: read, and counted when the end line counts them.
     let module = "leechio-oracle: module crc7 16384 0 - Live 0xffffffffc0238000\r\n";
@@ -447,18 +499,18 @@ fn a_lost_or_bad_oracle_line_is_an_error() {
         }]
     );
     let lost = Oracle::parse(&log(module, "tasks=2 maps=2 symbols=1 modules=2")).unwrap_err();
-    assert!(lost.ends_with("[2, 2, 1, 1] read"), "{lost}");
+    assert!(lost.ends_with("[2, 2, 1, 1, 0] read"), "{lost}");
     let bad = "leechio-oracle: module crc7 sixteen 0 - Live 0xffffffffc0238000\r\n";
     assert!(Oracle::parse(&log(bad, "tasks=2 maps=2 symbols=1 modules=1")).is_err());
     let odd = Oracle::parse(&log(
-        "leechio-oracle: task pid=9 tgid=9 ppid=2 state=S kthread=0 sched=abc cmdline=\r\n",
+        "leechio-oracle: task pid=9 tgid=9 ppid=2 state=S kthread=0 uid=0,0,0,0 gid=0,0,0,0 caps=0,1ff,1ff,1ff,0 start=5 environ=413d3100 sched=abc cmdline=\r\n",
         "tasks=3 maps=2 symbols=1",
     ))
     .unwrap_err();
     assert!(odd.ends_with("sched: odd number of hex digits"), "{odd}");
     let twice = Oracle::parse(&log(
         &format!(
-            "leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 sched={} cmdline=\r\n",
+            "leechio-oracle: task pid=8 tgid=8 ppid=2 state=I kthread=1 uid=0,0,0,0 gid=0,0,0,0 caps=0,1ff,1ff,1ff,0 start=5 environ=413d3100 sched={} cmdline=\r\n",
             sched("a", 8)
         ),
         "tasks=3 maps=2 symbols=1",
@@ -494,7 +546,7 @@ fn a_lost_or_bad_oracle_line_is_an_error() {
 fn the_comm_is_the_one_sched_prints() {
     let comm = |sched: String| {
         let line = format!(
-            "leechio-oracle: task pid=7 tgid=7 ppid=2 state=S kthread=1 sched={sched} cmdline=\r\n"
+            "leechio-oracle: task pid=7 tgid=7 ppid=2 state=S kthread=1 uid=0,0,0,0 gid=0,0,0,0 caps=0,1ff,1ff,1ff,0 start=5 environ=413d3100 sched={sched} cmdline=\r\n"
         );
         Oracle::parse(&log(&line, "tasks=3 maps=2 symbols=1"))
             .map(|o| o.task(7).unwrap().comm.clone())

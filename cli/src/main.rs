@@ -7,8 +7,10 @@
 mod output;
 mod bench;
 mod check;
+mod dmesg;
 mod dump;
 mod environment;
+mod files;
 mod maps;
 mod modules;
 mod numbers;
@@ -16,6 +18,7 @@ mod paging;
 mod processes;
 mod signals;
 mod spaces;
+mod system;
 mod undo;
 
 use std::io::Write;
@@ -68,7 +71,8 @@ const EXAMPLES: &str = "examples:
   leechio -d qemu://shm=guest,qmp=/tmp/qmp.sock translate --dtb 0x2a10000 0xffffffff81000000
   leechio -d fpga dump -o mem.elf
   leechio -d fpga dump --dtb 0x2a10000 --range 0xffffffff81000000-0xffffffff82000000 -o kernel.elf
-  leechio -d fpga ps --json";
+  leechio -d fpga ps --json
+  leechio -d file:///tmp/mem.raw dmesg";
 
 #[derive(Subcommand)]
 enum Command {
@@ -107,6 +111,12 @@ enum Command {
     Modules(modules::ModulesArgs),
     /// Environment of a Linux target's processes, as /proc/PID/environ holds it
     Env(environment::EnvArgs),
+    /// Open files of a Linux target's processes (or of one), as ls -l /proc/PID/fd and lsof show them: pid, command, fd, type, flags, position, name
+    Files(files::FilesArgs),
+    /// What a Linux target's kernel says of itself: its names (as uname), boot time, uptime, clock, command line
+    System(system::SystemArgs),
+    /// The kernel log of a Linux target, as dmesg prints it
+    Dmesg(dmesg::DmesgArgs),
     /// What hides on a Linux target: each task through the pid table, the task list, its thread group and the run queues; a line for each task missing from a view that must have it. Exit 1 when a task hides (or a view could not be read whole), 0 when the views agree
     Check(check::CheckArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
@@ -212,6 +222,9 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Maps(args) => maps::maps(cli, args),
         Command::Modules(args) => modules::modules(cli, args),
         Command::Env(args) => environment::env(cli, args),
+        Command::Files(args) => files::files(cli, args),
+        Command::System(args) => system::system(cli, args),
+        Command::Dmesg(args) => dmesg::dmesg(cli, args),
         Command::Check(args) => check::check(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),

@@ -418,6 +418,20 @@ fn modules_on_a_target_that_is_not_linux_names_what_is_missing() {
     assert_eq!(stdout(&o), "");
 }
 
+#[test]
+fn files_on_a_target_that_is_not_linux_names_what_is_missing() {
+    let SpacesImage { _dir, device, .. } = spaces_image();
+    for args in [
+        &["files", "--no-cache"][..],
+        &["files", "1", "--json", "--no-cache"],
+    ] {
+        let o = leechio(&[&["-d", &device][..], args].concat());
+        assert_refused(&o, "leechio: no Linux kernel found: ");
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+        assert_eq!(stdout(&o), "");
+    }
+}
+
 /// (type, offset, vaddr, paddr, filesz) of each program header.
 fn program_headers(elf: &[u8]) -> Vec<(u32, u64, u64, u64, u64)> {
     assert_eq!(&elf[..4], b"\x7fELF");

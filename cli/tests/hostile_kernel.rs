@@ -2,7 +2,7 @@
 //! write on the analyst's terminal: an image of the test guest changed
 //! where the project's own API finds the structures (offsets from the
 //! kernel's BTF), with hostile shapes built in the guest's free RAM.
-//! `ps`, `maps`, `spaces`, `dump`, `modules` and `check` must end within a deadline and a
+//! `ps`, `maps`, `spaces`, `dump`, `modules`, `system`, `dmesg` and `check` must end within a deadline and a
 //! memory cap, with a result that names what was cut or a one-line error,
 //! show no value that failed a check as fact, and escape every string of
 //! the target, as the README states.
@@ -44,6 +44,8 @@ struct Target {
     pattern: u32,
     /// The oracle's command line of pid 1.
     init_cmdline: Vec<String>,
+    /// The names of the guest's own modules, sorted.
+    modules: Vec<String>,
 }
 
 /// The target, made once for all tests of this file.
@@ -74,6 +76,12 @@ fn target() -> &'static Target {
             shell: by_cmdline("sh"),
             pattern: guest.pattern().pid,
             init_cmdline: guest.oracle().task(1).unwrap().cmdline.clone(),
+            modules: {
+                let mut names: Vec<String> =
+                    guest.modules().iter().map(|m| m.name.clone()).collect();
+                names.sort();
+                names
+            },
             clean,
             kernel,
             list,
@@ -704,7 +712,7 @@ fn craft_modules(
         modules.push(module);
         expected.push(serde_json::json!({
             "name": name, "size": total, "base": format!("{base:#x}"),
-            "state": word, "module": format!("{module:#x}"),
+            "state": word, "module": format!("{module:#x}"), "hidden": false,
         }));
     }
     let nodes: Vec<u64> = std::iter::once(head)
@@ -716,6 +724,36 @@ fn craft_modules(
         image.poke(physical(k, node + prev), &le(nodes[(i + n - 1) % n]));
     }
     (modules, expected)
+}
+
+/// The lines `modules --json` printed for the list, after checking the
+/// rest: the guest's own modules, which a crafted list left out but the
+/// module address tree still holds, each hidden and said so on stderr.
+fn listed_and_guests_own_hidden(t: &Target, run: &Run) -> Vec<Value> {
+    let lines = json_lines(run);
+    let (hidden, listed): (Vec<Value>, Vec<Value>) =
+        lines.into_iter().partition(|l| l["hidden"] == true);
+    let mut names: Vec<String> = hidden
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, t.modules, "{}", run.stderr);
+    for name in &t.modules {
+        let said = format!("leechio: module {name} (struct module at ");
+        assert!(run.stderr.contains(&said), "{}", run.stderr);
+    }
+    listed
+}
+
+/// `run`'s stderr without the lines of the module address tree's view
+/// (hidden modules, listed ones it lacks).
+fn without_tree_lines(run: &Run) -> String {
+    run.stderr
+        .lines()
+        .filter(|l| !l.starts_with("leechio: module ") || !l.contains("module address tree"))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 #[test]
@@ -734,15 +772,30 @@ fn modules_crafted_into_the_list_are_shown_as_lsmod_shows_them() {
     ];
     let (_, expected) = craft_modules(k, &mut image, &made);
     let json = leechio(&image.device(), &["modules", "--json"]);
-    assert!(json.status.success(), "{}", json.stderr);
-    assert_eq!(json.stderr, "");
-    assert_eq!(json_lines(&json), expected);
+    // The guest's own modules hide now, and the live crafted one is in
+    // no module address tree: said, exit 1.
+    assert_eq!(json.status.code(), Some(1), "{}", json.stderr);
+    assert_eq!(listed_and_guests_own_hidden(t, &json), expected);
+    assert_eq!(without_tree_lines(&json), "");
+    assert!(
+        json.stderr.contains("module ext4 (struct module at ")
+            && json
+                .stderr
+                .contains("is live on the module list but not in the module address tree"),
+        "{}",
+        json.stderr
+    );
     // The table, its strings escaped.
     let table = leechio(&image.device(), &["modules"]);
-    assert!(table.status.success(), "{}", table.stderr);
+    assert_eq!(table.status.code(), Some(1), "{}", table.stderr);
     assert_terminal_safe(&table.stdout, "modules");
     let lines: Vec<&str> = table.stdout.lines().collect();
-    assert_eq!(lines.len(), 4, "{}", table.stdout);
+    assert_eq!(lines.len(), 4 + t.modules.len(), "{}", table.stdout);
+    assert!(
+        lines[4..].iter().all(|l| l.ends_with("  HIDDEN")),
+        "{}",
+        table.stdout
+    );
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
         ["Module", "Size", "State", "Base"]
@@ -782,10 +835,10 @@ fn a_module_list_that_loops_or_tears_stops_there_with_what_it_read() {
     image.poke(physical(k, modules[1] + list), &le(node(modules[0])));
     let run = leechio(&image.device(), &["modules", "--json"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
-    assert_eq!(json_lines(&run), expected);
+    assert_eq!(listed_and_guests_own_hidden(t, &run), expected);
     let head = k.symbol("modules").unwrap();
     assert_eq!(
-        run.stderr,
+        without_tree_lines(&run),
         format!(
             "leechio: modules: {:#x}: the module's list node points back at {:#x}, not at {head:#x} that leads to it (a list changing while read): the walk stopped there\n\
              leechio: modules: {:#x}: module reached twice in the list (a loop, or a list changing while read): the walk stopped there\n\
@@ -802,20 +855,112 @@ fn a_module_list_that_loops_or_tears_stops_there_with_what_it_read() {
     image.poke(physical(k, modules[0] + list), &le(outside));
     let run = leechio(&image.device(), &["modules", "--json"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
-    assert_eq!(json_lines(&run), expected);
+    assert_eq!(listed_and_guests_own_hidden(t, &run), expected);
     let unreadable = outside - offset(k, "module", "list");
+    let stderr = without_tree_lines(&run);
     assert!(
-        run.stderr
-            .starts_with(&format!("leechio: modules: {unreadable:#x}: module: ")),
+        stderr.starts_with(&format!("leechio: modules: {unreadable:#x}: module: ")),
         "{}",
         run.stderr
     );
     assert!(
-        run.stderr
-            .ends_with("leechio: 1 item(s) could not be read; 2 modules listed\n"),
+        stderr.ends_with("leechio: 1 item(s) could not be read; 2 modules listed\n"),
         "{}",
         run.stderr
     );
+}
+
+/// Where the text of the log record that starts with `start` lies in the
+/// image (its block's id is the 8 bytes before), found in the ring's text.
+fn log_text(k: &Kernel, image: &Crafted, start: &[u8]) -> u64 {
+    let prb = image.peek_u64(physical(k, k.symbol("prb").unwrap()));
+    let ring = |path: &str| physical(k, prb + offset(k, "printk_ringbuffer", path));
+    let data = physical(k, image.peek_u64(ring("text_data_ring.data")));
+    let bits = image.peek(ring("text_data_ring.size_bits"), 4)[0];
+    let text = image.peek(data, 1 << bits);
+    let at = text
+        .windows(start.len())
+        .position(|w| w == start)
+        .unwrap_or_else(|| panic!("no log record starts {start:?}"));
+    data + at as u64
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn the_kernels_names_and_log_are_escaped_and_torn_records_named_not_shown() {
+    let (_turn, t, image) = start();
+    let k = &t.kernel;
+    let uts = physical(k, k.symbol("init_uts_ns").unwrap()) + offset(k, "uts_namespace", "name");
+    let field = |name: &str| uts + offset(k, "new_utsname", name);
+    // A host name that sets the terminal's title; a domain name with no
+    // NUL in its 65 bytes.
+    image.poke(field("nodename"), b"h\x1b]0;pwn\x07\0");
+    image.poke(field("domainname"), &[b'x'; 65]);
+    // A writer caught updating the timekeeper: its count odd (the
+    // anonymous struct of 6.1, its count first).
+    let tk = physical(k, k.symbol("tk_core").unwrap());
+    let sequence = image.peek(tk, 4);
+    image.poke(tk, &[sequence[0] | 1]);
+    let run = leechio(&image.device(), &["system", "--no-cache"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_terminal_safe(&run.stdout, "system");
+    assert!(
+        run.stdout.contains("Nodename     h\\u{1b}]0;pwn\\u{7}\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("Domainname   unknown\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("Boot time    unknown\n"),
+        "{}",
+        run.stdout
+    );
+    let why = "the timekeeper was being updated while read (sequence";
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", run.stderr);
+    assert_eq!(
+        lines[0],
+        "leechio: system: domainname: new_utsname.domainname has no NUL in its 65 bytes: not a name"
+    );
+    for (line, key) in lines[1..].iter().zip(["boot_time", "uptime", "clock"]) {
+        assert!(
+            line.starts_with(&format!("leechio: system: {key}: {why}")),
+            "{line}"
+        );
+    }
+
+    // The log: a record whose text clears the screen, one whose text block
+    // holds another record's id (overwritten while read).
+    let banner = log_text(k, &image, b"Linux version ");
+    image.poke(banner, b"\x1b[2J\x07");
+    let command_line = log_text(k, &image, b"Command line: ");
+    let id = image.peek_u64(command_line - 8);
+    image.poke_u64(command_line - 8, id + 1);
+    let run = leechio(&image.device(), &["dmesg", "--no-cache"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    // Tabs stay, as dmesg prints them (the kernel indents with them).
+    assert_terminal_safe(&run.stdout.replace('\t', " "), "dmesg");
+    let first = run.stdout.lines().next().unwrap();
+    assert!(
+        first.starts_with("[    0.000000] \\u{1b}[2J\\u{7} version "),
+        "{first}"
+    );
+    assert!(!run.stdout.contains("Command line: "), "{}", run.stdout);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.stderr);
+    assert!(
+        lines[0].ends_with(&format!(
+            "its text block belongs to record {}: overwritten while read, or garbage",
+            id + 1
+        )),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].starts_with("leechio: 1 record(s) or structure(s) could not be read;"));
 }
 
 /// `leechio check` on views a rootkit or a torn target leaves: a process

@@ -1,4 +1,4 @@
-//! `leechio ps`, `modules`, `spaces`, `maps`, `check` and `dump --pid` against a live Linux
+//! `leechio ps`, `modules`, `files`, `system`, `dmesg`, `check`, `spaces`, `maps` and `dump --pid` against a live Linux
 //! guest, checked against what the guest's /proc said at boot (its oracle)
 //! and the bytes of its pattern process. The guest is paused while the
 //! binary reads.
@@ -23,6 +23,9 @@ const RUN_LIMIT: Duration = Duration::from_secs(90);
 /// once the kernel is known, on this guest (tests/linux_processes.rs).
 const FIND_CALLS: u64 = 8;
 const LIST_CALLS: u64 = 11;
+/// Read calls of the open files of every process, with the list they are
+/// read beside, once the kernel is known (tests/linux_processes.rs).
+const FILES_CALLS: u64 = 12;
 
 /// Runs the binary; fails the test if it has not ended by the deadline.
 fn leechio(args: &[&str]) -> Output {
@@ -233,6 +236,176 @@ fn check_modules_lists_what_the_guests_proc_modules_says(guest: SharedGuest) {
         .collect();
     let want_names: Vec<String> = want.iter().map(|m| m.0.clone()).collect();
     assert_eq!(names, want_names);
+}
+
+/// Words of physical memory put back when dropped: what a test changed
+/// in the shared guest, restored even when it fails.
+struct Restore<'g> {
+    guest: &'g Guest,
+    /// Physical address and the original word.
+    words: Vec<(u64, u64)>,
+}
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        let (mem, _device) = common::linux::engine(self.guest.open());
+        for &(pa, word) in &self.words {
+            mem.block_on(mem.write_val(pa, &word)).expect("restore");
+        }
+    }
+}
+
+/// A rootkit's trick: a module unlinked from the `modules` list (so
+/// `/proc/modules` and lsmod lose it), through the device's own writes;
+/// `modules` still finds it in the module address tree and says it hides.
+#[test]
+fn a_module_unlinked_from_the_module_list_is_reported_hidden() {
+    use leechio::linux::Kernel;
+    let guest = shared_guest();
+    let _paused = guest.pause();
+    let want = guest.oracle().modules.clone();
+    assert!(want.len() >= 2, "{want:?}");
+    let restore = {
+        let (mem, _device) = common::linux::engine(guest.open());
+        let kernel = Kernel::find(&mem, &common::linux::no_cache()).unwrap();
+        let list = kernel.modules();
+        let victim = list
+            .modules
+            .iter()
+            .find(|m| m.name == want[1].name)
+            .unwrap();
+        let node = victim.address + kernel.offset_of("module", "list").unwrap();
+        let pa = |va: u64| mem.block_on(kernel.space().translate(va)).unwrap().pa;
+        let word = |va: u64| mem.block_on(mem.read_val::<u64>(pa(va))).unwrap();
+        let (next, prev) = (word(node), word(node + 8));
+        let words = vec![(pa(prev), word(prev)), (pa(next + 8), word(next + 8))];
+        // prev->next = next; next->prev = prev.
+        mem.block_on(mem.write_val(pa(prev), &next)).unwrap();
+        mem.block_on(mem.write_val(pa(next + 8), &prev)).unwrap();
+        Restore {
+            guest: &guest,
+            words,
+        }
+    };
+    let device = guest.device_string();
+    let out = leechio(&["-d", &device, "modules", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let shown: Vec<(&str, bool)> = lines
+        .iter()
+        .map(|l| (l["name"].as_str().unwrap(), l["hidden"].as_bool().unwrap()))
+        .collect();
+    let mut expected: Vec<(&str, bool)> = want.iter().map(|m| (m.name.as_str(), false)).collect();
+    expected.remove(1);
+    expected.push((want[1].name.as_str(), true));
+    assert_eq!(shown, expected);
+    assert!(
+        text(&out.stderr).contains(&format!("module {} (struct module at", want[1].name))
+            && text(&out.stderr).contains("hidden"),
+        "{}",
+        text(&out.stderr)
+    );
+    drop(restore);
+    // Put back: the list is whole again, and nothing hides.
+    let lines = json_lines(&leechio(&["-d", &device, "modules", "--json"]));
+    assert_eq!(lines.len(), want.len());
+    assert!(lines.iter().all(|l| l["hidden"] == false));
+}
+
+#[test]
+fn files_lists_every_fd_as_the_guests_proc_says() {
+    check_files_lists_every_fd_as_the_guests_proc_says(shared_guest());
+}
+
+/// On a CPU with 5-level paging on, and KASLR.
+#[test]
+fn with_5_level_paging_files_lists_every_fd_as_the_guests_proc_says() {
+    check_files_lists_every_fd_as_the_guests_proc_says(shared_la57_guest());
+}
+
+/// `leechio files`: every fd of every process, as the guest's /proc said
+/// (readlink's name, fdinfo's flags, position and inode); the table of one
+/// process, its names escaped.
+fn check_files_lists_every_fd_as_the_guests_proc_says(guest: SharedGuest) {
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let lines = json_lines(&leechio(&["-d", &device, "files", "--json", "--no-cache"]));
+    let oracle = guest.oracle();
+    // Kernel threads that started since hold no fds: every line is of a
+    // process /proc listed.
+    let got: Vec<(u64, u64, &str, u64, i64)> = lines
+        .iter()
+        .map(|l| {
+            let flags = l["flags"].as_str().unwrap();
+            (
+                l["pid"].as_u64().unwrap(),
+                l["fd"].as_u64().unwrap(),
+                l["name"].as_str().unwrap_or_else(|| panic!("{l}")),
+                u64::from_str_radix(flags, 8).unwrap(),
+                l["pos"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64, &str, u64, i64)> = oracle
+        .fds
+        .iter()
+        .map(|f| {
+            let (pid, fd) = (u64::from(f.pid), u64::from(f.fd));
+            (pid, fd, f.name.as_str(), u64::from(f.flags), f.pos)
+        })
+        .collect();
+    assert_eq!(got, want);
+    for (line, fd) in lines.iter().zip(&oracle.fds) {
+        if let Some(inode) = fd.inode {
+            assert_eq!(line["inode"], inode, "{line}");
+        }
+        assert_eq!(line["command"], oracle.task(fd.pid).unwrap().comm, "{line}");
+    }
+    // One process: a header, then a row an fd, the name from column 60.
+    let pattern = guest.pattern().pid;
+    let output = leechio(&["-d", &device, "files", &pattern.to_string()]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let table = text(&output.stdout);
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        rows[0].split_whitespace().collect::<Vec<_>>(),
+        ["PID", "COMMAND", "FD", "TYPE", "FLAGS", "POS", "NAME"]
+    );
+    let want: Vec<(String, String, String)> = oracle
+        .fds_of(pattern)
+        .map(|f| {
+            let name = f.name.replace('\t', "\\t");
+            (f.fd.to_string(), format!("0{:o}", f.flags), name)
+        })
+        .collect();
+    let got: Vec<(String, String, String)> = rows[1..]
+        .iter()
+        .map(|row| {
+            let (head, name) = row.split_at(59);
+            assert!(
+                head.starts_with(&format!("{pattern:>7} leech (pat) x ")),
+                "{row:?}"
+            );
+            let words: Vec<&str> = head.split_whitespace().rev().take(4).collect();
+            let [_pos, flags, _kind, fd] = words[..] else {
+                panic!("{row:?}")
+            };
+            (
+                fd.to_string(),
+                flags.to_string(),
+                name.trim_start().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert!(table.contains(" REG ") && table.contains(" sock ") && table.contains(" a_inode "));
+    assert!(table.contains("/leechio-files/tab\\there"), "{table}");
+    let output = leechio(&["-d", &device, "files", "99999", "--no-cache"]);
+    assert!(!output.status.success());
+    assert_eq!(text(&output.stderr), "leechio: no process with pid 99999\n");
 }
 
 #[test]
@@ -535,6 +708,23 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
     for r in [engine, hop, os] {
         assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
         assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
+    }
+    // The open files: every fd /proc listed, batched and a read a call,
+    // the two alike.
+    let files = row("open files of every process", "engine: Kernel::open_files");
+    let fds = guest.oracle().fds.len();
+    assert_eq!(
+        files["workload"],
+        format!(
+            "open files of every process, {fds} fds of {} processes",
+            files["processes"]
+        )
+    );
+    assert_eq!(files["calls"], FILES_CALLS, "{files}");
+    let single = row("open files of every process", "engine: the same walk");
+    assert!(single["calls"].as_u64().unwrap() > fds as u64, "{single}");
+    for r in [files, single] {
+        assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
     }
     // What hides: the engine's views in the process list's calls, the
     // same views pointer by pointer in at least a call a task, alike.
@@ -913,4 +1103,123 @@ fn section_bytes(dump: &str) -> Vec<u8> {
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+#[test]
+fn system_says_what_the_guests_uname_and_proc_say() {
+    check_system_says_what_the_guests_uname_and_proc_say(shared_guest());
+}
+
+#[test]
+fn with_5_level_paging_system_says_what_the_guests_uname_and_proc_say() {
+    check_system_says_what_the_guests_uname_and_proc_say(shared_la57_guest());
+}
+
+/// `leechio system`: its JSON fields against the guest's oracle (names and
+/// command line equal, boot time to the second, uptime no less than at
+/// boot), and the table, a `Key value` line each, the same.
+fn check_system_says_what_the_guests_uname_and_proc_say(guest: SharedGuest) {
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let oracle = &guest.oracle().system;
+    let lines = json_lines(&leechio(&["-d", &device, "system", "--json", "--no-cache"]));
+    let [s] = &lines[..] else { panic!("{lines:?}") };
+    for key in common::qemu::oracle::system::UNAME_KEYS {
+        assert_eq!(s[key], oracle.uname(key), "{key}");
+    }
+    assert_eq!(s["command_line"], guest.oracle().kernel_cmdline);
+    let boot = s["boot_time"].as_u64().unwrap();
+    assert!(boot.abs_diff(oracle.btime) <= 1, "{s}");
+    let uptime = s["uptime"].as_f64().unwrap();
+    assert!(uptime * 100.0 >= oracle.uptime_centis as f64, "{s}");
+    assert_eq!(s["errors"], serde_json::json!({}));
+    let table = leechio(&["-d", &device, "system", "--no-cache"]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    let rows: Vec<(&str, &str)> = table
+        .lines()
+        .map(|l| (l[..12].trim_end(), &l[13..]))
+        .collect();
+    let want = [
+        ("Sysname", oracle.uname("sysname")),
+        ("Nodename", "leechio-guest"),
+        ("Release", oracle.uname("release")),
+        ("Version", oracle.uname("version")),
+        ("Machine", oracle.uname("machine")),
+        ("Domainname", "leechio.test"),
+    ];
+    assert_eq!(rows[..6], want);
+    assert!(
+        rows[6].0 == "Boot time" && rows[6].1.starts_with(&boot.to_string()),
+        "{table}"
+    );
+    assert_eq!(rows[9], ("Cmdline", guest.oracle().kernel_cmdline.as_str()));
+}
+
+#[test]
+fn dmesg_prints_what_the_guests_dmesg_printed() {
+    check_dmesg_prints_what_the_guests_dmesg_printed(shared_guest());
+}
+
+#[test]
+fn with_5_level_paging_dmesg_prints_what_the_guests_dmesg_printed() {
+    check_dmesg_prints_what_the_guests_dmesg_printed(shared_la57_guest());
+}
+
+/// `leechio dmesg`: every line busybox `dmesg` printed at boot is among
+/// its lines, in order (the kernel may have logged more since), each as
+/// `[%5u.%06u] text`; its JSON a record a line, in sequence order, whose
+/// lines give the same text.
+fn check_dmesg_prints_what_the_guests_dmesg_printed(guest: SharedGuest) {
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let output = leechio(&["-d", &device, "dmesg", "--no-cache"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let printed = text(&output.stdout);
+    let ours: Vec<&str> = printed.lines().collect();
+    let theirs: Vec<String> = guest
+        .oracle()
+        .system
+        .dmesg
+        .iter()
+        .map(|l| text(l))
+        .collect();
+    // The guest's lines are printable but for tabs, which the terminal's
+    // escaping leaves as dmesg does: the lines are printed as they are.
+    let odd: Vec<&String> = theirs
+        .iter()
+        .filter(|l| l.contains(|c: char| (c.is_control() && c != '\t') || c == '\\'))
+        .collect();
+    assert!(odd.is_empty(), "{odd:#?}");
+    let mut at = 0;
+    for line in &theirs {
+        let found = ours[at..].iter().position(|l| l == line);
+        at += found.unwrap_or_else(|| panic!("{line:?} not printed in order")) + 1;
+    }
+    assert!(
+        theirs[0].starts_with("[    0.000000] Linux version "),
+        "{}",
+        theirs[0]
+    );
+    let records = json_lines(&leechio(&["-d", &device, "dmesg", "--json", "--no-cache"]));
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let from_json: Vec<String> = records
+        .iter()
+        .flat_map(|r| {
+            let ns = r["time_ns"].as_u64().unwrap();
+            let stamp = format!(
+                "[{:5}.{:06}]",
+                ns / 1_000_000_000,
+                ns % 1_000_000_000 / 1000
+            );
+            let text = r["text"].as_str().unwrap().to_string();
+            text.split('\n')
+                .map(|l| format!("{stamp} {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // The same log read twice: the same lines, save what the kernel logged
+    // in between (none, paused).
+    assert_eq!(from_json, ours);
 }

@@ -33,6 +33,7 @@ fuzz_target!(|data: &[u8]| {
     for &(ty, path) in MORE {
         let _ = btf.member_offset(ty, path);
         let _ = btf.member_size(ty, path);
+        let _ = btf.member_bits(ty, path);
     }
     for (q, a) in btf.answers() {
         if let (false, Ok(v)) = (matches!(q, Query::Enum(_)), a) {

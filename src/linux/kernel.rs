@@ -117,8 +117,10 @@ impl Kernel {
     /// `init_pid_ns`, `init_top_pgt`, `page_offset_base`, `linux_banner`,
     /// `__start_BTF`, `__stop_BTF`, `special_mapping_name`,
     /// `sysctl_max_map_count`, `vmcoreinfo_data`, `vmcoreinfo_size`,
-    /// `modules`, `__pgtable_l5_enabled`, `runqueues`, `nr_cpu_ids`,
-    /// `__per_cpu_offset`), when the kernel has it.
+    /// `modules`, `__pgtable_l5_enabled`, `sysctl_nr_open`, the
+    /// `d_dname` functions of sockets, pipes and anonymous inodes, those
+    /// of [`Kernel::system`] and [`Kernel::dmesg`], and `runqueues`,
+    /// `nr_cpu_ids`, `__per_cpu_offset`), when the kernel has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }
@@ -136,6 +138,12 @@ impl Kernel {
     /// Whether this run searched memory or started from the cache.
     pub fn source(&self) -> Source {
         self.source
+    }
+
+    /// Where the kernel's `d_dname` functions are, which name files
+    /// that have no path.
+    pub(super) fn dnames(&self) -> crate::linux::paths::Dnames {
+        crate::linux::paths::Dnames::new(|name| self.symbol(name))
     }
 
     /// The kernel's virtual memory as it maps it.

@@ -14,6 +14,10 @@
 //!   paths of their files), [`Kernel::modules`] (loadable modules, with
 //!   [`Kernel::module_exports`] and [`Kernel::module_sections`]),
 //!   [`Kernel::kallsyms`] (every symbol of the kernel's table),
+//!   [`Kernel::open_files`] (each process's fds, as `/proc/PID/fd`
+//!   names them),
+//!   [`Kernel::system`] (its names, boot time, uptime and command line),
+//!   [`Kernel::dmesg`] (its log buffer),
 //!   [`Kernel::process_views`] (each task through the pid table, the task
 //!   list, its thread group and the run queues: what hides).
 //!
@@ -22,9 +26,11 @@
 
 #[cfg(test)]
 mod fake_memory;
+mod files;
 mod find;
 mod kernel;
 mod kmem;
+mod log;
 mod maps;
 mod modules;
 mod offsets;
@@ -32,18 +38,22 @@ mod paths;
 mod processes;
 mod structures;
 mod symbols;
+mod system;
 mod task_details;
 mod views;
 
+pub use files::{FileKind, FilesFailure, OpenFile, OpenFiles, ProcessFiles, Socket, TaskFiles};
 pub use find::btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX_BTF};
 pub use find::image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
 pub use find::vmcoreinfo::VmcoreinfoError;
 pub use find::{CacheLocation, FindError, Hints};
 pub use kernel::{Kernel, Source};
+pub use log::{Caller, KernelLog, LogRecord};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
-pub use modules::{Module, ModuleList, ModuleState};
+pub use modules::{Module, ModuleList, ModuleState, ModuleViews};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use structures::StructureFailure;
+pub use system::{System, Uname};
 pub use task_details::{
     exit_status, Capabilities, Credentials, DetailsAsked, TaskDetails, TaskState,
 };

@@ -23,9 +23,14 @@ use crate::linux::Kernel;
 mod exports;
 #[cfg(test)]
 mod tests;
+mod tree;
+
+pub use tree::ModuleViews;
 
 /// The kernel symbol of the list's head (`kernel/module/main.c`).
 pub(crate) const SYMBOL: &str = "modules";
+/// The kernel symbol of the module address tree (`kernel/module/main.c`).
+pub(crate) const TREE_SYMBOL: &str = "mod_tree";
 /// Bytes of the module area on x86-64 (`MODULES_VADDR` to `MODULES_END`,
 /// at most 1.5 GiB): every module takes at least a page of it.
 const MODULE_AREA: u64 = 0xffff_ffff_ff00_0000 - 0xffff_ffff_a000_0000;

@@ -159,7 +159,10 @@ impl Kernel {
         asked: DetailsAsked,
     ) -> Vec<TaskDetails> {
         match &self.offsets.details {
-            Ok(layout) => read(&self.kernel_memory(), layout, tasks, asked).await,
+            Ok(layout) => {
+                let kmem = self.kernel_memory();
+                read(&kmem, layout, &self.dnames(), tasks, asked).await
+            }
             Err(e) => {
                 let why = format!("process details cannot be read: {e}");
                 tasks
@@ -225,6 +228,7 @@ impl Kernel {
 pub(crate) async fn read(
     kmem: &KernelMemory<'_>,
     layout: &DetailsLayout,
+    dnames: &paths::Dnames,
     tasks: &[(u64, Option<u64>)],
     asked: DetailsAsked,
 ) -> Vec<TaskDetails> {
@@ -305,7 +309,7 @@ pub(crate) async fn read(
     let env_reads =
         futures::future::join_all(areas.iter().map(|&area| environment::read(kmem, area)));
     let (infos, cred_values, env_values) = futures::join!(
-        paths::files(kmem, &layout.paths, &files),
+        paths::files(kmem, &layout.paths, dnames, &files),
         cred_reads,
         env_reads
     );

@@ -5,6 +5,7 @@
 
 mod chains;
 mod dumps;
+mod files;
 mod physical;
 mod processes;
 mod table;
@@ -41,6 +42,7 @@ use leechio::{
 
 use chains::*;
 use dumps::*;
+use files::*;
 use physical::*;
 use processes::*;
 use table::*;
@@ -435,9 +437,10 @@ fn measure_all(
     // (now the only context, which `existing` attaches to).
     memflow_virtual(bench, dtb, &vas, &reference)?;
     memflow_dump(bench, dtb, target, &dump_reference)?;
-    // Phase three: a Linux target's processes, and what hides, each way
-    // on its own context.
+    // Phase three: a Linux target's processes, each way on its own context,
+    // then their open files, and what hides.
     processes(bench)?;
+    files(bench)?;
     views(bench)
 }
 

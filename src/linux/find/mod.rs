@@ -60,17 +60,48 @@ const SYMBOLS: &[&str] = &[
     // The kernel's VMCOREINFO text (see `vmcoreinfo`).
     vmcoreinfo::DATA_SYMBOL,
     vmcoreinfo::SIZE_SYMBOL,
-    // The head of the loadable modules' list (see `modules`).
+    // The head of the loadable modules' list, and their address tree (see
+    // `modules`).
     crate::linux::modules::SYMBOL,
+    crate::linux::modules::TREE_SYMBOL,
     // Whether the kernel runs with 5-level paging (kernels built with
     // CONFIG_X86_5LEVEL, up to 6.16).
     L5_SYMBOL,
+    // fs.nr_open, which bounds a process's fd table, and the d_dname
+    // functions that name sockets, pipes and anonymous inodes (see
+    // `files` and `paths`).
+    crate::linux::files::NR_OPEN_SYMBOL,
+    DNAMES[0],
+    DNAMES[1],
+    DNAMES[2],
+    DNAMES[3],
+    DNAMES[4],
+    DNAMES[5],
+    DNAMES[6],
+    // What the kernel says of itself (see `system`): its names, its
+    // timekeeper, its command line (and the line's length, from 6.x).
+    crate::linux::system::UTS_SYMBOL,
+    crate::linux::system::CLOCK_SYMBOL,
+    crate::linux::system::CMDLINE_SYMBOL,
+    crate::linux::system::CMDLINE_LEN_SYMBOL,
+    // The kernel log (see `log`): the ring's pointer and the kernel's
+    // two rings (5.10 on), or the old buffer's variables.
+    crate::linux::log::RING_SYMBOL,
+    crate::linux::log::STATIC_RINGS[0],
+    crate::linux::log::STATIC_RINGS[1],
+    crate::linux::log::LEGACY_SYMBOLS[0],
+    crate::linux::log::LEGACY_SYMBOLS[1],
+    crate::linux::log::LEGACY_SYMBOLS[2],
+    crate::linux::log::LEGACY_SYMBOLS[3],
+    crate::linux::log::LEGACY_SYMBOLS[4],
+    crate::linux::log::LEGACY_SYMBOLS[5],
     // Each CPU's run queue: a per-CPU variable, the CPUs, their offsets
     // (see `views`).
     crate::linux::views::SYMBOLS[0],
     crate::linux::views::SYMBOLS[1],
     crate::linux::views::SYMBOLS[2],
 ];
+const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.
 const L5_SYMBOL: &str = "__pgtable_l5_enabled";
 /// The direct map's base without memory randomisation, by paging mode.

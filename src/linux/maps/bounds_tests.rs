@@ -57,6 +57,7 @@ fn no_more_vmas_are_read_than_the_kernel_allows() {
     let symbols = Symbols {
         special: Some(SPECIAL_FN),
         max_map_count: Some(sysctl),
+        ..Symbols::default()
     };
     let (vmas, _) = world.read_with(true, symbols);
     // vm.max_map_count plus one, the first by address.

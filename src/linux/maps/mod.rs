@@ -60,6 +60,8 @@ pub(crate) struct Symbols {
     /// `sysctl_max_map_count`: `vm.max_map_count`, the most VMAs the
     /// kernel lets a process have.
     pub max_map_count: Option<u64>,
+    /// The `d_dname` functions, which name files that have no path.
+    pub dnames: crate::linux::paths::Dnames,
 }
 
 /// Something of a process's maps that could not be read or did not make
@@ -228,6 +230,7 @@ impl Kernel {
         let symbols = Symbols {
             special: self.symbol("special_mapping_name"),
             max_map_count: self.symbol("sysctl_max_map_count"),
+            dnames: self.dnames(),
         };
         read(&kmem, layout, mm, symbols).await
     }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::{MapsFailure, Vma, NAME_MAX};
+use super::{MapsFailure, Symbols, Vma, NAME_MAX};
 use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::offsets::MapsLayout;
 use crate::linux::paths;
@@ -16,7 +16,7 @@ pub(super) async fn name_vmas(
     layout: &MapsLayout,
     vmas: &mut [Vma],
     bytes_of: &HashMap<u64, &Vec<u8>>,
-    special: Option<u64>,
+    symbols: &Symbols,
     failed: &mut Vec<MapsFailure>,
 ) {
     let field = |vma: &Vma, at: u64| bytes_of[&vma.address].u64_at(at).unwrap_or(0);
@@ -42,8 +42,8 @@ pub(super) async fn name_vmas(
         None => Vec::new(),
     };
     let (mut found, special_names, anon_names) = futures::join!(
-        paths::files(kmem, &layout.paths, &unique),
-        special_names(kmem, layout, &specials, special),
+        paths::files(kmem, &layout.paths, &symbols.dnames, &unique),
+        special_names(kmem, layout, &specials, symbols.special),
         futures::future::join_all(anon.iter().map(|&(_, at)| kmem.read_vec(at, NAME_MAX)))
     );
     for (vma, file) in vmas.iter_mut().zip(&files) {

@@ -99,15 +99,7 @@ pub(crate) async fn read(
         ));
     }
     let bytes_of: HashMap<u64, &Vec<u8>> = raw.iter().map(|(at, b, _)| (*at, b)).collect();
-    name_vmas(
-        kmem,
-        layout,
-        &mut vmas,
-        &bytes_of,
-        symbols.special,
-        &mut failed,
-    )
-    .await;
+    name_vmas(kmem, layout, &mut vmas, &bytes_of, &symbols, &mut failed).await;
     let (brk, start_brk, stack) = (
         field(layout.brk),
         field(layout.start_brk),

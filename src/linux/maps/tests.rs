@@ -10,6 +10,11 @@ use crate::linux::find::btf::builder::BtfBuilder;
 use crate::linux::find::btf::Btf;
 use crate::linux::kmem::KernelMemory;
 use crate::linux::offsets::MapsLayout;
+pub(super) use crate::linux::paths::fake::D_PARENT;
+use crate::linux::paths::fake::{
+    path_types, DENTRY_SIZE, D_HASH, D_INAME, D_NAME, FILE_SIZE, F_INODE, F_PATH, INODE_SIZE,
+    I_INO, I_SB, MNT, MNT_MOUNTPOINT, MNT_PARENT, MNT_ROOT, MOUNT_SIZE, S_DEV,
+};
 use crate::{AddressSpace, MemBackend, Memory};
 
 pub(super) const DIRECT: u64 = 0xffff_8880_0000_0000;
@@ -47,21 +52,6 @@ const RB_RIGHT: u64 = 8;
 const RB_LEFT: u64 = 16;
 const OPS_NAME: u64 = 24;
 const ANON_VMA_NAME: u64 = 4;
-const F_PATH: u64 = 16;
-const F_INODE: u64 = 40;
-const DENTRY_SIZE: u32 = 160;
-const D_HASH: u64 = 0;
-pub(super) const D_PARENT: u64 = 24;
-const D_NAME: u64 = 32;
-const D_INAME: u64 = 96;
-const MOUNT_SIZE: u32 = 128;
-const MNT_PARENT: u64 = 8;
-const MNT_MOUNTPOINT: u64 = 24;
-const MNT: u64 = 48;
-const MNT_ROOT: u64 = 8;
-const I_SB: u64 = 8;
-const I_INO: u64 = 64;
-const S_DEV: u64 = 16;
 // The maple tree's own (its nodes are 256 bytes whatever the kernel).
 pub(super) const LEAF: u64 = 1;
 pub(super) const ARANGE: u64 = 3;
@@ -108,33 +98,8 @@ fn btf(maple: bool) -> Btf {
     b.structure("mm_struct", MM_SIZE, &mm)
         .structure("vm_area_struct", VMA_SIZE, &vma)
         .structure("vm_operations_struct", 128, &[("name", OPS_NAME)])
-        .structure("vm_special_mapping", 64, &[("name", 0)])
-        .structure("file", 96, &[("f_path", F_PATH), ("f_inode", F_INODE)])
-        .structure("path", 16, &[("mnt", 0), ("dentry", 8)])
-        .structure(
-            "dentry",
-            DENTRY_SIZE,
-            &[
-                ("d_hash", D_HASH),
-                ("d_parent", D_PARENT),
-                ("d_name", D_NAME),
-                ("d_iname", D_INAME),
-            ],
-        )
-        .structure("hlist_bl_node", 16, &[("next", 0), ("pprev", 8)])
-        .structure("qstr", 16, &[("len", 4), ("name", 8)])
-        .structure(
-            "mount",
-            MOUNT_SIZE,
-            &[
-                ("mnt_parent", MNT_PARENT),
-                ("mnt_mountpoint", MNT_MOUNTPOINT),
-                ("mnt", MNT),
-            ],
-        )
-        .structure("vfsmount", 32, &[("mnt_root", MNT_ROOT)])
-        .structure("inode", 128, &[("i_sb", I_SB), ("i_ino", I_INO)])
-        .structure("super_block", 64, &[("s_dev", S_DEV)]);
+        .structure("vm_special_mapping", 64, &[("name", 0)]);
+    path_types(&mut b, &[]);
     Btf::parse(&b.finish()).unwrap()
 }
 
@@ -194,10 +159,10 @@ impl Fake {
     pub(super) fn file(&mut self, dentry: u64, mount: u64, ino: u64, dev: u32) -> u64 {
         let sb = self.alloc(64, 64);
         self.put(sb + S_DEV, u64::from(dev));
-        let inode = self.alloc(128, 64);
+        let inode = self.alloc(INODE_SIZE, 64);
         self.put(inode + I_SB, sb);
         self.put(inode + I_INO, ino);
-        let f = self.alloc(96, 64);
+        let f = self.alloc(FILE_SIZE, 64);
         self.put(f + F_PATH, mount + MNT);
         self.put(f + F_PATH + 8, dentry);
         self.put(f + F_INODE, inode);
@@ -464,6 +429,7 @@ impl World {
             Symbols {
                 special: Some(SPECIAL_FN),
                 max_map_count: None,
+                ..Symbols::default()
             },
         )
     }

@@ -120,12 +120,17 @@ pub(crate) struct PathLayout {
     pub(crate) d_name_name: u64,
     /// `dentry.d_hash.pprev`: NULL once the dentry is unhashed (deleted).
     pub(crate) d_hash_pprev: u64,
+    /// `dentry.d_op`, and `dentry_operations.d_dname` in what it points at.
+    pub(crate) d_op: u64,
+    pub(crate) d_dname: u64,
     /// `mount.mnt`: the `vfsmount` inside a `struct mount`.
     pub(crate) mount_vfsmount: u64,
     pub(crate) mnt_parent: u64,
     pub(crate) mnt_mountpoint: u64,
     /// `mount.mnt.mnt_root`.
     pub(crate) mnt_root: u64,
+    /// `inode.i_mode` (a `u16`), `i_ino`, `i_sb`.
+    pub(crate) i_mode: u64,
     pub(crate) i_ino: u64,
     pub(crate) i_sb: u64,
     /// `super_block.s_dev` (a `u32`).
@@ -149,10 +154,13 @@ impl PathLayout {
             d_name_len: d_name + btf.member_offset("qstr", "len")?,
             d_name_name: d_name + btf.member_offset("qstr", "name")?,
             d_hash_pprev: dentry("d_hash")? + btf.member_offset("hlist_bl_node", "pprev")?,
+            d_op: dentry("d_op")?,
+            d_dname: btf.member_offset("dentry_operations", "d_dname")?,
             mount_vfsmount: vfsmount,
             mnt_parent: mount("mnt_parent")?,
             mnt_mountpoint: mount("mnt_mountpoint")?,
             mnt_root: vfsmount + btf.member_offset("vfsmount", "mnt_root")?,
+            i_mode: btf.member_offset("inode", "i_mode")?,
             i_ino: btf.member_offset("inode", "i_ino")?,
             i_sb: btf.member_offset("inode", "i_sb")?,
             s_dev: btf.member_offset("super_block", "s_dev")?,

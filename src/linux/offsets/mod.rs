@@ -9,18 +9,24 @@
 //! `init_task`'s are needed to find the kernel at all.
 
 mod details;
+mod files;
+mod log;
 mod maps;
 mod modules;
 mod structures;
+mod system;
 mod tasks;
 mod views;
 
 pub(crate) use details::{CompatFlag, CredLayout, DetailsLayout};
+pub(crate) use files::{span, FilesLayout};
+pub(crate) use log::{Int, LegacyLayout, LogLayout, RecordLayout, RingLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
-pub(crate) use modules::{ModuleLayout, SectionLayout, SymbolForm};
+pub(crate) use modules::{ModTreeLayout, ModuleLayout, SectionLayout, SymbolForm};
 pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
+pub(crate) use system::{ClockLayout, UtsLayout, UTS_FIELDS};
 pub(crate) use tasks::{InitTaskLayout, ProcessLayout};
 pub(crate) use views::{GroupLinks, SchedLayout, ViewsLayout};
 
@@ -37,9 +43,20 @@ pub(crate) struct Offsets {
     pub maps: Result<MapsLayout, BtfError>,
     /// The module list's (`struct module`).
     pub modules: Result<ModuleLayout, BtfError>,
+    /// The module address tree's (`mod_tree`), a second view of the
+    /// modules.
+    pub module_tree: Result<ModTreeLayout, BtfError>,
     /// Each task's details (executable, exit code, 32-bit or not,
     /// credentials, start time, environment).
     pub details: Result<DetailsLayout, BtfError>,
+    /// The open files' (fd tables, `struct file`, sockets).
+    pub files: Result<FilesLayout, BtfError>,
+    /// The first UTS namespace's name (`uname`).
+    pub uts: Result<UtsLayout, BtfError>,
+    /// The timekeeper's clocks in `tk_core` (boot time, uptime).
+    pub clock: Result<ClockLayout, BtfError>,
+    /// The kernel log's buffer.
+    pub log: Result<LogLayout, BtfError>,
     /// The other views of the tasks (the task list, thread groups, run
     /// queues), each standing alone.
     pub views: Result<ViewsLayout, BtfError>,
@@ -54,7 +71,12 @@ impl Offsets {
             processes: ProcessLayout::from_btf(btf),
             maps: MapsLayout::from_btf(btf),
             modules: ModuleLayout::from_btf(btf),
+            module_tree: ModTreeLayout::from_btf(btf),
             details: DetailsLayout::from_btf(btf),
+            files: FilesLayout::from_btf(btf),
+            uts: UtsLayout::from_btf(btf),
+            clock: ClockLayout::from_btf(btf),
+            log: LogLayout::from_btf(btf),
             views: ViewsLayout::from_btf(btf),
         })
     }
@@ -62,10 +84,13 @@ impl Offsets {
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
 /// process list, memory maps, the module list, each task's details, the
-/// tasks' other views): the answers a warm start must have, and what the
-/// fuzz target asks of random BTF. The first error of each walk, if any,
-/// and each answer of the views not kept.
+/// open files, the system's names and clocks, the kernel log, the tasks'
+/// other views): the answers a warm start must have, and what the fuzz
+/// target asks of random BTF. The first error of each walk, if any, and
+/// each answer of the views not kept. (The module address tree is asked
+/// too, but a kernel may lack it: its error is not one.)
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
+    let _ = ModTreeLayout::from_btf(btf);
     let views = ViewsLayout::from_btf(btf);
     // A view the BTF lacks is no error of the walks; an answer a warm
     // start did not keep is.
@@ -80,6 +105,10 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         MapsLayout::from_btf(btf).map(drop),
         ModuleLayout::from_btf(btf).map(drop),
         DetailsLayout::from_btf(btf).map(drop),
+        FilesLayout::from_btf(btf).map(drop),
+        UtsLayout::from_btf(btf).map(drop),
+        ClockLayout::from_btf(btf).map(drop),
+        LogLayout::from_btf(btf).map(drop),
         views.as_ref().map(drop).map_err(Clone::clone),
     ]
     .into_iter()

@@ -2,7 +2,7 @@
 //! node and name, and where its memory is, which 6.4 laid out anew.
 
 use crate::linux::find::btf::{Btf, BtfError};
-use crate::linux::offsets::ListLayout;
+use crate::linux::offsets::{ListLayout, RbLayout};
 
 /// The most kinds of module memory read (6.4 has 7, `MOD_MEM_NUM_TYPES`).
 const MAX_MEMORY_TYPES: u64 = 16;
@@ -250,6 +250,41 @@ impl ModuleLayout {
         let start = members.iter().map(|m| m.0).min().unwrap_or(0);
         let end = members.iter().map(|m| m.0 + m.1).max().unwrap_or(0);
         (start, (end - start) as usize)
+    }
+}
+
+/// Offsets of the module address tree (`mod_tree`, which
+/// `__module_address` searches: a latched red-black tree of every module's
+/// memory, kept apart from the `modules` list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ModTreeLayout {
+    /// `mod_tree_root.root.tree[0].rb_node`: the first copy's root.
+    pub(crate) root: u64,
+    /// `mod_tree_node.node.node[0]`: the first copy's `rb_node` in a
+    /// `mod_tree_node`.
+    pub(crate) node: u64,
+    /// `mod_tree_node.mod`.
+    pub(crate) module: u64,
+    pub(crate) rb: RbLayout,
+}
+
+impl ModTreeLayout {
+    /// The offsets in `btf` (a kernel without `CONFIG_MODULES_TREE_LOOKUP`
+    /// has no such tree).
+    pub fn from_btf(btf: &Btf) -> Result<ModTreeLayout, BtfError> {
+        Ok(ModTreeLayout {
+            root: btf.member_offset("mod_tree_root", "root.tree[0].rb_node")?,
+            node: btf.member_offset("mod_tree_node", "node.node[0]")?,
+            module: btf.member_offset("mod_tree_node", "mod")?,
+            rb: RbLayout::from_btf(btf)?,
+        })
+    }
+
+    /// Bytes read of a `mod_tree_node`: its module pointer and the first
+    /// copy's links.
+    pub(crate) fn span(&self) -> usize {
+        let links = self.node + self.rb.left.max(self.rb.right) + 8;
+        (self.module + 8).max(links) as usize
     }
 }
 

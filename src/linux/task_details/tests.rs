@@ -6,6 +6,7 @@ use crate::linux::fake_memory::{FakeMemory as Fake, DIRECT};
 use crate::linux::find::btf::builder::{BtfBuilder, KIND_STRUCT};
 use crate::linux::find::btf::Btf;
 use crate::linux::offsets::DetailsLayout;
+use crate::linux::paths::fake::{path_types, PathObjects};
 
 const MEMORY: usize = 1 << 20;
 
@@ -16,18 +17,6 @@ const EXIT_STATE: u64 = 40;
 const EXE_FILE: u64 = 72;
 const CONTEXT: u64 = 600;
 const CONTEXT_FLAGS: u64 = 16;
-const F_PATH: u64 = 8;
-const F_INODE: u64 = 56;
-const D_PARENT: u64 = 40;
-const D_NAME: u64 = 48;
-const D_HASH: u64 = 16;
-const D_INAME: u64 = 100;
-const MNT_PARENT: u64 = 16;
-const MNT_MOUNTPOINT: u64 = 32;
-const MNT: u64 = 64;
-const I_SB: u64 = 16;
-const I_INO: u64 = 40;
-const S_DEV: u64 = 8;
 const REAL_CRED: u64 = 64;
 const START_BOOTTIME: u64 = 80;
 // `struct cred`: usage, the ids from 4 (uid, gid, suid, sgid, euid, egid,
@@ -89,67 +78,18 @@ fn btf_with(context: Context, credentials: bool) -> Btf {
         b.structure("cred", 128, &cred);
     }
     b.structure("task_struct", 1024, &task)
-        .structure_typed("mm_struct", 1024, &mm)
-        .structure("file", 96, &[("f_path", F_PATH), ("f_inode", F_INODE)])
-        .structure("path", 16, &[("mnt", 0), ("dentry", 8)])
-        .structure(
-            "dentry",
-            192,
-            &[
-                ("d_hash", D_HASH),
-                ("d_parent", D_PARENT),
-                ("d_name", D_NAME),
-                ("d_iname", D_INAME),
-            ],
-        )
-        .structure("hlist_bl_node", 16, &[("next", 0), ("pprev", 8)])
-        .structure("qstr", 16, &[("len", 4), ("name", 8)])
-        .structure(
-            "mount",
-            128,
-            &[
-                ("mnt_parent", MNT_PARENT),
-                ("mnt_mountpoint", MNT_MOUNTPOINT),
-                ("mnt", MNT),
-            ],
-        )
-        .structure("vfsmount", 32, &[("mnt_root", 8)])
-        .structure("inode", 128, &[("i_sb", I_SB), ("i_ino", I_INO)])
-        .structure("super_block", 64, &[("s_dev", S_DEV)]);
+        .structure_typed("mm_struct", 1024, &mm);
+    path_types(&mut b, &[]);
     Btf::parse(&b.finish()).unwrap()
 }
 
-/// The made-up kernel's files and tasks.
+/// The made-up kernel's tasks.
 trait Objects {
-    fn dentry(&mut self, name: &str, parent: Option<u64>) -> u64;
-    fn file(&mut self, dentry: u64, mount: u64) -> u64;
     fn task(&mut self, exit_code: u32, mm: Option<(u64, u64)>) -> (u64, Option<u64>);
     fn cred(&mut self, usage: u32, ids: [u32; 8], caps: [u64; 5]) -> u64;
 }
 
 impl Objects for Fake {
-    fn dentry(&mut self, name: &str, parent: Option<u64>) -> u64 {
-        let d = self.alloc(192);
-        self.put(d + D_PARENT, parent.unwrap_or(d));
-        self.put(d + D_HASH + 8, d + 0x10);
-        self.put(d + D_NAME, (name.len() as u64) << 32);
-        self.put_bytes(d + D_INAME, name.as_bytes());
-        self.put(d + D_NAME + 8, d + D_INAME);
-        d
-    }
-
-    /// The `struct file` of `dentry` in `mount`.
-    fn file(&mut self, dentry: u64, mount: u64) -> u64 {
-        let sb = self.alloc(64);
-        let inode = self.alloc(128);
-        self.put(inode + I_SB, sb);
-        let f = self.alloc(96);
-        self.put(f + F_PATH, mount + MNT);
-        self.put(f + F_PATH + 8, dentry);
-        self.put(f + F_INODE, inode);
-        f
-    }
-
     /// A task with `exit_code`, and its mm (when it has one) mapping
     /// `exe` with context flags `flags`.
     fn task(&mut self, exit_code: u32, mm: Option<(u64, u64)>) -> (u64, Option<u64>) {
@@ -183,22 +123,21 @@ impl Objects for Fake {
 /// calls it took.
 fn details(fake: &Fake, btf: &Btf, tasks: &[(u64, Option<u64>)]) -> (Vec<TaskDetails>, u64) {
     let layout = DetailsLayout::from_btf(btf).unwrap();
-    fake.read(async |kmem| read(kmem, &layout, tasks, DetailsAsked::default()).await)
+    let dnames = crate::linux::paths::Dnames::default();
+    fake.read(async |kmem| read(kmem, &layout, &dnames, tasks, DetailsAsked::default()).await)
 }
 
 /// A root mount with /bin/busybox and /usr/lib/x in it: their files.
 fn files(f: &mut Fake) -> (u64, u64) {
     let root = f.dentry("/", None);
-    let mount = f.alloc(128);
-    f.put(mount + MNT_PARENT, mount);
-    f.put(mount + MNT_MOUNTPOINT, root);
-    f.put(mount + MNT + 8, root);
+    let mount = f.mount(None, root, root);
     let bin = f.dentry("bin", Some(root));
     let busybox = f.dentry("busybox", Some(bin));
     let usr = f.dentry("usr", Some(root));
     let lib = f.dentry("lib", Some(usr));
     let x = f.dentry("x", Some(lib));
-    (f.file(busybox, mount), f.file(x, mount))
+    let (a, b) = (f.inode(1, 0o100755, 1), f.inode(2, 0o100644, 1));
+    (f.file(busybox, mount, a), f.file(x, mount, b))
 }
 
 #[test]

@@ -10,6 +10,9 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+pub mod system;
+use system::GuestSystem;
+
 /// The prefix of every oracle line.
 const TAG: &str = "leechio-oracle: ";
 
@@ -119,6 +122,21 @@ pub struct GuestModule {
     pub address: u64,
 }
 
+/// One open fd: `/proc/PID/fdinfo/FD` and `readlink /proc/PID/fd/FD`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestFd {
+    pub pid: u32,
+    pub fd: u32,
+    /// `pos:`.
+    pub pos: i64,
+    /// `flags:` (printed in octal).
+    pub flags: u32,
+    /// `ino:`; `None` on kernels whose fdinfo has none.
+    pub inode: Option<u64>,
+    /// What the link names: a path, `socket:[INO]`, `pipe:[INO]`...
+    pub name: String,
+}
+
 /// One `/proc/kallsyms` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestSymbol {
@@ -149,9 +167,19 @@ pub struct Oracle {
     pub pattern: PatternProcess,
     /// `/proc/modules`, in its order.
     pub modules: Vec<GuestModule>,
+    /// Every open fd of every process (but `guest.sh --processes`' extra
+    /// ones), by pid and fd.
+    pub fds: Vec<GuestFd>,
+    /// The kernel's names, clocks and log.
+    pub system: GuestSystem,
 }
 
 impl Oracle {
+    /// The open fds of process `pid`, by fd.
+    pub fn fds_of(&self, pid: u32) -> impl Iterator<Item = &GuestFd> {
+        self.fds.iter().filter(move |f| f.pid == pid)
+    }
+
     /// Reads the oracle lines of a serial log. Fails, naming the line, on a
     /// line it cannot read, a missing item, an `error` line from the guest,
     /// or counts that disagree with the end line (a lost line).
@@ -206,9 +234,11 @@ struct Items {
     maps: BTreeMap<u32, Vec<GuestMap>>,
     map_lines: usize,
     modules: Vec<GuestModule>,
-    /// The counts of the end line: tasks, map lines, symbols, modules
-    /// (the last 0 when the line has none).
-    end: Option<[usize; 4]>,
+    fds: Vec<GuestFd>,
+    system: system::SystemItems,
+    /// The counts of the end line: tasks, map lines, symbols, modules, fds
+    /// (the last two 0 when the line has none).
+    end: Option<[usize; 5]>,
 }
 
 impl Items {
@@ -270,6 +300,11 @@ impl Items {
                 self.modules.push(parse_module(rest)?);
                 Ok(())
             }
+            "fd" => {
+                self.fds.push(parse_fd(rest)?);
+                Ok(())
+            }
+            "uname" | "btime" | "clock" | "dmesg" | "dmesg-end" => self.system.add(kind, rest),
             "end" => {
                 let fields = Fields::new(rest);
                 let counts = [
@@ -277,6 +312,7 @@ impl Items {
                     fields.decimal("maps")?,
                     fields.decimal("symbols")?,
                     fields.decimal("modules").unwrap_or(0),
+                    fields.decimal("fds").unwrap_or(0),
                 ];
                 set_once(&mut self.end, counts)
             }
@@ -292,12 +328,14 @@ impl Items {
             self.map_lines,
             self.symbols.len(),
             self.modules.len(),
+            self.fds.len(),
         ];
         if counted != end {
             return Err(format!(
-                "the guest printed {end:?} tasks, map lines, symbols and modules; {counted:?} read"
+                "the guest printed {end:?} tasks, map lines, symbols, modules and fds; {counted:?} read"
             ));
         }
+        self.fds.sort_by_key(|f| (f.pid, f.fd));
         self.tasks.sort_by_key(|t| t.pid);
         if let Some(pair) = self.tasks.windows(2).find(|p| p[0].pid == p[1].pid) {
             return Err(format!("pid {} listed twice", pair[0].pid));
@@ -312,6 +350,8 @@ impl Items {
             maps: self.maps,
             pattern: self.pattern.ok_or("no pattern process line")?,
             modules: self.modules,
+            fds: self.fds,
+            system: self.system.finish()?,
         })
     }
 }
@@ -379,6 +419,30 @@ fn parse_module(text: &str) -> Result<GuestModule, String> {
         state: state.to_string(),
         address: u64::from_str_radix(address.trim_start_matches("0x"), 16)
             .map_err(|_| "module address")?,
+    })
+}
+
+/// `PID FD POS FLAGS INO NAME`: flags in octal, `-` for no inode, the
+/// name the rest of the line.
+fn parse_fd(text: &str) -> Result<GuestFd, String> {
+    let mut rest = text;
+    let mut words = [""; 5];
+    for word in &mut words {
+        (*word, rest) = rest
+            .split_once(' ')
+            .ok_or("not PID FD POS FLAGS INO NAME")?;
+    }
+    let [pid, fd, pos, flags, inode] = words;
+    Ok(GuestFd {
+        pid: pid.parse().map_err(|_| format!("fd pid {pid:?}"))?,
+        fd: fd.parse().map_err(|_| format!("fd {fd:?}"))?,
+        pos: pos.parse().map_err(|_| format!("fd pos {pos:?}"))?,
+        flags: u32::from_str_radix(flags, 8).map_err(|_| format!("fd flags {flags:?}"))?,
+        inode: match inode {
+            "-" => None,
+            n => Some(n.parse().map_err(|_| format!("fd inode {n:?}"))?),
+        },
+        name: rest.to_string(),
     })
 }
 

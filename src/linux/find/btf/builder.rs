@@ -38,6 +38,12 @@ impl BtfBuilder {
         b
     }
 
+    /// An integer type `name` of `bytes` bytes (unsigned): its id.
+    pub fn int(&mut self, name: &str, bytes: u32) -> u32 {
+        let name = self.string(name);
+        self.push(&[name, KIND_INT << 24, bytes, bytes * 8])
+    }
+
     /// Type 1, `long`.
     pub fn long(&self) -> u32 {
         self.long
@@ -99,6 +105,25 @@ impl BtfBuilder {
         for &(member, ty, at) in members {
             let member = self.string(member);
             words.extend([member, ty, (at * 8) as u32]);
+        }
+        self.push(&words)
+    }
+
+    /// A struct of `size` bytes with bit fields (the kind flag set):
+    /// members (name; type; offset in bits; width in bits, 0 for a member
+    /// that is no bit field).
+    pub fn composite_bits(
+        &mut self,
+        name: &str,
+        size: u32,
+        members: &[(&str, u32, u32, u32)],
+    ) -> u32 {
+        let name = self.string(name);
+        let info = (1 << 31) | (KIND_STRUCT << 24) | members.len() as u32;
+        let mut words = vec![name, info, size];
+        for &(member, ty, bits, width) in members {
+            let member = self.string(member);
+            words.extend([member, ty, (width << 24) | bits]);
         }
         self.push(&words)
     }

@@ -155,6 +155,11 @@ pub enum Query {
     Size(String),
     /// Value of an enumerator.
     Enum(String),
+    /// Offset in bits of a member path (a bit field's too).
+    BitOffset(String, String),
+    /// Width in bits of the member at a path (a bit field's, or its
+    /// type's size).
+    BitWidth(String, String),
 }
 
 impl fmt::Display for Query {
@@ -164,6 +169,8 @@ impl fmt::Display for Query {
             Query::MemberSize(ty, path) => write!(f, "member_size {ty} {path}"),
             Query::Size(ty) => write!(f, "size {ty}"),
             Query::Enum(name) => write!(f, "enum {name}"),
+            Query::BitOffset(ty, path) => write!(f, "bit_offset {ty} {path}"),
+            Query::BitWidth(ty, path) => write!(f, "bit_width {ty} {path}"),
         }
     }
 }
@@ -182,6 +189,8 @@ impl Query {
             ("member_size", Some(b)) => Query::MemberSize(a.into(), b.into()),
             ("size", None) => Query::Size(a.into()),
             ("enum", None) => Query::Enum(a.into()),
+            ("bit_offset", Some(b)) => Query::BitOffset(a.into(), b.into()),
+            ("bit_width", Some(b)) => Query::BitWidth(a.into(), b.into()),
             _ => return None,
         })
     }
@@ -392,6 +401,16 @@ impl Btf {
         self.ask(Query::Size(ty.into())).map(|v| v as u64)
     }
 
+    /// Where the member at `path` of struct or union `ty` lies, in bits:
+    /// its offset and width (a bit field's own, or its type's size). For
+    /// bit fields, which have no byte offset; like every answer, at most
+    /// [`MAX_ANSWER`].
+    pub fn member_bits(&self, ty: &str, path: &str) -> Result<(u64, u64), BtfError> {
+        let offset = self.ask(Query::BitOffset(ty.into(), path.into()))?;
+        let width = self.ask(Query::BitWidth(ty.into(), path.into()))?;
+        Ok((offset as u64, width as u64))
+    }
+
     /// The value of enumerator `name` (of any enum), e.g. `PIDTYPE_PID`.
     pub fn enum_value(&self, name: &str) -> Option<i64> {
         self.ask(Query::Enum(name.into())).ok()
@@ -423,7 +442,7 @@ fn work_out(types: &Types, q: &Query) -> Answer {
     match q {
         Query::Offset(ty, path) => {
             let p = place(ty, path)?;
-            match p.bitfield || p.bits % 8 != 0 {
+            match p.bitfield.is_some() || p.bits % 8 != 0 {
                 true => Err(BtfError::BitField {
                     ty: ty.clone(),
                     path: path.clone(),
@@ -433,6 +452,14 @@ fn work_out(types: &Types, q: &Query) -> Answer {
         }
         Query::MemberSize(ty, path) => size(place(ty, path)?.ty, format!("{ty}.{path}")),
         Query::Size(ty) => size(composite(ty)?, ty.clone()),
+        Query::BitOffset(ty, path) => Ok(place(ty, path)?.bits as i64),
+        Query::BitWidth(ty, path) => {
+            let p = place(ty, path)?;
+            match p.bitfield {
+                Some(width) => Ok(i64::from(width)),
+                None => size(p.ty, format!("{ty}.{path}")).map(|bytes| bytes * 8),
+            }
+        }
         Query::Enum(name) => types
             .enum_value(name)
             .ok_or_else(|| BtfError::NoEnumerator(name.clone())),

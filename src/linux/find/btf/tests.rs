@@ -389,3 +389,37 @@ fn answers_are_kept_and_a_recorded_btf_gives_them_back_checked() {
         assert_eq!(Query::parse(text), None, "{text}");
     }
 }
+
+#[test]
+fn bit_fields_are_answered_in_bits_and_have_no_byte_offset() {
+    let mut b = super::builder::BtfBuilder::new();
+    let byte = b.int("u8", 1);
+    b.composite_bits(
+        "info",
+        4,
+        &[
+            ("facility", byte, 16, 0),
+            ("flags", byte, 24, 5),
+            ("level", byte, 29, 3),
+        ],
+    );
+    let btf = Btf::parse(&b.finish()).unwrap();
+    assert_eq!(btf.member_offset("info", "facility"), Ok(2));
+    assert_eq!(btf.member_bits("info", "facility"), Ok((16, 8)));
+    assert_eq!(btf.member_bits("info", "level"), Ok((29, 3)));
+    assert_eq!(
+        btf.member_offset("info", "level"),
+        Err(BtfError::BitField {
+            ty: "info".into(),
+            path: "level".into()
+        })
+    );
+    // Kept as any answer is, and read back from a cache's text.
+    let answers = btf.answers();
+    assert!(answers.contains_key(&Query::BitOffset("info".into(), "level".into())));
+    for q in answers.keys() {
+        assert_eq!(Query::parse(&q.to_string()).as_ref(), Some(q));
+    }
+    let recorded = Btf::recorded(answers, btf.len(), btf.type_count()).unwrap();
+    assert_eq!(recorded.member_bits("info", "level"), Ok((29, 3)));
+}

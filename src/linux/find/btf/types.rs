@@ -84,8 +84,8 @@ pub(super) struct Place {
     pub ty: u32,
     /// Offset from the start of the struct asked about, in bits.
     pub bits: u64,
-    /// Whether it is a bit field.
-    pub bitfield: bool,
+    /// Its width in bits when it is a bit field.
+    pub bitfield: Option<u32>,
 }
 
 /// Checked types: the blob's sections, where each record starts, and each

@@ -54,7 +54,7 @@ impl Types {
         let mut place = Place {
             ty: id,
             bits: 0,
-            bitfield: false,
+            bitfield: None,
         };
         if path.is_empty() {
             return Err("an empty member path".into());
@@ -76,7 +76,7 @@ impl Types {
             place = Place {
                 ty: m.ty,
                 bits: place.bits + m.bits,
-                bitfield: m.bitfield.is_some(),
+                bitfield: m.bitfield,
             };
             while !indices.is_empty() {
                 let close = indices.find(']').ok_or("an unclosed [")?;

@@ -1,57 +1,14 @@
-//! The paths of mapped files, as the kernel's `d_path` builds them: each
-//! dentry's name (`d_name`) up through `d_parent`; at the root of a mount,
-//! on from the dentry it is mounted on (`mnt_mountpoint`) in its parent
-//! mount, until a mount that is its own parent. Every path is walked at
-//! once, one level of dentries per batch of reads, with the mounts, the
-//! inodes (number and device) and the names not kept inside their dentry
-//! read beside them.
-//!
-//! Bounded by the kernel's `PATH_MAX`: a path of more than 4,095 bytes is
-//! not built; its last components are kept after [`CUT_MARK`], and nothing
-//! above them is read. Each dentry and mount is read and kept once however
-//! many paths go through it, and a path is built once its walk ends, so
-//! the cost grows with the distinct dentries and the text of the paths
-//! (each at most `PATH_MAX`), not with files times depth.
+//! The walk up from each file's dentry to the root, as `d_path` goes: one
+//! level of dentries per batch, each dentry and mount read once however
+//! many paths go through it, with the names kept outside their dentries
+//! and the leaves' dentry operations (which tell whether a `d_dname`
+//! names the file instead) read beside the next level.
 
 use std::collections::{HashMap, HashSet};
 
+use super::{span, CUT_MARK, DELETED, MAX_STEPS, NAME_MAX, PATH_TEXT_MAX};
 use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::offsets::PathLayout;
-
-/// `PATH_MAX`: a path and its NUL fit in 4,096 bytes.
-const PATH_MAX: u64 = 4096;
-/// Most bytes of a path's text.
-const PATH_TEXT_MAX: u64 = PATH_MAX - 1;
-/// Most steps up from a file: a component takes at least two bytes
-/// ("/x"), and a step across a mount none, so past twice as many steps
-/// as a path has room for components the walk is a loop.
-const MAX_STEPS: usize = PATH_MAX as usize;
-/// Longest name read (`NAME_MAX` is 255).
-const NAME_MAX: u32 = 255;
-/// What starts a path longer than `PATH_MAX`, before its last components
-/// (a real path starts with `/`).
-pub(crate) const CUT_MARK: &str = "(cut)";
-/// What `d_path` adds to a file whose dentry was unlinked.
-const DELETED: &str = " (deleted)";
-
-/// What a mapped file is: its path (or why it could not be read), inode
-/// number and device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FileInfo {
-    /// The path; when `cut`, [`CUT_MARK`] and its last components.
-    pub path: Result<String, String>,
-    /// The path is longer than `PATH_MAX`.
-    pub cut: bool,
-    pub inode: u64,
-    pub device: u32,
-}
-
-/// The fields of a span of a structure: read `len` bytes from `first`.
-fn span(fields: &[u64], width: u64) -> (u64, usize) {
-    let first = fields.iter().copied().min().unwrap_or(0);
-    let last = fields.iter().copied().max().unwrap_or(0);
-    (first, (last + width - first) as usize)
-}
 
 /// A dentry as a path walk needs it.
 #[derive(Debug, Clone)]
@@ -59,6 +16,9 @@ struct Dentry {
     parent: u64,
     name: Name,
     unhashed: bool,
+    /// `d_op`: its `d_dname`, when set, names the file instead of its
+    /// path.
+    ops: u64,
 }
 
 /// A dentry's name: inside the dentry (`d_iname`, short names), or
@@ -114,6 +74,8 @@ struct Known {
     dentries: HashMap<u64, Result<Dentry, String>>,
     mounts: HashMap<u64, Result<Mount, String>>,
     names: HashMap<Name, Result<Vec<u8>, String>>,
+    /// The `d_dname` of each `dentry_operations` read.
+    ops: HashMap<u64, Result<u64, String>>,
 }
 
 /// One step up from `(dentry, mount)` as `known` has it.
@@ -196,6 +158,45 @@ impl Walk {
         true
     }
 
+    /// What the file is called once walked and its names read: the
+    /// `d_dname` that names its leaf, or its path, built whole or its last
+    /// components after [`CUT_MARK`]; and whether it was cut.
+    fn naming(&self, known: &Known) -> (Result<Naming, String>, bool) {
+        if let Some(named) = self.dname(known) {
+            return (named, false);
+        }
+        let (path, cut) = self.path(known);
+        (path.map(Naming::Path), cut)
+    }
+
+    /// The leaf's `d_dname`, as `d_path` asks it first: set in its
+    /// dentry's operations, and the dentry not the root of its mount.
+    fn dname(&self, known: &Known) -> Option<Result<Naming, String>> {
+        let Some(Ok(leaf)) = known.dentries.get(&self.leaf) else {
+            return None;
+        };
+        let mount_root =
+            matches!(known.mounts.get(&self.leaf_mount), Some(Ok(m)) if m.root == self.leaf);
+        if leaf.ops == 0 || (leaf.parent == self.leaf && mount_root) {
+            return None;
+        }
+        let function = match known.ops.get(&leaf.ops) {
+            None => return Some(Err(format!("dentry operations {:#x} not read", leaf.ops))),
+            Some(Err(why)) => return Some(Err(format!("dentry operations: {why}"))),
+            Some(Ok(0)) => return None,
+            Some(Ok(function)) => *function,
+        };
+        let name = match &leaf.name {
+            Name::Here(bytes) => bytes.clone(),
+            Name::At(..) => match known.names.get(&leaf.name) {
+                Some(Ok(bytes)) => bytes.clone(),
+                Some(Err(why)) => return Some(Err(format!("name: {why}"))),
+                None => return Some(Err("name not read".into())),
+            },
+        };
+        Some(Ok(Naming::Dname { function, name }))
+    }
+
     /// The path once walked and its names read: built whole, or its last
     /// components after [`CUT_MARK`]; and whether it was cut.
     fn path(&self, known: &Known) -> (Result<String, String>, bool) {
@@ -255,82 +256,23 @@ impl Walk {
     }
 }
 
-/// What the files at `files` (addresses of `struct file`) are, by address.
-/// One batch for the files, then one per level of dentries.
-pub(crate) async fn files(
-    kmem: &KernelMemory<'_>,
-    layout: &PathLayout,
-    files: &[u64],
-) -> HashMap<u64, FileInfo> {
-    let (first, len) = span(&[layout.file_dentry, layout.file_mnt, layout.file_inode], 8);
-    let read = futures::future::join_all(
-        files
-            .iter()
-            .map(|&file| kmem.read_vec(file.wrapping_add(first), len)),
-    )
-    .await;
-    let fields: Vec<Result<[u64; 3], String>> = read
-        .into_iter()
-        .map(|bytes| {
-            let bytes = bytes?;
-            let at = |o: u64| bytes.u64_at(o - first).unwrap_or(0);
-            Ok([
-                at(layout.file_dentry),
-                at(layout.file_mnt),
-                at(layout.file_inode),
-            ])
-        })
-        .collect();
-    let walks: Vec<(u64, u64)> = fields
-        .iter()
-        .filter_map(|f| f.as_ref().ok())
-        .map(|&[dentry, mnt, _]| (dentry, mnt.wrapping_sub(layout.mount_vfsmount)))
-        .collect();
-    let inodes: Vec<u64> = fields
-        .iter()
-        .filter_map(|f| f.as_ref().ok())
-        .map(|f| f[2])
-        .collect();
-    let (paths, inodes) = futures::join!(
-        walk_paths(kmem, layout, &walks),
-        inodes_of(kmem, layout, &inodes)
-    );
-    let mut paths = paths.into_iter();
-    let mut inodes = inodes.into_iter();
-    files
-        .iter()
-        .zip(fields)
-        .map(|(&file, fields)| {
-            let info = match fields {
-                Ok(_) => {
-                    let (inode, device) = inodes.next().unwrap_or_default();
-                    let (path, cut) = paths.next().unwrap_or((Err("not walked".into()), false));
-                    FileInfo {
-                        path,
-                        cut,
-                        inode,
-                        device,
-                    }
-                }
-                Err(why) => FileInfo {
-                    path: Err(format!("struct file: {why}")),
-                    cut: false,
-                    inode: 0,
-                    device: 0,
-                },
-            };
-            (file, info)
-        })
-        .collect()
+/// What a file is called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Naming {
+    /// Its path, as `d_path` builds it.
+    Path(String),
+    /// What the `d_dname` function at `function` makes of its dentry's
+    /// name.
+    Dname { function: u64, name: Vec<u8> },
 }
 
-/// The paths of `(dentry, mount)` pairs, level by level, each with
-/// whether it was cut.
-async fn walk_paths(
+/// What the files at `(dentry, mount)` pairs are called, level by level,
+/// each with whether its path was cut.
+pub(super) async fn walk_paths(
     kmem: &KernelMemory<'_>,
     layout: &PathLayout,
     starts: &[(u64, u64)],
-) -> Vec<(Result<String, String>, bool)> {
+) -> Vec<(Result<Naming, String>, bool)> {
     let mut walks: Vec<Walk> = starts
         .iter()
         .map(|&(dentry, mount)| Walk {
@@ -348,8 +290,11 @@ async fn walk_paths(
         &[layout.mnt_parent, layout.mnt_mountpoint, layout.mnt_root],
         8,
     );
-    // Names kept outside their dentries, to read with the next batch.
+    // Names kept outside their dentries, and the leaves' operations, to
+    // read with the next batch.
     let mut pending: HashSet<Name> = HashSet::new();
+    let mut pending_ops: HashSet<u64> = HashSet::new();
+    let leaves: HashSet<u64> = starts.iter().map(|s| s.0).collect();
     loop {
         let mut dentries = Vec::new();
         let mut mounts = Vec::new();
@@ -370,11 +315,13 @@ async fn walk_paths(
             list.sort_unstable();
             list.dedup();
         }
-        if dentries.is_empty() && mounts.is_empty() && pending.is_empty() {
+        if dentries.is_empty() && mounts.is_empty() && pending.is_empty() && pending_ops.is_empty()
+        {
             break;
         }
         let names: Vec<Name> = pending.drain().collect();
-        let (read_dentries, read_mounts, read_names) = futures::join!(
+        let ops: Vec<u64> = pending_ops.drain().collect();
+        let (read_dentries, read_mounts, read_names, read_ops) = futures::join!(
             futures::future::join_all(
                 dentries
                     .iter()
@@ -390,8 +337,17 @@ async fn walk_paths(
                     Name::At(at, len) => kmem.read_vec(*at, *len as usize).await,
                     Name::Here(bytes) => Ok(bytes.clone()),
                 }
-            }))
+            })),
+            futures::future::join_all(
+                ops.iter()
+                    .map(|&o| kmem.read_vec(o.wrapping_add(layout.d_dname), 8))
+            )
         );
+        for (&at, bytes) in ops.iter().zip(read_ops) {
+            known
+                .ops
+                .insert(at, bytes.map(|b| b.u64_at(0).unwrap_or(0)));
+        }
         for (name, bytes) in names.into_iter().zip(read_names) {
             known.names.insert(name, bytes);
         }
@@ -404,6 +360,11 @@ async fn walk_paths(
             {
                 if !known.names.contains_key(name) {
                     pending.insert(name.clone());
+                }
+            }
+            if let Ok(Dentry { ops, .. }) = &dentry {
+                if *ops != 0 && leaves.contains(&at) && !known.ops.contains_key(ops) {
+                    pending_ops.insert(*ops);
                 }
             }
             known.dentries.insert(at, dentry);
@@ -420,7 +381,7 @@ async fn walk_paths(
             known.mounts.insert(at, mount);
         }
     }
-    walks.iter().map(|w| w.path(&known)).collect()
+    walks.iter().map(|w| w.naming(&known)).collect()
 }
 
 /// A dentry's parent and name from its bytes, read at `at`.
@@ -444,48 +405,6 @@ fn dentry(layout: &PathLayout, at: u64, bytes: &[u8]) -> Result<Dentry, String> 
         parent,
         name,
         unhashed: bytes.u64_at(layout.d_hash_pprev) == Some(0),
+        ops: bytes.u64_at(layout.d_op).unwrap_or(0),
     })
-}
-
-/// The inode number and device of each inode: the inodes in one batch,
-/// their super blocks in the next.
-async fn inodes_of(
-    kmem: &KernelMemory<'_>,
-    layout: &PathLayout,
-    inodes: &[u64],
-) -> Vec<(u64, u32)> {
-    let (first, len) = span(&[layout.i_ino, layout.i_sb], 8);
-    let fields = futures::future::join_all(
-        inodes
-            .iter()
-            .map(|&inode| kmem.read_vec(inode.wrapping_add(first), len)),
-    )
-    .await;
-    let fields: Vec<(u64, u64)> = fields
-        .into_iter()
-        .map(|bytes| match bytes {
-            Ok(b) => (
-                b.u64_at(layout.i_ino - first).unwrap_or(0),
-                b.u64_at(layout.i_sb - first).unwrap_or(0),
-            ),
-            Err(_) => (0, 0),
-        })
-        .collect();
-    let devices = futures::future::join_all(fields.iter().map(|&(_, sb)| async move {
-        match sb {
-            0 => 0,
-            sb => kmem
-                .read_vec(sb + layout.s_dev, 4)
-                .await
-                .ok()
-                .and_then(|b| b.u32_at(0))
-                .unwrap_or(0),
-        }
-    }))
-    .await;
-    fields
-        .into_iter()
-        .zip(devices)
-        .map(|((ino, _), dev)| (ino, dev))
-        .collect()
 }
