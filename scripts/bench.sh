@@ -253,6 +253,16 @@ w("The process-list rows are the guest's processes with their command lines. `le
   "executable, exit code and 32-bit flag read beside it; compared the same way (name, command "
   "line, DTB; memflow has no parent pid).")
 w("")
+w("The rows of what hides (`leechio check`) are every task of the guest through four views: the "
+  "pid table, the task list, its thread group and the run queues. `Kernel::process_views` reads "
+  "the other views beside the pid table's walk, in its calls, the kernel known; memflow's row "
+  "reads the same views one pointer at a time with `VirtualDma` on the kernel's table: each node "
+  "of the pid table (its shift and 64 slots) and each `struct pid` (its number and task), the "
+  "task list from `init_task`, each task's `signal` and its group's list, each CPU's run queue "
+  "(running and idle task) and its tree of runnable entities into each group's queue, one read a "
+  "member, offsets from BTF read once before the runs. The two are compared task by task (the "
+  "views that have it), and again with what the engine reads after, as the process lists are.")
+w("")
 w("## 1. Image of the guest: `file://`")
 w("")
 w("All %d MiB of the booted guest's RAM saved by QEMU (`pmemsave`, guest paused) and opened as "

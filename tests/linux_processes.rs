@@ -17,10 +17,11 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use common::linux::{engine, no_cache};
+use common::linux::{engine, no_cache, sleeper, Unlinked};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
 use leechio::linux::{
-    DetailsAsked, FileKind, Kernel, KernelLog, ProcessList, Stage, System, TaskDetails,
+    DetailsAsked, FileKind, Kernel, KernelLog, ProcessList, ProcessViews, Stage, System,
+    TaskDetails, View,
 };
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 
@@ -251,6 +252,74 @@ fn check_details(list: &ProcessList, details: &HashMap<u64, TaskDetails>, guest:
     assert_eq!(caps.ambient, Some(1 << 13), "CAP_NET_RAW");
     let environment = ambient.environment.clone().unwrap().unwrap();
     assert_eq!(environment, ["LEECHIO_ENV=one", "LEECHIO_SPACE=two words"]);
+}
+
+/// Every task the views found, by pid (threads too), with the views that
+/// have it; the views' read calls.
+fn read_views(device: &LeechCore, kernel: &Kernel) -> (ProcessViews, u64) {
+    let before = device.call_count(Call::ReadScatter);
+    let views = kernel.process_views();
+    (views, device.call_count(Call::ReadScatter) - before)
+}
+
+/// The views of a clean guest agree, with the oracle too: every task of
+/// the pid table in its thread group, every process on the task list, and
+/// each run queue read (the guest has one CPU); nothing hides.
+fn check_views_agree(views: &ProcessViews, list: &ProcessList, guest: &Guest) {
+    assert_eq!(views.failed, []);
+    assert_eq!(views.unread, []);
+    assert_eq!(
+        views.hidden().count(),
+        0,
+        "{:#?}",
+        views.hidden().collect::<Vec<_>>()
+    );
+    // One CPU, idle or not, whose idle task is init_task.
+    let queues: Vec<(u32, u64)> = views.run_queues.iter().map(|q| (q.cpu, q.idle)).collect();
+    assert_eq!(queues, [(0, guest.symbol("init_task"))]);
+    let on_queue: Vec<(u32, &str, Option<u32>)> = views
+        .tasks
+        .iter()
+        .filter(|t| t.seen_in.contains(&View::RunQueue))
+        .map(|t| (t.pid, t.name.as_str(), t.cpu))
+        .collect();
+    eprintln!(
+        "views: {} tasks, {} thread groups, on the run queue {on_queue:?}",
+        views.tasks.len(),
+        views.thread_groups
+    );
+    let mut listed = 0;
+    for p in &list.processes {
+        let tasks =
+            std::iter::once((p.pid, p.task)).chain(p.threads.iter().map(|t| (t.pid, t.task)));
+        for (pid, task) in tasks {
+            let t = views.tasks.iter().find(|t| t.task == task).unwrap();
+            assert_eq!(t.pid, pid);
+            let mut want = vec![View::PidTable];
+            if pid == p.pid {
+                want.push(View::TaskList);
+            }
+            want.push(View::ThreadGroup);
+            let seen: Vec<View> = t
+                .seen_in
+                .iter()
+                .copied()
+                .filter(|&v| v != View::RunQueue)
+                .collect();
+            assert_eq!(seen, want, "{t:?}");
+            listed += 1;
+        }
+    }
+    assert_eq!(views.tasks.len(), listed);
+    assert_eq!(
+        views.thread_groups,
+        list.processes.len() + 1,
+        "and init_task's"
+    );
+    // Every user task of the oracle.
+    for task in guest.tasks().iter().filter(|t| !t.kernel_thread) {
+        assert!(views.tasks.iter().any(|t| t.pid == task.pid), "{task:?}");
+    }
 }
 
 /// Read calls of the module list and the module address tree, walked at
@@ -512,8 +581,9 @@ fn check_system_and_dmesg(device: &LeechCore, kernel: &Kernel, guest: &Guest) {
 
 /// Finds the kernel of `guest` (paused), lists its processes and checks
 /// them, then lists them again with every task's details (which share
-/// the list's batches: no call more), its modules both ways, and their
-/// open files; returns the read calls of the list, and of the open files
+/// the list's batches: no call more), its modules both ways, every view
+/// of its tasks (in the list's calls: no call more), and their open
+/// files; returns the read calls of the list, and of the open files
 /// (with the list they are read beside).
 fn check_guest(guest: &Guest) -> (u64, u64) {
     let (mem, device) = engine(guest.open());
@@ -529,6 +599,9 @@ fn check_guest(guest: &Guest) -> (u64, u64) {
     check_details(&again, &details, guest);
     check_module_views(&kernel, &device, guest);
     check_system_and_dmesg(&device, &kernel, guest);
+    let (views, view_calls) = read_views(&device, &kernel);
+    check_views_agree(&views, &again, guest);
+    assert_eq!(view_calls, calls);
     eprintln!(
         "{}: {} processes, {} tasks in {calls} read calls",
         kernel.release(),
@@ -635,6 +708,9 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     check_details(&again, &details, guest);
     // The open files' walk reads the direct map alone: no more levels.
     assert_eq!(check_open_files(&device, &kernel, guest), FILES_CALLS);
+    let (views, view_calls) = read_views(&device, &kernel);
+    check_views_agree(&views, &list, guest);
+    assert_eq!(view_calls, calls);
 }
 
 /// Little-endian word `value` at physical `pa` of an image.
@@ -767,6 +843,21 @@ fn loops_and_torn_structures_are_cut_and_reported() {
     expected.processes[at].dtb = None;
     expected.processes[at].cmdline.clear();
     assert_eq!(torn.processes, expected.processes);
+
+    // The views: the pid table, cut at its loop, claims no absence; the
+    // thread it did not believe is still filed in it; nothing hides.
+    let views = kernel.process_views();
+    assert_eq!(views.hidden().count(), 0, "{views:#?}");
+    let failed: Vec<(View, u64)> = views.failed.iter().map(|f| (f.view, f.address)).collect();
+    assert_eq!(
+        failed,
+        [
+            (View::PidTable, torn.failed[0].address),
+            (View::PidTable, thread.task)
+        ]
+    );
+    let t = views.tasks.iter().find(|t| t.task == thread.task).unwrap();
+    assert_eq!(t.seen_in, [View::PidTable, View::ThreadGroup]);
 }
 
 /// A running guest changes under the walk: it still ends, and every user
@@ -783,4 +874,115 @@ fn lists_the_processes_of_a_running_guest() {
             assert_eq!(p.cmdline, task.cmdline);
         }
     }
+}
+
+/// A task that hides: pid, task, name, the views that have it and those
+/// that lack it.
+type Hidden<'a> = (u32, u64, &'a str, &'a [View], &'a [View]);
+
+/// The views read again, in `calls` read calls, nothing failing, and
+/// what hides as `want` says.
+fn views_hiding(device: &LeechCore, kernel: &Kernel, calls: u64, want: &[Hidden]) -> ProcessViews {
+    let (views, read_calls) = read_views(device, kernel);
+    assert_eq!(read_calls, calls);
+    assert_eq!(views.failed, []);
+    let hidden: Vec<Hidden> = views
+        .hidden()
+        .map(|t| {
+            (
+                t.pid,
+                t.task,
+                t.name.as_str(),
+                &t.seen_in[..],
+                &t.missing_from[..],
+            )
+        })
+        .collect();
+    assert_eq!(hidden, want);
+    views
+}
+
+/// As a rootkit hides a process: `sleep 100001` unlinked from the task
+/// list and the pattern process's first thread from its thread group,
+/// through the device's own writes (the guest paused; the words put back
+/// after). The views report those two, each missing from the one list and
+/// still in the others, in as many calls as before; once put back,
+/// nothing hides. Then `sleep 100001` hidden from the pid table alone.
+#[test]
+fn a_process_unlinked_from_the_task_list_and_a_thread_from_its_group_are_found() {
+    let guest = shared_guest();
+    let (mem, device) = engine(guest.open());
+    let _paused = guest.pause();
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let list = kernel.processes();
+    let (clean, calls) = read_views(&device, &kernel);
+    check_views_agree(&clean, &list, &guest);
+    let sleep = list.get(sleeper(&guest)).unwrap();
+    let pattern = list.get(guest.pattern().pid).unwrap();
+    let thread = &pattern.threads[0];
+    assert_eq!(thread.name, "leechio-thr-1");
+    let offset = |member: &str| kernel.offset_of("task_struct", member).unwrap();
+    let group_node = offset("thread_node");
+    let mut unlinked = Unlinked::new(&mem);
+    unlinked.unlink(&kernel, sleep.task + offset("tasks"));
+    unlinked.unlink(&kernel, thread.task + group_node);
+
+    let views = views_hiding(
+        &device,
+        &kernel,
+        calls,
+        &[
+            (
+                sleep.pid,
+                sleep.task,
+                "sleep",
+                &[View::PidTable, View::ThreadGroup][..],
+                &[View::TaskList][..],
+            ),
+            (
+                thread.pid,
+                thread.task,
+                "leechio-thr-1",
+                &[View::PidTable][..],
+                &[View::ThreadGroup][..],
+            ),
+        ],
+    );
+    // Every other task as before.
+    let others = |v: &ProcessViews| -> Vec<_> {
+        v.tasks
+            .iter()
+            .filter(|t| t.missing_from.is_empty())
+            .map(|t| (t.task, t.seen_in.clone()))
+            .collect()
+    };
+    let mut before = others(&clean);
+    before.retain(|(task, _)| *task != sleep.task && *task != thread.task);
+    assert_eq!(others(&views), before);
+
+    drop(unlinked);
+    let (again, _) = read_views(&device, &kernel);
+    assert_eq!(again, clean);
+
+    // Taken out of the pid table instead (its pid names no task): found
+    // on the task list and in its group, read there, its group walked
+    // after (one call more).
+    let thread_pid = Unlinked::read(&kernel, sleep.task + offset("thread_pid"));
+    let first = kernel.offset_of("pid", "tasks[0].first").unwrap();
+    let mut unlinked = Unlinked::new(&mem);
+    unlinked.write(&kernel, thread_pid + first, 0);
+    views_hiding(
+        &device,
+        &kernel,
+        calls + 1,
+        &[(
+            sleep.pid,
+            sleep.task,
+            "sleep",
+            &[View::TaskList, View::ThreadGroup][..],
+            &[View::PidTable][..],
+        )],
+    );
+    drop(unlinked);
+    assert_eq!(read_views(&device, &kernel).0, clean);
 }

@@ -2,7 +2,7 @@
 //! write on the analyst's terminal: an image of the test guest changed
 //! where the project's own API finds the structures (offsets from the
 //! kernel's BTF), with hostile shapes built in the guest's free RAM.
-//! `ps`, `maps`, `spaces`, `dump`, `modules`, `system` and `dmesg` must end within a deadline and a
+//! `ps`, `maps`, `spaces`, `dump`, `modules`, `system`, `dmesg` and `check` must end within a deadline and a
 //! memory cap, with a result that names what was cut or a one-line error,
 //! show no value that failed a check as fact, and escape every string of
 //! the target, as the README states.
@@ -961,4 +961,68 @@ fn the_kernels_names_and_log_are_escaped_and_torn_records_named_not_shown() {
         lines[0]
     );
     assert!(lines[1].starts_with("leechio: 1 record(s) or structure(s) could not be read;"));
+}
+
+/// `leechio check` on views a rootkit or a torn target leaves: a process
+/// taken out of the pid table is named with the views that still have it;
+/// a task list that loops, a thread group with a wild link and garbage
+/// for the count of CPUs are cut and named, and no absence from them is
+/// claimed; every run ends within the deadline and the memory cap.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn check_names_a_task_out_of_the_pid_table_and_cuts_views_that_loop_or_hold_garbage() {
+    let (_turn, t, image) = start();
+    let k = &t.kernel;
+    let sleep = t.task(t.sleep);
+    // `sleep 100001`'s pid names no task.
+    let thread_pid = image.peek_u64(t.task_field(t.sleep, "thread_pid"));
+    let first = physical(k, thread_pid + offset(k, "pid", "tasks[0].first"));
+    image.poke_u64(first, 0);
+    let run = leechio(&image.device(), &["check"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_eq!(run.stderr, "");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!(
+            "pid {}  sleep  task {sleep:#x}  in: task list, thread group; missing from: pid table",
+            t.sleep
+        )
+    );
+    assert!(lines[1].starts_with("1 task hides: "), "{}", run.stdout);
+    assert_eq!(lines.len(), 2);
+    image.poke_u64(first, sleep + offset(k, "task_struct", "pid_links[0]"));
+
+    // The task list's third process leads back to its first (init_task's
+    // own links stay: the kernel is found by them): the end from the head
+    // meets the first again, the end from the tail the third (read by the
+    // other end: done). The pattern process's group head leads nowhere;
+    // nr_cpu_ids is all ones.
+    let head = k.init_task() + offset(k, "task_struct", "tasks");
+    let first = image.peek_u64(physical(k, head));
+    let third = image.peek_u64(physical(k, image.peek_u64(physical(k, first))));
+    image.poke_u64(physical(k, third), first);
+    let signal = image.peek_u64(t.task_field(t.pattern, "signal"));
+    let group = signal + offset(k, "signal_struct", "thread_head");
+    image.poke_u64(physical(k, group), 0x40);
+    let cpus = k.symbol("nr_cpu_ids").unwrap();
+    image.poke(physical(k, cpus), &[0xff; 4]);
+    let run = leechio(&image.device(), &["check", "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    let lines = json_lines(&run);
+    assert_eq!(lines.len(), 1, "{}", run.stdout);
+    assert_eq!(lines[0]["hidden"], 0);
+    assert_eq!(lines[0]["failed"], 3, "{}", run.stderr);
+    assert_eq!(lines[0]["run_queues"], 0);
+    let task_of = |node: u64| node - offset(k, "task_struct", "tasks");
+    let expected = [
+        format!("leechio: thread group at {group:#x}: the list's next link is 0x40, no kernel address: the walk stopped there"),
+        format!("leechio: run queue at {cpus:#x}: nr_cpu_ids is 4294967295, not a count of CPUs this kernel is built for (1 to 8192): no run queue read"),
+        format!("leechio: task list at {:#x}: task reached twice in the list (a loop, or a list changing while read): the walk stopped there", task_of(first)),
+    ];
+    let mut got: Vec<&str> = run.stderr.lines().collect();
+    got.sort_unstable();
+    let mut want: Vec<&str> = expected.iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(got, want, "{}", run.stderr);
 }

@@ -1,4 +1,4 @@
-//! `leechio ps`, `modules`, `files`, `system`, `dmesg`, `spaces`, `maps` and `dump --pid` against a live Linux
+//! `leechio ps`, `modules`, `files`, `system`, `dmesg`, `check`, `spaces`, `maps` and `dump --pid` against a live Linux
 //! guest, checked against what the guest's /proc said at boot (its oracle)
 //! and the bytes of its pattern process. The guest is paused while the
 //! binary reads.
@@ -11,7 +11,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::elf_tools::readelf_clean;
+use common::linux::{engine, no_cache, sleeper, Unlinked};
 use common::qemu::{shared_guest, shared_la57_guest, Guest, SharedGuest};
+use leechio::linux::Kernel;
 use serde_json::Value;
 
 /// How long one run may take (LeechCore opens the qemu device in ~1 s).
@@ -113,6 +115,82 @@ fn check_ps_lists_what_the_guests_proc_says(guest: SharedGuest) {
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(read[0]["data"], want);
+}
+
+/// On the clean guest the views agree (exit 0, one summary line, each
+/// view holding what `ps` lists); with `sleep 100001` unlinked from the
+/// task list through the device (put back after), `check` names it, in
+/// text and JSON, and exits 1.
+#[test]
+fn check_finds_nothing_hiding_until_a_process_is_unlinked_from_the_task_list() {
+    let guest = shared_guest();
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let ps = json_lines(&leechio(&["-d", &device, "ps", "--json", "--no-cache"]));
+    let tasks: usize = ps
+        .iter()
+        .map(|p| 1 + p["threads"].as_array().unwrap().len())
+        .sum();
+    let summary = json_lines(&leechio(&["-d", &device, "check", "--json", "--no-cache"]));
+    assert_eq!(summary.len(), 1);
+    assert_eq!(summary[0]["hidden"], 0);
+    assert_eq!(summary[0]["in"]["task list"], ps.len());
+    assert_eq!(summary[0]["in"]["pid table"], tasks);
+    // Whatever ran or waited to when the guest was paused.
+    let running = &summary[0]["in"]["run queue"];
+    let clean = leechio(&["-d", &device, "check", "--no-cache"]);
+    assert!(clean.status.success(), "{}", text(&clean.stderr));
+    assert_eq!(text(&clean.stderr), "");
+    assert_eq!(
+        text(&clean.stdout),
+        format!(
+            "no task hides: {tasks} tasks; {tasks} in the pid table, {} on the task list, {tasks} in {} thread groups, {running} running or runnable on 1 CPU(s)\n",
+            ps.len(),
+            ps.len() + 1
+        )
+    );
+
+    let sleep = sleeper(&guest);
+    let line = ps.iter().find(|p| p["pid"] == sleep).unwrap();
+    let task = parse_hex(&line["task"]);
+    let (mem, _) = engine(guest.open());
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let mut unlinked = Unlinked::new(&mem);
+    unlinked.unlink(
+        &kernel,
+        task + kernel.offset_of("task_struct", "tasks").unwrap(),
+    );
+    let out = leechio(&["-d", &device, "check", "--no-cache"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    assert_eq!(
+        lines[0],
+        format!("pid {sleep}  sleep  task {task:#x}  in: pid table, thread group; missing from: task list")
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "1 task hides: {tasks} tasks; {tasks} in the pid table, {} on the task list",
+            ps.len() - 1
+        )),
+        "{}",
+        lines[1]
+    );
+    assert_eq!(lines.len(), 2);
+    let out = leechio(&["-d", &device, "check", "--json", "--no-cache"]);
+    assert_eq!(out.status.code(), Some(1));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines[0],
+        serde_json::json!({
+            "pid": sleep, "tgid": sleep, "name": "sleep", "task": format!("{task:#x}"),
+            "in": ["pid table", "thread group"], "missing_from": ["task list"], "cpu": null,
+        })
+    );
+    assert_eq!(lines[1]["hidden"], 1);
+    assert_eq!(lines.len(), 2);
 }
 
 #[test]
@@ -640,6 +718,19 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
     assert!(single["calls"].as_u64().unwrap() > fds as u64, "{single}");
     for r in [files, single] {
         assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
+    }
+    // What hides: the engine's views in the process list's calls, the
+    // same views pointer by pointer in at least a call a task, alike.
+    let engine = row("what hides", "engine: Kernel::process_views");
+    let hop = row("what hides", "memflow VirtualDma: pointer by pointer");
+    assert_eq!(engine["calls"], LIST_CALLS, "{engine}");
+    let tasks = engine["processes"].as_u64().unwrap();
+    assert!(tasks > processes, "{engine}");
+    assert_eq!(hop["processes"], tasks, "{hop}");
+    assert!(hop["calls"].as_u64().unwrap() >= tasks, "{hop}");
+    for r in [engine, hop] {
+        assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
+        assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
     }
 }
 

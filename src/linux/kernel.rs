@@ -118,9 +118,9 @@ impl Kernel {
     /// `__start_BTF`, `__stop_BTF`, `special_mapping_name`,
     /// `sysctl_max_map_count`, `vmcoreinfo_data`, `vmcoreinfo_size`,
     /// `modules`, `__pgtable_l5_enabled`, `sysctl_nr_open`, the
-    /// `d_dname` functions of sockets, pipes and anonymous inodes, and
-    /// those of [`Kernel::system`] and [`Kernel::dmesg`]), when the kernel
-    /// has it.
+    /// `d_dname` functions of sockets, pipes and anonymous inodes, those
+    /// of [`Kernel::system`] and [`Kernel::dmesg`], and `runqueues`,
+    /// `nr_cpu_ids`, `__per_cpu_offset`), when the kernel has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }

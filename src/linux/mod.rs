@@ -17,7 +17,9 @@
 //!   [`Kernel::open_files`] (each process's fds, as `/proc/PID/fd`
 //!   names them),
 //!   [`Kernel::system`] (its names, boot time, uptime and command line),
-//!   [`Kernel::dmesg`] (its log buffer).
+//!   [`Kernel::dmesg`] (its log buffer),
+//!   [`Kernel::process_views`] (each task through the pid table, the task
+//!   list, its thread group and the run queues: what hides).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
@@ -39,6 +41,7 @@ mod symbols;
 mod system;
 mod task_details;
 mod user_memory;
+mod views;
 
 pub use files::{FileKind, FilesFailure, OpenFile, OpenFiles, ProcessFiles, Socket, TaskFiles};
 pub use find::btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWER, MAX_BTF};
@@ -55,5 +58,6 @@ pub use system::{System, Uname};
 pub use task_details::{
     exit_status, Capabilities, Credentials, DetailsAsked, TaskDetails, TaskState,
 };
+pub use views::{ProcessViews, RunQueue, TaskViews, View, ViewFailure};
 
 pub use offsets::ask_walk_questions;

@@ -11,6 +11,7 @@ mod processes;
 mod table;
 mod timing;
 mod verdict;
+mod views;
 mod virtual_reads;
 
 use std::io::IsTerminal;
@@ -47,6 +48,7 @@ use processes::*;
 use table::*;
 use timing::*;
 use verdict::*;
+use views::*;
 use virtual_reads::*;
 
 #[derive(Args)]
@@ -436,9 +438,10 @@ fn measure_all(
     memflow_virtual(bench, dtb, &vas, &reference)?;
     memflow_dump(bench, dtb, target, &dump_reference)?;
     // Phase three: a Linux target's processes, each way on its own context,
-    // then their open files.
+    // then their open files, and what hides.
     processes(bench)?;
-    files(bench)
+    files(bench)?;
+    views(bench)
 }
 
 /// memflow's VirtualDma over the plugin, with memflow's default cache.

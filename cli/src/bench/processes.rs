@@ -72,9 +72,13 @@ fn listing(list: &ProcessList) -> Listing {
 }
 
 /// Compares `got` with the engine's lists read `before` and `after` it:
-/// a process that differs from `before` is right if it is as `after` has
-/// it, and left out if the two engine lists disagree on it.
-fn compare(got: &Listing, before: &Listing, after: Option<&Listing>) -> ListCheck {
+/// a process (or task) that differs from `before` is right if it is as
+/// `after` has it, and left out if the two engine lists disagree on it.
+pub(super) fn compare<T: PartialEq>(
+    got: &BTreeMap<u32, T>,
+    before: &BTreeMap<u32, T>,
+    after: Option<&BTreeMap<u32, T>>,
+) -> ListCheck {
     let pids: std::collections::BTreeSet<u32> = got.keys().chain(before.keys()).copied().collect();
     let mut check = ListCheck {
         processes: got.len(),
@@ -146,16 +150,11 @@ impl Profile {
 /// list with the kernel known, and memflow's hop-by-hop list. A target
 /// with no Linux kernel gets none, and a line on stderr that says why.
 pub(super) fn processes(bench: &mut Bench) -> Result<(), Failure> {
-    let hints = Hints {
-        cache: CacheLocation::Off,
-        ..Hints::default()
-    };
+    let hints = uncached();
     // The engine, on the plugin's context as in the first phase; closed
     // before memflow's instances open theirs.
     let (profile, before, workload, engine_row) = {
-        let _plugin = bench.plugin(false)?;
-        let device = Arc::new(LeechCore::open(&bench.existing())?);
-        let mem = Memory::with_config(device.clone(), Default::default());
+        let (_plugin, device, mem) = engine_on_plugin(bench)?;
         let kernel = match Kernel::find(&mem, &hints) {
             Ok(kernel) => kernel,
             Err(e) => {
@@ -183,38 +182,16 @@ pub(super) fn processes(bench: &mut Bench) -> Result<(), Failure> {
         (profile, listing(&list), workload, engine_row)
     };
     let method = "memflow VirtualDma: hop by hop, read by read";
-    progress(&workload, method);
-    let mut runs = Vec::new();
-    let mut got = Listing::new();
-    let mut last = None;
-    for _ in 0..bench.runs {
-        stop_requested()?;
-        let p = bench.plugin(true)?;
-        runs.push(timed(&p.counter, || got = hop_by_hop(&p, &profile)));
-        last = Some(p);
-    }
-    push_median(bench, &workload, method, 0, runs);
-    // The engine reads the list again, on the last instance's context, so
-    // a process that changed meanwhile is told from one read wrong.
-    let after = last.and_then(|_plugin| {
-        let device = Arc::new(LeechCore::open(&bench.existing()).ok()?);
-        let mem = Memory::with_config(device, Default::default());
-        let hints = Hints {
-            dtb: Some(profile.kernel_dtb),
-            kernel_base: Some(profile.kernel_base),
-            ..hints
-        };
-        let kernel = Kernel::find(&mem, &hints).ok()?;
-        Some(listing(&kernel.processes()))
-    });
-    let check = compare(&got, &before, after.as_ref());
-    if let Some(row) = bench.rows.last_mut() {
-        row.lists = Some(check.clone());
-    }
-    bench.rows[engine_row].lists = Some(ListCheck {
-        processes: before.len(),
-        ..check
-    });
+    let hints = Hints {
+        dtb: Some(profile.kernel_dtb),
+        kernel_base: Some(profile.kernel_base),
+        ..hints
+    };
+    let rows = (&workload[..], method, engine_row);
+    let read = |p: &Plugin| hop_by_hop(p, &profile);
+    let after = memflow_rows(bench, rows, &before, read, &hints, |k| {
+        listing(&k.processes())
+    })?;
     // The same list through the OS plugin, as a memflow tool gets it: the
     // OS started first (outside the timed run; the kernel named to it),
     // its process_info_list timed, on memflow's uncached connector.
@@ -237,6 +214,65 @@ pub(super) fn processes(bench: &mut Bench) -> Result<(), Failure> {
         row.lists = Some(check);
     }
     Ok(())
+}
+
+/// Hints that neither read nor write the kernel cache.
+pub(super) fn uncached() -> Hints {
+    Hints {
+        cache: CacheLocation::Off,
+        ..Hints::default()
+    }
+}
+
+/// A plugin instance, and the engine on its context (LeechCore's
+/// `existing`) with the device, whose counter it shares.
+pub(super) fn engine_on_plugin(bench: &Bench) -> Result<(Plugin, Arc<LeechCore>, Memory), Failure> {
+    let plugin = bench.plugin(false)?;
+    let device = Arc::new(LeechCore::open(&bench.existing())?);
+    let mem = Memory::with_config(device.clone(), Default::default());
+    Ok((plugin, device, mem))
+}
+
+/// The row of `method` reading `workload` through memflow (`read`, on a
+/// new instance each run), compared with the engine's row at
+/// `engine_row`, which read `before`: the engine reads again (`again`,
+/// the kernel found by `hints`) on the last instance's context, so an
+/// item the live target changed meanwhile is told from one read wrong;
+/// both rows say how they compare. What the engine read after, when it
+/// could.
+pub(super) fn memflow_rows<T: PartialEq>(
+    bench: &mut Bench,
+    (workload, method, engine_row): (&str, &'static str, usize),
+    before: &BTreeMap<u32, T>,
+    read: impl Fn(&Plugin) -> BTreeMap<u32, T>,
+    hints: &Hints,
+    again: impl FnOnce(&Kernel) -> BTreeMap<u32, T>,
+) -> Result<Option<BTreeMap<u32, T>>, Failure> {
+    progress(workload, method);
+    let mut runs = Vec::new();
+    let mut got = BTreeMap::new();
+    let mut last = None;
+    for _ in 0..bench.runs {
+        stop_requested()?;
+        let p = bench.plugin(true)?;
+        runs.push(timed(&p.counter, || got = read(&p)));
+        last = Some(p);
+    }
+    push_median(bench, workload, method, 0, runs);
+    let after = last.and_then(|_plugin| {
+        let device = Arc::new(LeechCore::open(&bench.existing()).ok()?);
+        let mem = Memory::with_config(device, Default::default());
+        Some(again(&Kernel::find(&mem, hints).ok()?))
+    });
+    let check = compare(&got, before, after.as_ref());
+    if let Some(row) = bench.rows.last_mut() {
+        row.lists = Some(check.clone());
+    }
+    bench.rows[engine_row].lists = Some(ListCheck {
+        processes: before.len(),
+        ..check
+    });
+    Ok(after)
 }
 
 /// The OS plugin `linux_btf` over `p`'s connector, told where the kernel

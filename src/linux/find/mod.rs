@@ -95,6 +95,11 @@ const SYMBOLS: &[&str] = &[
     crate::linux::log::LEGACY_SYMBOLS[3],
     crate::linux::log::LEGACY_SYMBOLS[4],
     crate::linux::log::LEGACY_SYMBOLS[5],
+    // Each CPU's run queue: a per-CPU variable, the CPUs, their offsets
+    // (see `views`).
+    crate::linux::views::SYMBOLS[0],
+    crate::linux::views::SYMBOLS[1],
+    crate::linux::views::SYMBOLS[2],
 ];
 const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.

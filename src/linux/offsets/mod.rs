@@ -16,6 +16,7 @@ mod modules;
 mod structures;
 mod system;
 mod tasks;
+mod views;
 
 pub(crate) use details::{CompatFlag, CredLayout, DetailsLayout};
 pub(crate) use files::{span, FilesLayout};
@@ -27,6 +28,7 @@ pub(crate) use structures::{
 };
 pub(crate) use system::{ClockLayout, UtsLayout, UTS_FIELDS};
 pub(crate) use tasks::{InitTaskLayout, ProcessLayout};
+pub(crate) use views::{GroupLinks, SchedLayout, ViewsLayout};
 
 use crate::linux::find::btf::{Btf, BtfError};
 
@@ -55,6 +57,9 @@ pub(crate) struct Offsets {
     pub clock: Result<ClockLayout, BtfError>,
     /// The kernel log's buffer.
     pub log: Result<LogLayout, BtfError>,
+    /// The other views of the tasks (the task list, thread groups, run
+    /// queues), each standing alone.
+    pub views: Result<ViewsLayout, BtfError>,
 }
 
 impl Offsets {
@@ -72,18 +77,28 @@ impl Offsets {
             uts: UtsLayout::from_btf(btf),
             clock: ClockLayout::from_btf(btf),
             log: LogLayout::from_btf(btf),
+            views: ViewsLayout::from_btf(btf),
         })
     }
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
 /// process list, memory maps, the module list, each task's details, the
-/// open files, the system's names and clocks, the kernel log): the
-/// answers a warm start must have, and what the fuzz target asks of random
-/// BTF. The first error of each walk, if any. (The module address tree
-/// is asked too, but a kernel may lack it: its error is not one.)
+/// open files, the system's names and clocks, the kernel log, the tasks'
+/// other views): the answers a warm start must have, and what the fuzz
+/// target asks of random BTF. The first error of each walk, if any, and
+/// each answer of the views not kept. (The module address tree is asked
+/// too, but a kernel may lack it: its error is not one.)
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
     let _ = ModTreeLayout::from_btf(btf);
+    let views = ViewsLayout::from_btf(btf);
+    // A view the BTF lacks is no error of the walks; an answer a warm
+    // start did not keep is.
+    let view_errors = views
+        .iter()
+        .flat_map(ViewsLayout::errors)
+        .filter(|e| matches!(e, BtfError::NotKept(..)))
+        .cloned();
     [
         InitTaskLayout::from_btf(btf).map(drop),
         ProcessLayout::from_btf(btf).map(drop),
@@ -94,8 +109,10 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         UtsLayout::from_btf(btf).map(drop),
         ClockLayout::from_btf(btf).map(drop),
         LogLayout::from_btf(btf).map(drop),
+        views.as_ref().map(drop).map_err(Clone::clone),
     ]
     .into_iter()
     .filter_map(Result::err)
+    .chain(view_errors)
     .collect()
 }

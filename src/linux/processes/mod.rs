@@ -24,6 +24,7 @@
 use std::fmt;
 
 use crate::linux::Kernel;
+pub(crate) use walk::span;
 use walk::Walk;
 
 mod groups;

@@ -31,7 +31,7 @@ const PIDS_PER_TASK: u64 = 3;
 
 /// The smallest run of bytes that holds every `(offset, len)`: read
 /// whole, it is one scatter entry or two instead of one per member.
-pub(super) fn span(members: &[(u64, u64)]) -> (u64, usize) {
+pub(crate) fn span(members: &[(u64, u64)]) -> (u64, usize) {
     let start = members.iter().map(|m| m.0).min().unwrap_or(0);
     let end = members.iter().map(|m| m.0 + m.1).max().unwrap_or(0);
     (start, (end - start) as usize)

@@ -11,6 +11,14 @@
 //! says so. A list cut at one end is still read up to the cut from the
 //! other, and a node that does not point back at the end that reached it
 //! is left for the other end, whose side of it may hold.
+//!
+//! A user that has read some of the objects already (the tasks of the pid
+//! table, say) gives their bytes: the walk follows their links in memory,
+//! by the same rules, and reads only the nodes it does not know, a batch
+//! per step of such a run; the objects it takes may share one bound with
+//! other walks'.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustc_hash::FxHashMap;
 
@@ -53,6 +61,60 @@ struct End {
     found: Vec<(u64, Vec<u8>)>,
 }
 
+/// How many objects walks may still take (read, or known already), shared
+/// by the walks given it: past it they stop and say so.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    left: AtomicUsize,
+    max: AtomicUsize,
+    /// Where the objects are counted, for the failure, e.g. "in the list".
+    of: &'static str,
+}
+
+impl Budget {
+    /// `max` objects, counted `of` somewhere.
+    pub(crate) fn new(max: usize, of: &'static str) -> Budget {
+        Budget {
+            left: AtomicUsize::new(max),
+            max: AtomicUsize::new(max),
+            of,
+        }
+    }
+
+    /// Allows `more` objects.
+    pub(crate) fn allow(&self, more: usize) {
+        let add = |n: usize| Some(n.saturating_add(more));
+        let _ = self
+            .left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, add);
+        let _ = self
+            .max
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, add);
+    }
+
+    /// Takes one object, if one is left.
+    fn take(&self) -> bool {
+        self.left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+/// Whether the objects' span holds their list links; else the failure.
+fn links_fit(layout: &ListLayout, head: u64, objects: &Objects) -> Option<StructureFailure> {
+    let (start, len) = objects.span;
+    let fit = objects.node >= start && objects.node + layout.len() <= start + len as u64;
+    (!fit).then(|| {
+        StructureFailure::new(
+            head,
+            format!(
+                "the {}s' list links lie outside what is read of them",
+                objects.what
+            ),
+        )
+    })
+}
+
 /// Every object of the list whose head (a `list_head` of its own, not in
 /// an object) is at `head`, at most `max`, in list order.
 pub(crate) async fn objects(
@@ -62,27 +124,56 @@ pub(crate) async fn objects(
     objects: Objects,
     max: usize,
 ) -> Linked {
-    let mut found = Linked::default();
-    let cut = |at: u64, why: String| StructureFailure::new(at, why);
-    let (start, len) = objects.span;
-    let links_fit = objects.node >= start && objects.node + layout.len() <= start + len as u64;
-    if !links_fit {
-        found.failed.push(cut(
-            head,
-            format!(
-                "the {}s' list links lie outside what is read of them",
-                objects.what
-            ),
-        ));
-        return found;
+    if let Some(failure) = links_fit(layout, head, &objects) {
+        return Linked {
+            failed: vec![failure],
+            ..Linked::default()
+        };
     }
     let head_bytes = match kmem.read_vec(head, layout.len() as usize).await {
         Ok(bytes) => bytes,
         Err(why) => {
-            found.failed.push(cut(head, format!("list head: {why}")));
-            return found;
+            return Linked {
+                failed: vec![StructureFailure::new(head, format!("list head: {why}"))],
+                ..Linked::default()
+            }
         }
     };
+    let link = |at: u64| head_bytes.u64_at(at).unwrap_or(0);
+    let links = (link(layout.next), link(layout.prev));
+    let budget = Budget::new(max, "in the list");
+    follow(
+        kmem,
+        layout,
+        head,
+        links,
+        objects,
+        &FxHashMap::default(),
+        &budget,
+    )
+    .await
+}
+
+/// Every object of the list whose head at `head` links to `links` (its
+/// `next` and `prev`), in list order: the objects in `known` (by address,
+/// the bytes of their span) are taken as they are, the others read; as
+/// many in all as `budget` allows.
+pub(crate) async fn follow(
+    kmem: &KernelMemory<'_>,
+    layout: &ListLayout,
+    head: u64,
+    links: (u64, u64),
+    objects: Objects,
+    known: &FxHashMap<u64, Vec<u8>>,
+    budget: &Budget,
+) -> Linked {
+    let mut found = Linked::default();
+    let cut = |at: u64, why: String| StructureFailure::new(at, why);
+    if let Some(failure) = links_fit(layout, head, &objects) {
+        found.failed.push(failure);
+        return found;
+    }
+    let (start, len) = objects.span;
     let link = |bytes: &[u8], at: u64| bytes.u64_at(at).unwrap_or(0);
     let end = |at: u64, forward: bool| End {
         at,
@@ -91,10 +182,7 @@ pub(crate) async fn objects(
         done: at == head,
         found: Vec::new(),
     };
-    let mut ends = [
-        end(link(&head_bytes, layout.next), true),
-        end(link(&head_bytes, layout.prev), false),
-    ];
+    let mut ends = [end(links.0, true), end(links.1, false)];
     let kernel_half = kmem.kernel_half();
     // Each node read (and taken, or unreadable), and whether the forward
     // end read it.
@@ -136,13 +224,14 @@ pub(crate) async fn objects(
                 // The other end read it: the two have met.
                 Some(_) => e.done = true,
                 None if claimed == Some(e.at) => {}
-                None if seen.len() + usize::from(claimed.is_some()) >= max => {
+                None if !budget.take() => {
                     if !found.at_limit {
+                        let max = budget.max.load(Ordering::Relaxed);
                         found.failed.push(cut(
                             object,
                             format!(
-                                "more than {max} {}s in the list: this one and those past it not read",
-                                objects.what
+                                "more than {max} {}s {}: this one and those past it not read",
+                                objects.what, budget.of
                             ),
                         ));
                     }
@@ -161,7 +250,10 @@ pub(crate) async fn objects(
                     false => None,
                     true => {
                         let object = e.at.wrapping_sub(objects.node);
-                        Some(kmem.read_vec(object.wrapping_add(start), len).await)
+                        Some(match known.get(&object) {
+                            Some(bytes) => Ok(bytes.clone()),
+                            None => kmem.read_vec(object.wrapping_add(start), len).await,
+                        })
                     }
                 }
             }))
