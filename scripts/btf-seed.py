@@ -30,6 +30,9 @@ ROOTS = [
     b"seqcount", b"tk_data", b"timekeeper", b"tk_read_base",
     b"printk_ringbuffer", b"prb_desc", b"printk_info", b"desc_state",
     b"printk_log",
+    # What hides (views/): the run queues and thread groups.
+    b"rq", b"cfs_rq", b"sched_entity", b"signal_struct", b"cpumask",
+    b"rb_root_cached",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,
