@@ -33,6 +33,9 @@ ROOTS = [
     # What hides (views/): the run queues and thread groups.
     b"rq", b"cfs_rq", b"sched_entity", b"signal_struct", b"cpumask",
     b"rb_root_cached",
+    # The network (net/): sockets, namespaces, devices and addresses.
+    b"sock", b"sock_common", b"net", b"net_device", b"in_device",
+    b"in_ifaddr", b"inet6_dev", b"inet6_ifaddr", b"ns_common",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,

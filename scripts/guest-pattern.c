@@ -24,7 +24,14 @@
  *     an AF_INET socket, an eventfd, a memfd, a file with a tab in its
  *     name (which a terminal must be shown escaped), and a copy of the
  *     first file at fd 100, so the process's fd table outgrows the 64 fds
- *     its files_struct holds itself.
+ *     its files_struct holds itself;
+ *   - TCP and UDP sockets on the loopback device, IPv4 and IPv6
+ *     (open_sockets below), which the stopped child holds too: a TCP
+ *     listener on 127.0.0.1:7001 with a connection to it (both ends), a
+ *     TCP listener on [::]:7002 with a connection to [::1]:7002 and one
+ *     from an IPv6 socket to 127.0.0.1:7001 (an IPv4-mapped address), a
+ *     UDP socket bound to 0.0.0.0:7003, and one bound to [::1]:7004 and
+ *     connected to [::1]:7003.
  *
  * Once all of that is in place it writes one line "START END" (hex, no
  * 0x) to standard output, closes it, and then waits for ever. /init reads
@@ -32,12 +39,15 @@
  * is ready.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
@@ -115,6 +125,60 @@ static void open_files(void)
         fail("dup2");
 }
 
+/* A socket of `family` and `type`, bound to `address`:`port` when
+ * `address` is given, then connected to `peer`:`peer_port` when `peer`
+ * is. */
+static int inet_socket(int family, int type, const char *address, int port, const char *peer,
+                       int peer_port)
+{
+    int fd = socket(family, type, 0), one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
+        fail("socket");
+    struct sockaddr_storage at;
+    socklen_t len;
+    for (int i = 0; i < 2; i++) {
+        const char *host = i == 0 ? address : peer;
+        int to = i == 0 ? port : peer_port;
+        if (!host)
+            continue;
+        memset(&at, 0, sizeof at);
+        if (family == AF_INET) {
+            struct sockaddr_in *v4 = (struct sockaddr_in *)&at;
+            v4->sin_family = AF_INET;
+            v4->sin_port = htons(to);
+            len = sizeof *v4;
+            if (inet_pton(AF_INET, host, &v4->sin_addr) != 1)
+                fail(host);
+        } else {
+            struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&at;
+            v6->sin6_family = AF_INET6;
+            v6->sin6_port = htons(to);
+            len = sizeof *v6;
+            if (inet_pton(AF_INET6, host, &v6->sin6_addr) != 1)
+                fail(host);
+        }
+        if ((i == 0 ? bind(fd, (struct sockaddr *)&at, len) : connect(fd, (struct sockaddr *)&at, len)) != 0)
+            fail(i == 0 ? "bind" : "connect");
+    }
+    return fd;
+}
+
+/* The sockets (see the top of this file). */
+static void open_sockets(void)
+{
+    int tcp4 = inet_socket(AF_INET, SOCK_STREAM, "127.0.0.1", 7001, NULL, 0);
+    int tcp6 = inet_socket(AF_INET6, SOCK_STREAM, "::", 7002, NULL, 0);
+    if (listen(tcp4, 8) != 0 || listen(tcp6, 8) != 0)
+        fail("listen");
+    inet_socket(AF_INET, SOCK_STREAM, NULL, 0, "127.0.0.1", 7001);
+    inet_socket(AF_INET6, SOCK_STREAM, NULL, 0, "::1", 7002);
+    inet_socket(AF_INET6, SOCK_STREAM, NULL, 0, "::ffff:127.0.0.1", 7001);
+    if (accept(tcp4, NULL, NULL) < 0 || accept(tcp6, NULL, NULL) < 0 || accept(tcp4, NULL, NULL) < 0)
+        fail("accept");
+    inet_socket(AF_INET, SOCK_DGRAM, "0.0.0.0", 7003, NULL, 0);
+    inet_socket(AF_INET6, SOCK_DGRAM, "::1", 7004, "::1", 7003);
+}
+
 /* A child that is stopped (state T) when this returns. */
 static void stopped_child(void)
 {
@@ -164,6 +228,7 @@ int main(void)
         fail("mprotect r");
 
     open_files();
+    open_sockets();
     stopped_child();
     zombie_child();
 

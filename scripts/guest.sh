@@ -50,12 +50,12 @@
 #       vmcoreinfo_size and the kallsyms_* tables the kernel lists, of
 #       init_uts_ns, tk_core, saved_command_line, saved_command_line_len,
 #       prb, printk_rb_static, printk_rb_dynamic, log_buf and log_buf_len,
-#       and of crc7_be, crc8_populate_msb and crc_itu_t, which the modules
+#       and of crc7_be and crc_itu_t, which the modules
 #       below export)
 #   leechio-oracle: module <line of /proc/modules>
 #       the modules /init loads first: those `make setup` keeps for the
-#       kernel booted (target/guest/modules/RELEASE/*.ko: crc7, crc8 and
-#       crc-itu-t where the kernel package has them)
+#       kernel booted (target/guest/modules/RELEASE/*.ko: crc7, crc-itu-t
+#       and dummy where the kernel package has them)
 #   leechio-oracle: task pid=N tgid=N ppid=N state=C kthread=0|1 sched=HEX cmdline=HEX
 #           uid=R,E,S,F gid=R,E,S,F caps=INH,PRM,EFF,BND,AMB start=TICKS environ=HEX
 #       one per thread of every process (/proc/*/task/*): stat, status'
@@ -85,6 +85,14 @@
 #   leechio-oracle: dmesg HEX   (one per line busybox `dmesg` prints, its
 #       bytes in hex, without the newline)
 #   leechio-oracle: dmesg-end lines=N   (how many dmesg lines)
+#   leechio-oracle: socket PROTO <line of /proc/net/PROTO>   (PROTO tcp,
+#       tcp6, udp, udp6; every line but the header)
+#   leechio-oracle: iface NAME INDEX ADDRESS MTU FLAGS TYPE   (one per
+#       /sys/class/net/NAME: its ifindex, address, mtu, flags, type)
+#   leechio-oracle: inet <line of `ip -o -4 addr`>
+#   leechio-oracle: inet6 <line of /proc/net/if_inet6>
+#   leechio-oracle: net-end sockets=N interfaces=N inet=N inet6=N   (how
+#       many lines of each)
 #   leechio-oracle: end tasks=N maps=N symbols=N modules=N fds=N   (how
 #       many lines of each)
 #   leechio-guest: ready
@@ -207,6 +215,16 @@ for module in /lib/modules/"$release"/*.ko; do
     [ -e "$module" ] || continue
     insmod "$module" || echo "leechio-oracle: error cannot load $module"
 done
+# The network: the loopback device up (the pattern process's sockets are
+# on it), and dummy0 (the dummy module's device, where the kernel has it)
+# with a hardware address, an IPv4 and an IPv6 address of its own.
+ip link set lo up
+if [ -e /sys/class/net/dummy0 ]; then
+    ip link set dummy0 address 02:00:5e:10:00:01
+    ip addr add 192.0.2.1/24 dev dummy0
+    ip addr add 2001:db8::1/64 dev dummy0
+    ip link set dummy0 up
+fi
 # The kernel symbols the tests check, in one pass over /proc/kallsyms: awk
 # looks each name up in a table (grep -w with many patterns takes seconds
 # under TCG).
@@ -216,7 +234,7 @@ awk 'BEGIN {
         "__stop_BTF linux_banner kallsyms_num_syms kallsyms_names kallsyms_token_table " \
         "kallsyms_token_index kallsyms_offsets kallsyms_relative_base kallsyms_markers " \
         "kallsyms_addresses kallsyms_seqs_of_names vmcoreinfo_data vmcoreinfo_size " \
-        "crc7_be crc8_populate_msb crc_itu_t " \
+        "crc7_be crc_itu_t " \
         "init_uts_ns tk_core saved_command_line saved_command_line_len prb " \
         "printk_rb_static printk_rb_dynamic log_buf log_buf_len", names, " ")
     for (i in names) wanted[names[i]] = 1
@@ -353,6 +371,39 @@ for dir in /proc/[0-9]*; do
         fds=$((fds + 1))
     done
 done
+# The network: sockets, devices and their addresses.
+sockets=0
+for proto in tcp tcp6 udp udp6; do
+    [ -e "/proc/net/$proto" ] || continue
+    while read -r line; do
+        case "$line" in sl*) continue ;; esac
+        echo "leechio-oracle: socket $proto $line"
+        sockets=$((sockets + 1))
+    done <"/proc/net/$proto"
+done
+interfaces=0
+for dir in /sys/class/net/*; do
+    read -r index <"$dir/ifindex"
+    read -r address <"$dir/address"
+    read -r mtu <"$dir/mtu"
+    read -r flags <"$dir/flags"
+    read -r type <"$dir/type"
+    echo "leechio-oracle: iface ${dir##*/} $index $address $mtu $flags $type"
+    interfaces=$((interfaces + 1))
+done
+ip -o -4 addr >/inet.txt
+inet=0
+while IFS= read -r line; do
+    echo "leechio-oracle: inet $line"
+    inet=$((inet + 1))
+done </inet.txt
+rm -f /inet.txt
+inet6=0
+while IFS= read -r line; do
+    echo "leechio-oracle: inet6 $line"
+    inet6=$((inet6 + 1))
+done <"$(if [ -e /proc/net/if_inet6 ]; then echo /proc/net/if_inet6; else echo /dev/null; fi)"
+echo "leechio-oracle: net-end sockets=$sockets interfaces=$interfaces inet=$inet inet6=$inet6"
 # What the kernel says of itself, and its log: each dmesg line in hex
 # (od's 16 bytes a line, joined by awk up to each newline).
 for key in ostype:sysname hostname:nodename osrelease:release version:version domainname:domainname; do

@@ -14,7 +14,8 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
 use common::linux::{engine, no_cache, sleeper, Unlinked};
@@ -323,7 +324,7 @@ fn check_views_agree(views: &ProcessViews, list: &ProcessList, guest: &Guest) {
 }
 
 /// Read calls of the module list and the module address tree, walked at
-/// once, on the test guests (three modules), with 4-level paging (one
+/// once, on the test guests (three modules: crc7, crc-itu-t, dummy), with 4-level paging (one
 /// more with 5: modules lie outside the direct map, read through the
 /// kernel's tables): the list's head and a call per two modules, beside
 /// the tree's root and levels.
@@ -422,6 +423,17 @@ fn check_open_files(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> u64 {
             (13, AnonInode, false),
             (14, Regular, false),
             (15, Regular, false),
+            // The TCP and UDP sockets (see check_network).
+            (16, Socket, true),
+            (17, Socket, true),
+            (18, Socket, true),
+            (19, Socket, true),
+            (20, Socket, true),
+            (21, Socket, true),
+            (22, Socket, true),
+            (23, Socket, true),
+            (24, Socket, true),
+            (25, Socket, true),
             (100, Regular, false),
         ]
     );
@@ -444,6 +456,116 @@ fn check_open_files(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> u64 {
         assert_eq!((same.file, &same.name), (f.file, &f.name));
     }
     calls
+}
+
+/// Read calls of `Kernel::sockets` with the kernel known: the open files'
+/// (the namespaces read beside them), then every socket's `struct sock`.
+const SOCKETS_CALLS: u64 = FILES_CALLS + 1;
+/// Read calls of `Kernel::interfaces` with the kernel known: the
+/// namespaces' list head, the namespace, the devices (both ends of each
+/// list at once: lo and dummy0 in one), their hardware addresses and
+/// address lists' heads, then the addresses a node of each list at a
+/// time: one, as no list is longer than two (dummy0's IPv6 addresses,
+/// global and link-local, both ends of its list at once).
+const INTERFACES_CALLS: u64 = 5;
+
+/// The TCP and UDP sockets against `/proc/net/{tcp,tcp6,udp,udp6}` (every
+/// socket a file holds: protocol, addresses, ports, state and inode), and
+/// who holds each against the fds `/proc` lists; the network devices
+/// against `/sys/class/net`, `ip -o -4 addr` and `/proc/net/if_inet6`.
+/// Returns the read calls of each.
+fn check_network(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> (u64, u64) {
+    let oracle = guest.oracle();
+    let (found, socket_calls) = counted(device, || kernel.sockets());
+    assert!(found.failed.is_empty(), "{:#?}", found.failed);
+    type Row = (String, SocketAddr, SocketAddr, u8, u64);
+    let got: BTreeSet<Row> = found
+        .sockets
+        .iter()
+        .filter(|s| s.is_listed())
+        .map(|s| (s.protocol.to_string(), s.local, s.peer, s.state, s.inode))
+        .collect();
+    let want: BTreeSet<Row> = oracle
+        .network
+        .sockets
+        .iter()
+        .filter(|s| s.inode != 0)
+        .map(|s| (s.protocol.clone(), s.local, s.peer, s.state, s.inode))
+        .collect();
+    assert_eq!(got, want);
+    // The pattern process's: two listeners, three connections (both
+    // ends), two bound UDP sockets; and its unbound UDP socket, which no
+    // table lists.
+    assert_eq!(got.len(), 10, "{got:#?}");
+    let unlisted: Vec<_> = found.sockets.iter().filter(|s| !s.is_listed()).collect();
+    assert_eq!(unlisted.len(), 1, "{unlisted:#?}");
+    let init_net = found.sockets[0].netns;
+    assert!(init_net.is_some());
+    for s in &found.sockets {
+        let owners: BTreeSet<(u32, u32)> = s.owners.iter().map(|o| (o.pid, o.fd)).collect();
+        let name = format!("socket:[{}]", s.inode);
+        let want: BTreeSet<(u32, u32)> = oracle
+            .fds
+            .iter()
+            .filter(|f| f.name == name)
+            .map(|f| (f.pid, f.fd))
+            .collect();
+        assert_eq!(owners, want, "{s:?}");
+        assert_eq!(s.netns, init_net, "one namespace: {s:?}");
+    }
+    // (Unix sockets: the pattern's pair.)
+    assert!(found.others >= 2, "{}", found.others);
+
+    let (found, interface_calls) = counted(device, || kernel.interfaces());
+    assert!(found.failed.is_empty(), "{:#?}", found.failed);
+    type Device = (i32, String, String, u32, u32, u16);
+    type Addresses = (
+        BTreeSet<(Ipv4Addr, u8, String)>,
+        BTreeSet<(Ipv6Addr, u32, u32)>,
+    );
+    let got: Vec<(Device, Addresses)> = found
+        .interfaces
+        .iter()
+        .map(|i| {
+            let hardware = i.hardware.as_ref().unwrap();
+            let hex: Vec<String> = hardware.iter().map(|b| format!("{b:02x}")).collect();
+            let device = (
+                i.index,
+                i.name.clone(),
+                hex.join(":"),
+                i.mtu,
+                i.flags,
+                i.link_type,
+            );
+            let v4 = i
+                .ipv4
+                .iter()
+                .map(|a| (a.address, a.prefix, a.label.clone()));
+            let v6 = i.ipv6.iter().map(|a| (a.address, a.prefix, a.scope));
+            (device, (v4.collect(), v6.collect()))
+        })
+        .collect();
+    let want: Vec<_> = oracle
+        .network
+        .interfaces
+        .iter()
+        .map(|i| {
+            let device = (
+                i.index,
+                i.name.clone(),
+                i.address.clone(),
+                i.mtu,
+                i.flags,
+                i.link_type,
+            );
+            let v4 = i.ipv4.iter().cloned().collect();
+            let v6 = i.ipv6.iter().cloned().collect();
+            (device, (v4, v6))
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert!(found.interfaces.iter().all(|i| Some(i.netns) == init_net));
+    (socket_calls, interface_calls)
 }
 
 /// Runs `f`, and counts its read calls.
@@ -610,6 +732,8 @@ fn check_guest(guest: &Guest) -> (u64, u64) {
     );
     let files = check_open_files(&device, &kernel, guest);
     eprintln!("their open files in {files} read calls");
+    let (sockets, interfaces) = check_network(&device, &kernel, guest);
+    assert_eq!((sockets, interfaces), (files + 1, INTERFACES_CALLS));
     (calls, files)
 }
 
@@ -708,6 +832,10 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     check_details(&again, &details, guest);
     // The open files' walk reads the direct map alone: no more levels.
     assert_eq!(check_open_files(&device, &kernel, guest), FILES_CALLS);
+    assert_eq!(
+        check_network(&device, &kernel, guest),
+        (SOCKETS_CALLS, INTERFACES_CALLS)
+    );
     let (views, view_calls) = read_views(&device, &kernel);
     check_views_agree(&views, &list, guest);
     assert_eq!(view_calls, calls);

@@ -383,6 +383,16 @@ fn log(extra: &str, end: &str) -> String {
          leechio-oracle: dmesg 5b20202020302e3030303030305d204c696e7578\r\n\
          leechio-oracle: dmesg 5b20202020302e3030303030305d2009090a\r\n\
          leechio-oracle: dmesg-end lines=2\r\n\
+         leechio-oracle: socket tcp 0: 0100007F:1B59 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2301 1 0000000000000000 100 0 0 10 0\r\n\
+         leechio-oracle: socket tcp6 1: 0000000000000000FFFF00000100007F:9C42 0000000000000000FFFF00000100007F:1B59 01 00000000:00000000 00:00000000 00000000     0        0 2305 1 0000000000000000 20 4 30 10 -1\r\n\
+         leechio-oracle: socket udp6 12: 00000000000000000000000001000000:1B5C 00000000000000000000000001000000:1B5B 01 00000000:00000000 00:00000000 00000000     0        0 2310 2 0000000000000000 0\r\n\
+         leechio-oracle: iface dummy0 2 02:00:5e:10:00:01 1500 0x10c3 1\r\n\
+         leechio-oracle: iface lo 1 00:00:00:00:00:00 65536 0x9 772\r\n\
+         leechio-oracle: inet 1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\r\n\
+         leechio-oracle: inet 2: dummy0    inet 192.0.2.1/24 scope global dummy0\\       valid_lft forever preferred_lft forever\r\n\
+         leechio-oracle: inet6 20010db8000000000000000000000001 02 40 00 80   dummy0\r\n\
+         leechio-oracle: inet6 00000000000000000000000000000001 01 80 10 80       lo\r\n\
+         leechio-oracle: net-end sockets=3 interfaces=2 inet=2 inet6=2\r\n\
          {extra}leechio-oracle: end {end}\r\n\
          leechio-guest: ready\r\n"
     )
@@ -442,6 +452,69 @@ fn oracle_lines_are_read_back() {
     assert_eq!(
         (maps[1].start, maps[1].end),
         (0x7f00_0000_1000, 0x7f00_0002_1000)
+    );
+}
+
+#[test]
+fn the_network_is_read_back() {
+    let oracle = Oracle::parse(&log("", "tasks=2 maps=2 symbols=1")).unwrap();
+    let n = &oracle.network;
+    let socket = |s: &common::qemu::oracle::network::GuestSocket| {
+        (
+            s.protocol.clone(),
+            s.local.to_string(),
+            s.peer.to_string(),
+            s.state,
+            s.inode,
+        )
+    };
+    let sockets: Vec<_> = n.sockets.iter().map(socket).collect();
+    assert_eq!(
+        sockets,
+        [
+            (
+                "tcp".into(),
+                "127.0.0.1:7001".into(),
+                "0.0.0.0:0".into(),
+                10,
+                2301
+            ),
+            (
+                "tcp".into(),
+                "[::ffff:127.0.0.1]:40002".into(),
+                "[::ffff:127.0.0.1]:7001".into(),
+                1,
+                2305
+            ),
+            (
+                "udp".into(),
+                "[::1]:7004".into(),
+                "[::1]:7003".into(),
+                1,
+                2310
+            ),
+        ]
+    );
+    let lo = &n.interfaces[0];
+    assert_eq!(
+        (lo.index, lo.name.as_str(), lo.flags, lo.link_type),
+        (1, "lo", 9, 772)
+    );
+    assert_eq!(
+        lo.ipv4,
+        [("127.0.0.1".parse().unwrap(), 8, "lo".to_string())]
+    );
+    assert_eq!(lo.ipv6, [("::1".parse().unwrap(), 128, 0x10)]);
+    let dummy = &n.interfaces[1];
+    assert_eq!(
+        (dummy.address.as_str(), dummy.mtu, dummy.flags),
+        ("02:00:5e:10:00:01", 1500, 0x10c3)
+    );
+    assert_eq!(dummy.ipv6, [("2001:db8::1".parse().unwrap(), 64, 0)]);
+    let lost = log("", "tasks=2 maps=2 symbols=1").replace("inet6=2", "inet6=3");
+    assert_eq!(
+        Oracle::parse(&lost).unwrap_err(),
+        "the guest printed [3, 2, 2, 3] sockets, devices, IPv4 and IPv6 addresses; [3, 2, 2, 2] read"
     );
 }
 

@@ -13,6 +13,7 @@ mod environment;
 mod files;
 mod maps;
 mod modules;
+mod network;
 mod numbers;
 mod paging;
 mod processes;
@@ -113,6 +114,10 @@ enum Command {
     Env(environment::EnvArgs),
     /// Open files of a Linux target's processes (or of one), as ls -l /proc/PID/fd and lsof show them: pid, command, fd, type, flags, position, name
     Files(files::FilesArgs),
+    /// TCP and UDP sockets of a Linux target's processes, IPv4 and IPv6, as ss -tuanp shows them: protocol, state, local and peer address, the processes and fds holding each
+    Sockets(network::SocketsArgs),
+    /// Network devices of every namespace of a Linux target, as ip addr shows them: index, name, flags, MTU, hardware address, IPv4 and IPv6 addresses
+    Interfaces(network::InterfacesArgs),
     /// What a Linux target's kernel says of itself: its names (as uname), boot time, uptime, clock, command line
     System(system::SystemArgs),
     /// The kernel log of a Linux target, as dmesg prints it
@@ -223,6 +228,8 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Modules(args) => modules::modules(cli, args),
         Command::Env(args) => environment::env(cli, args),
         Command::Files(args) => files::files(cli, args),
+        Command::Sockets(args) => network::sockets(cli, args),
+        Command::Interfaces(args) => network::interfaces(cli, args),
         Command::System(args) => system::system(cli, args),
         Command::Dmesg(args) => dmesg::dmesg(cli, args),
         Command::Check(args) => check::check(cli, args),

@@ -1,4 +1,4 @@
-//! `leechio ps`, `modules`, `files`, `system`, `dmesg`, `check`, `spaces`, `maps` and `dump --pid` against a live Linux
+//! `leechio ps`, `modules`, `files`, `sockets`, `interfaces`, `system`, `dmesg`, `check`, `spaces`, `maps` and `dump --pid` against a live Linux
 //! guest, checked against what the guest's /proc said at boot (its oracle)
 //! and the bytes of its pattern process. The guest is paused while the
 //! binary reads.
@@ -1215,4 +1215,198 @@ fn check_dmesg_prints_what_the_guests_dmesg_printed(guest: SharedGuest) {
     // The same log read twice: the same lines, save what the kernel logged
     // in between (none, paused).
     assert_eq!(from_json, ours);
+}
+
+#[test]
+fn sockets_and_interfaces_say_what_the_guests_proc_and_ip_say() {
+    check_sockets_and_interfaces(shared_guest());
+}
+
+#[test]
+fn with_5_level_paging_sockets_and_interfaces_say_what_the_guests_proc_and_ip_say() {
+    check_sockets_and_interfaces(shared_la57_guest());
+}
+
+/// `leechio sockets`: every TCP and UDP socket of `/proc/net/{tcp,tcp6,
+/// udp,udp6}` that a file holds (protocol, addresses, ports, state,
+/// inode), held by the pids and fds whose links name it; `--all` adds the
+/// pattern's unbound UDP socket; the table's row of the pattern's IPv4
+/// listener as `ss -tuanp` writes it. `leechio interfaces`: each device of
+/// `/sys/class/net` with its addresses (`ip -o -4 addr`,
+/// `/proc/net/if_inet6`), and dummy0's lines as `ip addr` writes them.
+fn check_sockets_and_interfaces(guest: SharedGuest) {
+    use std::collections::BTreeSet;
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let oracle = guest.oracle();
+    let lines = json_lines(&leechio(&[
+        "-d",
+        &device,
+        "sockets",
+        "--json",
+        "--no-cache",
+    ]));
+    type Row = (String, String, u64, String, u64, u64, u64);
+    let row = |l: &Value| -> Row {
+        (
+            l["protocol"].as_str().unwrap().to_string(),
+            l["local_address"].as_str().unwrap().to_string(),
+            l["local_port"].as_u64().unwrap(),
+            l["peer_address"].as_str().unwrap().to_string(),
+            l["peer_port"].as_u64().unwrap(),
+            l["state_number"].as_u64().unwrap(),
+            l["inode"].as_u64().unwrap(),
+        )
+    };
+    let got: BTreeSet<Row> = lines.iter().map(row).collect();
+    let want: BTreeSet<Row> = oracle
+        .network
+        .sockets
+        .iter()
+        .filter(|s| s.inode != 0)
+        .map(|s| {
+            let (local, peer) = (s.local, s.peer);
+            (
+                s.protocol.clone(),
+                local.ip().to_string(),
+                u64::from(local.port()),
+                peer.ip().to_string(),
+                u64::from(peer.port()),
+                u64::from(s.state),
+                s.inode,
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    for l in &lines {
+        let owners: BTreeSet<(u64, u64)> = l["owners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (o["pid"].as_u64().unwrap(), o["fd"].as_u64().unwrap()))
+            .collect();
+        let name = format!("socket:[{}]", l["inode"]);
+        let holders: BTreeSet<(u64, u64)> = oracle
+            .fds
+            .iter()
+            .filter(|f| f.name == name)
+            .map(|f| (u64::from(f.pid), u64::from(f.fd)))
+            .collect();
+        assert_eq!(owners, holders, "{l}");
+    }
+    let all = json_lines(&leechio(&[
+        "-d",
+        &device,
+        "sockets",
+        "--all",
+        "--json",
+        "--no-cache",
+    ]));
+    assert_eq!(all.len(), lines.len() + 1, "the unbound UDP socket");
+    // The table: the IPv4 listener's row, the pattern's and its stopped
+    // child's fds.
+    let table = leechio(&["-d", &device, "sockets", "--no-cache"]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let listener = lines
+        .iter()
+        .find(|l| l["state"] == "LISTEN" && l["local_port"] == 7001)
+        .unwrap();
+    let users: Vec<String> = listener["owners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let name = oracle
+                .task(o["pid"].as_u64().unwrap() as u32)
+                .unwrap()
+                .comm
+                .clone();
+            format!("(\"{name}\",pid={},fd={})", o["pid"], o["fd"])
+        })
+        .collect();
+    let want = format!(
+        "{:<5} {:<10} {:<40} {:<40} users:({})",
+        "tcp",
+        "LISTEN",
+        "127.0.0.1:7001",
+        "0.0.0.0:*",
+        users.join(",")
+    );
+    let out = text(&table.stdout);
+    assert!(out.lines().any(|l| l == want), "{want}\n{out}");
+
+    let lines = json_lines(&leechio(&[
+        "-d",
+        &device,
+        "interfaces",
+        "--json",
+        "--no-cache",
+    ]));
+    /// Name, index, hardware address, MTU, flags; IPv4 and IPv6
+    /// addresses.
+    type Device = (
+        String,
+        u64,
+        String,
+        u64,
+        u64,
+        BTreeSet<String>,
+        BTreeSet<String>,
+    );
+    let got: Vec<Device> = lines
+        .iter()
+        .map(|l| {
+            let addresses = |key: &str| {
+                l[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| format!("{}/{}", a["address"].as_str().unwrap(), a["prefix"]))
+                    .collect()
+            };
+            (
+                l["name"].as_str().unwrap().to_string(),
+                l["index"].as_u64().unwrap(),
+                l["address"].as_str().unwrap().to_string(),
+                l["mtu"].as_u64().unwrap(),
+                l["flags_number"].as_u64().unwrap(),
+                addresses("ipv4"),
+                addresses("ipv6"),
+            )
+        })
+        .collect();
+    let want: Vec<_> = oracle
+        .network
+        .interfaces
+        .iter()
+        .map(|i| {
+            (
+                i.name.clone(),
+                i.index as u64,
+                i.address.clone(),
+                u64::from(i.mtu),
+                u64::from(i.flags),
+                i.ipv4.iter().map(|a| format!("{}/{}", a.0, a.1)).collect(),
+                i.ipv6.iter().map(|a| format!("{}/{}", a.0, a.1)).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    let table = leechio(&["-d", &device, "interfaces", "--no-cache"]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let out = text(&table.stdout);
+    if let Some(dummy) = oracle
+        .network
+        .interfaces
+        .iter()
+        .find(|i| i.name == "dummy0")
+    {
+        for line in [
+            format!("    link/ether {}", dummy.address),
+            "    inet 192.0.2.1/24 scope global dummy0".to_string(),
+            "    inet6 2001:db8::1/64 scope global".to_string(),
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line}\n{out}");
+        }
+    }
 }

@@ -18,6 +18,8 @@
 //!   names them),
 //!   [`Kernel::system`] (its names, boot time, uptime and command line),
 //!   [`Kernel::dmesg`] (its log buffer),
+//!   [`Kernel::sockets`] and [`Kernel::interfaces`] (the network, as
+//!   `ss -tuanp` and `ip addr` show it),
 //!   [`Kernel::process_views`] (each task through the pid table, the task
 //!   list, its thread group and the run queues: what hides).
 //!
@@ -33,6 +35,7 @@ mod kmem;
 mod log;
 mod maps;
 mod modules;
+mod net;
 mod offsets;
 mod paths;
 mod processes;
@@ -60,4 +63,8 @@ pub use task_details::{
 };
 pub use views::{ProcessViews, RunQueue, TaskViews, View, ViewFailure};
 
+pub use net::{
+    state_name, InetSocket, Interface, Interfaces, Ipv4Address, Ipv6Address, NetFailure, Protocol,
+    SocketOwner, Sockets, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN,
+};
 pub use offsets::ask_walk_questions;

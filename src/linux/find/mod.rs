@@ -100,6 +100,13 @@ const SYMBOLS: &[&str] = &[
     crate::linux::views::SYMBOLS[0],
     crate::linux::views::SYMBOLS[1],
     crate::linux::views::SYMBOLS[2],
+    // The network namespaces, and the protocols that tell TCP and UDP
+    // sockets (see `net`).
+    crate::linux::net::SYMBOLS[0],
+    crate::linux::net::SYMBOLS[1],
+    crate::linux::net::SYMBOLS[2],
+    crate::linux::net::SYMBOLS[3],
+    crate::linux::net::SYMBOLS[4],
 ];
 const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.

@@ -13,6 +13,7 @@ mod files;
 mod log;
 mod maps;
 mod modules;
+mod net;
 mod structures;
 mod system;
 mod tasks;
@@ -23,6 +24,9 @@ pub(crate) use files::{span, FilesLayout};
 pub(crate) use log::{Int, LegacyLayout, LogLayout, RecordLayout, RingLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
 pub(crate) use modules::{ModTreeLayout, ModuleLayout, SectionLayout, SymbolForm};
+#[cfg(test)]
+pub(crate) use net::{DeviceLayout, Ipv4Layout};
+pub(crate) use net::{InterfaceLayout, Ipv6Layout, SockLayout};
 pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
@@ -60,6 +64,10 @@ pub(crate) struct Offsets {
     /// The other views of the tasks (the task list, thread groups, run
     /// queues), each standing alone.
     pub views: Result<ViewsLayout, BtfError>,
+    /// Each socket's `struct sock`.
+    pub sockets: Result<SockLayout, BtfError>,
+    /// The network namespaces, their devices and addresses.
+    pub interfaces: Result<InterfaceLayout, BtfError>,
 }
 
 impl Offsets {
@@ -78,14 +86,16 @@ impl Offsets {
             clock: ClockLayout::from_btf(btf),
             log: LogLayout::from_btf(btf),
             views: ViewsLayout::from_btf(btf),
+            sockets: SockLayout::from_btf(btf),
+            interfaces: InterfaceLayout::from_btf(btf),
         })
     }
 }
 
 /// Asks `btf` every question the walks ask (the kernel's check, the
 /// process list, memory maps, the module list, each task's details, the
-/// open files, the system's names and clocks, the kernel log, the tasks'
-/// other views): the answers a warm start must have, and what the fuzz
+/// open files, the system's names and clocks, the kernel log, the network,
+/// the tasks' other views): the answers a warm start must have, and what the fuzz
 /// target asks of random BTF. The first error of each walk, if any, and
 /// each answer of the views not kept. (The module address tree is asked
 /// too, but a kernel may lack it: its error is not one.)
@@ -109,6 +119,8 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         UtsLayout::from_btf(btf).map(drop),
         ClockLayout::from_btf(btf).map(drop),
         LogLayout::from_btf(btf).map(drop),
+        SockLayout::from_btf(btf).map(drop),
+        InterfaceLayout::from_btf(btf).map(drop),
         views.as_ref().map(drop).map_err(Clone::clone),
     ]
     .into_iter()

@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+pub mod network;
 pub mod system;
+use network::GuestNetwork;
 use system::GuestSystem;
 
 /// The prefix of every oracle line.
@@ -121,7 +123,7 @@ pub const ZOMBIE_EXIT_STATUS: i32 = 42;
 
 /// The symbols the guest prints that its modules export (the rest are
 /// the kernel image's).
-pub const MODULE_SYMBOLS: [&str; 3] = ["crc7_be", "crc8_populate_msb", "crc_itu_t"];
+pub const MODULE_SYMBOLS: [&str; 2] = ["crc7_be", "crc_itu_t"];
 
 /// One line of `/proc/modules`: `NAME SIZE REFS DEPS STATE ADDRESS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,6 +186,8 @@ pub struct Oracle {
     pub fds: Vec<GuestFd>,
     /// The kernel's names, clocks and log.
     pub system: GuestSystem,
+    /// Its sockets and network devices.
+    pub network: GuestNetwork,
 }
 
 impl Oracle {
@@ -248,6 +252,7 @@ struct Items {
     modules: Vec<GuestModule>,
     fds: Vec<GuestFd>,
     system: system::SystemItems,
+    network: network::NetworkItems,
     /// The counts of the end line: tasks, map lines, symbols, modules, fds
     /// (the last two 0 when the line has none).
     end: Option<[usize; 5]>,
@@ -317,6 +322,7 @@ impl Items {
                 Ok(())
             }
             "uname" | "btime" | "clock" | "dmesg" | "dmesg-end" => self.system.add(kind, rest),
+            "socket" | "iface" | "inet" | "inet6" | "net-end" => self.network.add(kind, rest),
             "end" => {
                 let fields = Fields::new(rest);
                 let counts = [
@@ -364,6 +370,7 @@ impl Items {
             modules: self.modules,
             fds: self.fds,
             system: self.system.finish()?,
+            network: self.network.finish()?,
         })
     }
 }
