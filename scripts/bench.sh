@@ -263,6 +263,13 @@ w("The rows of what hides (`leechio check`) are every task of the guest through 
   "member, offsets from BTF read once before the runs. The two are compared task by task (the "
   "views that have it), and again with what the engine reads after, as the process lists are.")
 w("")
+w("The rows of the other walks of the Linux layer (open files, TCP and UDP sockets, network "
+  "devices and addresses, the kernel's names, its log, every process's environment, the modules "
+  "through their list and address tree) are each the engine's walk with the kernel known, a "
+  "level of every item one batch, against the same walk on an engine told to put one read in a "
+  "call: what following the pointers one at a time costs. The two results are compared item by "
+  "item (the clocks, which run, left out).")
+w("")
 w("## 1. Image of the guest: `file://`")
 w("")
 w("All %d MiB of the booted guest's RAM saved by QEMU (`pmemsave`, guest paused) and opened as "

@@ -719,6 +719,46 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
     for r in [files, single] {
         assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
     }
+    // The other walks, each in its calls (tests/linux_processes.rs
+    // counts them too), and a read a call in more; the two alike.
+    let sockets = guest.oracle().network.sockets.len() as u64;
+    for (workload, engine, calls, items) in [
+        (
+            "TCP and UDP sockets",
+            "engine: Kernel::sockets",
+            FILES_CALLS + 1,
+            sockets,
+        ),
+        (
+            "network devices and addresses",
+            "engine: Kernel::interfaces",
+            5,
+            2,
+        ),
+        ("the kernel's names", "engine: Kernel::system", 2, 2),
+        ("the kernel log", "engine: Kernel::dmesg", 2, 2),
+        (
+            "environments of every process",
+            "engine: Kernel::processes_with",
+            LIST_CALLS,
+            processes,
+        ),
+        (
+            "modules, list and address tree",
+            "engine: Kernel::module_views",
+            7,
+            3,
+        ),
+    ] {
+        let engine = row(workload, engine);
+        let single = row(workload, "engine: the same walk");
+        assert_eq!(engine["calls"], calls, "{engine}");
+        assert!(engine["processes"].as_u64().unwrap() >= items, "{engine}");
+        assert!(single["calls"].as_u64().unwrap() > calls, "{single}");
+        for r in [engine, single] {
+            assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
+        }
+    }
     // What hides: the engine's views in the process list's calls, the
     // same views pointer by pointer in at least a call a task, alike.
     let engine = row("what hides", "engine: Kernel::process_views");

@@ -5,7 +5,6 @@
 
 mod chains;
 mod dumps;
-mod files;
 mod physical;
 mod processes;
 mod table;
@@ -13,6 +12,7 @@ mod timing;
 mod verdict;
 mod views;
 mod virtual_reads;
+mod walks;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,6 @@ use leechio::{
 
 use chains::*;
 use dumps::*;
-use files::*;
 use physical::*;
 use processes::*;
 use table::*;
@@ -50,6 +49,7 @@ use timing::*;
 use verdict::*;
 use views::*;
 use virtual_reads::*;
+use walks::*;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -438,9 +438,9 @@ fn measure_all(
     memflow_virtual(bench, dtb, &vas, &reference)?;
     memflow_dump(bench, dtb, target, &dump_reference)?;
     // Phase three: a Linux target's processes, each way on its own context,
-    // then their open files, and what hides.
+    // then the other walks of the Linux layer, and what hides.
     processes(bench)?;
-    files(bench)?;
+    walks(bench)?;
     views(bench)
 }
 

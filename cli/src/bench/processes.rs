@@ -43,6 +43,18 @@ pub(super) struct ListCheck {
     /// Pids left out: the engine read them differently before and after
     /// (a live target at work), and the row matches neither.
     pub changing: Vec<u32>,
+    /// What the keys are: pids, or places of other items.
+    pub keys: Keys,
+}
+
+/// What a list's keys are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum Keys {
+    /// Pids of processes.
+    #[default]
+    Pids,
+    /// Places of the items named, e.g. "sockets".
+    Items(&'static str),
 }
 
 /// What the comparison looks at for each process.
@@ -437,6 +449,7 @@ mod tests {
                 processes: 5,
                 differing: vec![4, 7],
                 changing: vec![3],
+                keys: Keys::Pids,
             }
         );
         // Without a second engine read, every difference counts.

@@ -93,17 +93,21 @@ fn list_note(lists: &ListCheck) -> String {
         let more = if pids.len() > 8 { ", …" } else { "" };
         format!("{}{more}", shown.join(", "))
     };
+    let (items, key) = match lists.keys {
+        Keys::Pids => ("processes", "pid "),
+        Keys::Items(items) => (items, "at "),
+    };
     let mut note = String::new();
     if !lists.differing.is_empty() {
         note += &format!(
-            " (the two lists differ at {} processes: pid {})",
+            " (the two lists differ at {} {items}: {key}{})",
             lists.differing.len(),
             pids(&lists.differing)
         );
     }
     if !lists.changing.is_empty() {
         note += &format!(
-            " ({} processes not checked: the target changed them meanwhile: pid {})",
+            " ({} {items} not checked: the target changed them meanwhile: {key}{})",
             lists.changing.len(),
             pids(&lists.changing)
         );
