@@ -2,7 +2,7 @@
 //! write on the analyst's terminal: an image of the test guest changed
 //! where the project's own API finds the structures (offsets from the
 //! kernel's BTF), with hostile shapes built in the guest's free RAM.
-//! `ps`, `maps`, `spaces`, `dump`, `modules`, `system`, `dmesg` and `check` must end within a deadline and a
+//! `ps`, `maps`, `spaces`, `dump`, `modules`, `system`, `dmesg`, `check`, `sockets` and `interfaces` must end within a deadline and a
 //! memory cap, with a result that names what was cut or a one-line error,
 //! show no value that failed a check as fact, and escape every string of
 //! the target, as the README states.
@@ -21,7 +21,7 @@ use common::crafted::{
 use common::elf_tools::notes;
 use common::linux::{engine, no_cache};
 use common::qemu::shared_guest;
-use leechio::linux::{Kernel, ProcessList, Vma};
+use leechio::linux::{Kernel, ProcessList, Protocol, Vma, TCP_LISTEN};
 use serde_json::Value;
 
 /// Time and memory every run must stay within (a debug build on a loaded
@@ -1025,4 +1025,90 @@ fn check_names_a_task_out_of_the_pid_table_and_cuts_views_that_loop_or_hold_garb
     let mut want: Vec<&str> = expected.iter().map(String::as_str).collect();
     want.sort_unstable();
     assert_eq!(got, want, "{}", run.stderr);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn impossible_sockets_and_looping_address_lists_are_failures_not_rows() {
+    let (_turn, t, image) = start();
+    let k = &t.kernel;
+    let clean = k.sockets();
+    assert!(clean.failed.is_empty(), "{:?}", clean.failed);
+    let listed = clean.sockets.iter().filter(|s| s.is_listed()).count();
+    let at_port = |port: u16, protocol: Protocol| {
+        clean
+            .sockets
+            .iter()
+            .find(|s| s.local.port() == port && s.protocol == protocol && s.is_listed())
+            .unwrap()
+    };
+    // The IPv4 listener in a state TCP has not; the UDP socket on 7003 of
+    // a family the kernel has not.
+    let common = offset(k, "sock", "__sk_common");
+    let listener = at_port(7001, Protocol::Tcp);
+    let udp = at_port(7003, Protocol::Udp);
+    assert_eq!(listener.state, TCP_LISTEN);
+    let state = listener.sock + common + offset(k, "sock_common", "skc_state");
+    image.poke(physical(k, state), &[99]);
+    let family = udp.sock + common + offset(k, "sock_common", "skc_family");
+    image.poke(physical(k, family), &45u16.to_le_bytes());
+    let run = leechio(&image.device(), &["sockets", "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_eq!(json_lines(&run).len(), listed - 2, "{}", run.stdout);
+    let mut errors: Vec<&str> = run.stderr.lines().collect();
+    errors.sort_unstable();
+    let mut want = [
+        format!(
+            "leechio: sockets: {:#x}: a tcp socket in state 99, which tcp has not",
+            listener.sock
+        ),
+        format!(
+            "leechio: sockets: {:#x}: a udp socket of family 45, not 2 as its protocol has",
+            udp.sock
+        ),
+        "leechio: sockets: 2 item(s) could not be read".to_string(),
+    ];
+    want.sort_unstable();
+    assert_eq!(errors, want);
+
+    // lo's first IPv4 address leads back to itself; dummy0 named to set
+    // the terminal's title.
+    let devices = k.interfaces();
+    assert!(devices.failed.is_empty(), "{:?}", devices.failed);
+    let device = |name: &str| devices.interfaces.iter().find(|i| i.name == name).unwrap();
+    let lo = device("lo").device;
+    let in_device = image.peek_u64(physical(k, lo + offset(k, "net_device", "ip_ptr")));
+    let first = image.peek_u64(physical(k, in_device + offset(k, "in_device", "ifa_list")));
+    image.poke_u64(
+        physical(k, first + offset(k, "in_ifaddr", "ifa_next")),
+        first,
+    );
+    let dummy = device("dummy0").device;
+    image.poke(
+        physical(k, dummy + offset(k, "net_device", "name")),
+        b"\x1b]0;owned\x07\0",
+    );
+    let run = leechio(&image.device(), &["interfaces"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_terminal_safe(&run.stdout, "interfaces");
+    assert!(
+        run.stdout.contains(": \\u{1b}]0;owned\\u{7}: <"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.stdout
+            .matches("    inet 127.0.0.1/8 scope host lo\n")
+            .count(),
+        1,
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.stderr,
+        format!(
+            "leechio: interfaces: {first:#x}: IPv4 address reached twice (a loop, or a list changing while read): the walk stopped there\n\
+             leechio: interfaces: 1 item(s) could not be read\n"
+        )
+    );
 }
