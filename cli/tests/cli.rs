@@ -1716,6 +1716,27 @@ fn bad_numbers_and_a_missing_device_are_named() {
     assert_eq!(stderr(&info), stderr(&without_device(&["bench"])));
 }
 
+/// An FPGA board that does not open is explained from what the machine
+/// shows (`src/backend/leechcore/fpga.rs` tests each cause on crafted
+/// sysfs trees): here, where no board is plugged in, the USB bus's word,
+/// not LeechCore's silence alone.
+#[test]
+fn an_fpga_board_that_does_not_open_says_why() {
+    let o = leechio(&["-d", "fpga", "info"]);
+    assert_eq!(o.status.code(), Some(1));
+    let said = stderr(&o);
+    assert!(
+        said.starts_with("leechio: LeechCore could not open device `fpga`: "),
+        "{said}"
+    );
+    let causes = [
+        "no FPGA board on the USB bus: no FT601 (USB id 0403:601f)",
+        "cannot list the USB devices (/sys/bus/usb/devices",
+    ];
+    assert!(causes.iter().any(|c| said.contains(c)), "{said}");
+    assert_eq!(said.lines().count(), 1, "{said}");
+}
+
 /// A number, size or range that does not parse is one line that names it,
 /// as the README promises for bad input, without clap's pointer to --help.
 #[test]

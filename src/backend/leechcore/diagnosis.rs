@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::device_string::{is_device_type, DeviceString};
-use super::qemu;
+use super::{fpga, qemu};
 
 /// Smallest image LeechCore's file device opens.
 const FILE_DEVICE_MIN_SIZE: u64 = 16 << 20;
@@ -32,6 +32,7 @@ pub(super) fn diagnose_open_failure(device: &DeviceString, library: &Path) -> St
     }
     match device.kind() {
         "qemu" => qemu::diagnose_open_failure(&device.qemu().cloned().unwrap_or_default(), generic),
+        "fpga" => fpga::diagnose(&fpga::UsbView::this_machine(), library, generic),
         k if !is_device_type(k, library) => {
             let dir = library.parent().unwrap_or(Path::new("."));
             format!(

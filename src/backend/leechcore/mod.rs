@@ -13,6 +13,7 @@ mod config;
 mod device_string;
 mod diagnosis;
 mod ffi;
+mod fpga;
 mod memory_map;
 mod qemu;
 mod scatter;
