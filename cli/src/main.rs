@@ -73,6 +73,7 @@ const EXAMPLES: &str = "examples:
   leechio -d fpga dump -o mem.elf
   leechio -d fpga dump --dtb 0x2a10000 --range 0xffffffff81000000-0xffffffff82000000 -o kernel.elf
   leechio -d fpga ps --json
+  leechio -d fpga sockets
   leechio -d file:///tmp/mem.raw dmesg";
 
 #[derive(Subcommand)]
