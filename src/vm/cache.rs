@@ -86,6 +86,15 @@ impl<V: Clone> TimedCache<V> {
         (at.elapsed() < self.config.validity).then(|| value.clone())
     }
 
+    /// The value for `key`, if present, however old: for what a read now
+    /// in progress found moments ago (an invalidation still removes it).
+    pub fn get_any_age(&self, key: u64) -> Option<V> {
+        if !self.config.enabled {
+            return None;
+        }
+        self.lock().map.get(&key).map(|(_, value)| value.clone())
+    }
+
     /// Stores `value`, read in generation `read_in`, unless the cache was
     /// invalidated since.
     pub fn insert(&self, read_in: u64, key: u64, value: V) {

@@ -40,7 +40,7 @@ pub use scan::{find_address_spaces, SpaceCandidate};
 use crate::engine::{join_all, PartialError, Scope};
 use crate::{Memory, PageError};
 use cache::{TablePage, TimedCache};
-use paging::{reserved_address_bits, step, table_index, Step, ADDR_MASK};
+use paging::{reserved_address_bits, step, table_index, Step, ADDR_MASK, PTE_LEVEL};
 use runs::access_runs;
 use tables::Inflight;
 
@@ -190,6 +190,41 @@ impl AddressSpace {
 
     /// Translates `va`, reporting the entry found at each level.
     pub async fn translate(&self, va: u64) -> Result<Translation, WalkError> {
+        self.translate_by(va, self.walk(va)).await
+    }
+
+    /// Translates `va` in the 2 MiB region of `near`, a 4 KiB page just
+    /// translated: the walk starts at the page table `near`'s directory
+    /// entry names, whatever the age of the levels above (which a cache's
+    /// validity could have run out on while `near` was read, costing a
+    /// read call for nothing).
+    pub(super) async fn translate_beside(
+        &self,
+        va: u64,
+        near: &Translation,
+    ) -> Result<Translation, WalkError> {
+        let pd = PTE_LEVEL - 1;
+        let table = match near.entries[pd].map(|e| step(e, pd, self.inner.reserved)) {
+            Some(Step::Table(table))
+                if near.page_size == PageSize::Size4K && near.va >> 21 == va >> 21 =>
+            {
+                table
+            }
+            _ => return self.translate(va).await,
+        };
+        let mut entries = near.entries;
+        entries[PTE_LEVEL] = None;
+        let walk = self.walk_from(va, PTE_LEVEL, table, entries, true);
+        self.translate_by(va, walk).await
+    }
+
+    /// `va`'s translation from the cache, else by `walk`, which is then
+    /// cached.
+    async fn translate_by(
+        &self,
+        va: u64,
+        walk: impl std::future::Future<Output = Result<Translation, WalkError>>,
+    ) -> Result<Translation, WalkError> {
         let vpage = va & !0xfff;
         if let Some(c) = self.inner.translations.get(vpage >> 12) {
             return Ok(Translation {
@@ -200,7 +235,7 @@ impl AddressSpace {
             });
         }
         let generation = self.inner.translations.generation();
-        let t = self.walk(va).await?;
+        let t = walk.await?;
         let page_pa = t.pa - (va & 0xfff);
         let cached = CachedPage {
             pa: page_pa,
@@ -215,21 +250,41 @@ impl AddressSpace {
 
     /// Walks the tables for `va`, one engine read per level.
     async fn walk(&self, va: u64) -> Result<Translation, WalkError> {
-        let mut entries = [None; LEVELS];
+        let entries = [None; LEVELS];
+        let paging = self.inner.paging;
+        if !paging.is_canonical(va) {
+            return Err(WalkError {
+                va,
+                reason: PageError::NonCanonical,
+                level: None,
+                entries,
+            });
+        }
+        self.walk_from(va, paging.top_level(), self.inner.dtb, entries, false)
+            .await
+    }
+
+    /// The rest of `va`'s walk: from the table of `level` at `table`,
+    /// the entries above it in `entries`; with `found_now`, that table
+    /// was found moments ago and is taken from the cache however old.
+    async fn walk_from(
+        &self,
+        va: u64,
+        start: usize,
+        mut table: u64,
+        mut entries: [Option<u64>; LEVELS],
+        found_now: bool,
+    ) -> Result<Translation, WalkError> {
         let fail = |reason, level, entries| WalkError {
             va,
             reason,
             level,
             entries,
         };
-        let paging = self.inner.paging;
-        if !paging.is_canonical(va) {
-            return Err(fail(PageError::NonCanonical, None, entries));
-        }
-        let mut table = self.inner.dtb;
-        for level in paging.top_level()..LEVELS {
+        for level in start..LEVELS {
+            let addr = table + table_index(va, level) * 8;
             let entry = self
-                .table_entry(table + table_index(va, level) * 8)
+                .table_entry(addr, found_now && level == start)
                 .await
                 .map_err(|reason| fail(reason, Some(level), entries))?;
             entries[level] = Some(entry);

@@ -116,10 +116,27 @@ impl AddressSpace {
             }
             translations[i] = Some(t);
         }
-        let rest: Vec<usize> = (0..pieces.len())
+        // The rest from the page table the first of their region found
+        // (read just now), not again from the top.
+        let rest: Vec<(usize, Option<Translation>)> = (0..pieces.len())
             .filter(|&i| translations[i].is_none())
+            .map(|i| {
+                let first = firsts.iter().rev().find(|&&f| f < i);
+                let near = first.and_then(|&f| translations[f].clone()?.ok());
+                (i, near)
+            })
             .collect();
-        let found = join_all(rest.iter().map(|&i| self.translate(pieces[i].2))).await;
+        let found = join_all(rest.iter().map(|(i, near)| {
+            let va = pieces[*i].2;
+            async move {
+                match near {
+                    Some(near) => self.translate_beside(va, near).await,
+                    None => self.translate(va).await,
+                }
+            }
+        }))
+        .await;
+        let rest: Vec<usize> = rest.iter().map(|r| r.0).collect();
         for (&i, t) in rest.iter().zip(found) {
             translations[i] = Some(t);
         }

@@ -62,7 +62,9 @@ impl AddressSpace {
     }
 
     /// One table entry, from the page-table cache or the device.
-    pub(super) async fn table_entry(&self, addr: u64) -> Result<u64, PageError> {
+    /// With `any_age`, a cached page is taken however old (one a walk in
+    /// progress found moments ago).
+    pub(super) async fn table_entry(&self, addr: u64, any_age: bool) -> Result<u64, PageError> {
         if !self.inner.tables.enabled() {
             self.note_tables_read(addr);
             return self
@@ -72,7 +74,14 @@ impl AddressSpace {
                 .await
                 .map_err(first_reason);
         }
-        let page = self.table_page(addr & !(TABLE_SIZE - 1)).await?;
+        let base = addr & !(TABLE_SIZE - 1);
+        let page = match any_age
+            .then(|| self.inner.tables.get_any_age(base))
+            .flatten()
+        {
+            Some(page) => page,
+            None => self.table_page(base).await?,
+        };
         let at = (addr & (TABLE_SIZE - 1)) as usize;
         Ok(u64::from_le_bytes(
             page[at..at + 8].try_into().expect("8 bytes"),

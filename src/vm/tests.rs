@@ -1067,3 +1067,25 @@ fn a_batch_of_virtual_writes_lands_in_the_order_given() {
         "the first write landed last"
     );
 }
+
+/// A read across two pages of one 2 MiB region walks the first page's
+/// tables, then finds the second's page table from it: the levels above
+/// are not read again however old they are by then (here, trusted for no
+/// time at all: a loaded machine's walk can outlast a cache's second).
+#[test]
+fn the_second_page_of_a_read_is_found_from_the_first_ones_table_whatever_its_age() {
+    let (mem, backend, mut t) = setup();
+    let va = 0x7f00_0020_0000 + 0x3000;
+    t.map(va, 0x10_0000, PageSize::Size4K);
+    t.map(va + 0x1000, 0x20_0000, PageSize::Size4K);
+    let space = never_trusting(&mem, t.dtb);
+    let calls = backend.read_calls();
+    let mut buf = [0u8; 16];
+    mem.block_on(space.read(va + 0xff8, &mut buf)).unwrap();
+    // Four levels, then both pages' bytes.
+    assert_eq!(backend.read_calls() - calls, 5);
+    let mut want = [0u8; 16];
+    mem.block_on(mem.read(0x10_0ff8, &mut want[..8])).unwrap();
+    mem.block_on(mem.read(0x20_0000, &mut want[8..])).unwrap();
+    assert_eq!(buf, want);
+}
