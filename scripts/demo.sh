@@ -2,9 +2,10 @@
 # `make demo`: a tour of leechio for someone who has never used LeechCore.
 # Installs what is missing (scripts/setup.sh), builds the command line and
 # the memflow plugin, boots a small Linux guest under QEMU
-# (scripts/guest.sh) and looks at its memory live: `leechio info`,
-# `spaces`, `translate`, `dump` (with its progress bar) and a short
-# `bench` through an emulated FPGA board. The guest is stopped at the end,
+# (scripts/guest.sh) and looks at its memory live: `leechio info`, the
+# guest's processes with no profile (`ps`, `maps`, `sockets`, `dump
+# --pid`), `spaces`, `translate`, `dump` (with its progress bar) and a
+# short `bench` through an emulated FPGA board. The guest is stopped at the end,
 # on Ctrl-C and on failure; nothing is left in /dev/shm or /tmp.
 # Takes about a minute once built.
 set -euo pipefail
@@ -19,7 +20,7 @@ CHAINS_AT=0xC000000
 
 if [ -t 1 ]; then bold=$'\e[1m' dim=$'\e[2m' off=$'\e[0m'; else bold= dim= off=; fi
 step=0
-steps=9
+steps=12
 # A step: its title, then what it is about, in plain words.
 announce() {
     step=$((step + 1))
@@ -64,6 +65,24 @@ echo "The guest runs. LeechCore device string: $device"
 announce "leechio info: what LeechCore sees" \
     "The device, LeechCore's version, and the memory map: which physical addresses hold RAM. Physical addresses are what the memory chips see; 256 MiB of RAM are addresses 0x0 to 0x10000000, minus two small holes below 1 MiB where a PC keeps its BIOS ROM."
 show "$leechio" --device "$device" info
+
+announce "leechio ps: the guest's processes, with no profile" \
+    "Memory tools usually need a profile of the exact kernel (its debug symbols) to make sense of its memory. leechio needs none: it finds the kernel in RAM, reads the type information the kernel carries itself (BTF) and its symbol table (kallsyms), then walks the kernel's table of processes a level at a time, every process of a level in one device call. No DTB, no symbol file, no agent on the guest:"
+show "$leechio" --device "$device" ps
+# The pattern process: a test program of the guest (scripts/guest-pattern.c).
+pattern=$("$leechio" --device "$device" ps --json | grep -F '"name":"leech (pat) x"' |
+    grep -o '"pid":[0-9]*' | head -n 1 | cut -d: -f2)
+[ -n "$pattern" ] || die "the guest's pattern process is not in the list"
+
+announce "leechio maps and sockets: what one process holds" \
+    "The memory maps of process $pattern, a test program of the guest, as /proc/$pattern/maps would show them inside the guest (each range, its permissions and the file it maps), read from the kernel's own tree of them; then every TCP and UDP socket of the guest's processes, as ss -tuanp would show them."
+show "$leechio" --device "$device" maps "$pattern"
+show "$leechio" --device "$device" sockets
+
+announce "leechio dump --pid: one process to a core file" \
+    "Process $pattern's memory, each mapped range with its permissions, into an ELF core file that gdb, readelf and other tools open, with a note naming the files it mapped."
+show "$leechio" --device "$device" dump --pid "$pattern" -o "$work/pattern.core"
+ls -l "$work/pattern.core"
 
 announce "Find the kernel's page tables" \
     "Programs and the kernel do not use physical addresses but virtual ones, which the CPU translates through page tables, a four-level tree in RAM. The CPU register CR3 holds the physical address of the tree's root; memory tools call that value the DTB (directory table base). Every process has its own tree; all of them share the kernel's half. QEMU's monitor tells us the CPU's registers:"
