@@ -122,7 +122,7 @@ impl AddressSpace {
             .filter(|&i| translations[i].is_none())
             .map(|i| {
                 let first = firsts.iter().rev().find(|&&f| f < i);
-                let near = first.and_then(|&f| translations[f].clone()?.ok());
+                let near = first.and_then(|&f| translations[f]?.ok());
                 (i, near)
             })
             .collect();
