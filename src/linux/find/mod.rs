@@ -100,6 +100,11 @@ const SYMBOLS: &[&str] = &[
     crate::linux::views::SYMBOLS[0],
     crate::linux::views::SYMBOLS[1],
     crate::linux::views::SYMBOLS[2],
+    // The dentry cache's hash table and its size, and where struct pages
+    // start (see `page_cache`).
+    crate::linux::page_cache::SYMBOLS[0],
+    crate::linux::page_cache::SYMBOLS[1],
+    crate::linux::page_cache::SYMBOLS[2],
 ];
 const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.

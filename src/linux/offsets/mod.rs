@@ -13,6 +13,7 @@ mod files;
 mod log;
 mod maps;
 mod modules;
+mod page_cache;
 mod structures;
 mod system;
 mod tasks;
@@ -23,6 +24,7 @@ pub(crate) use files::{span, FilesLayout};
 pub(crate) use log::{Int, LegacyLayout, LogLayout, RecordLayout, RingLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
 pub(crate) use modules::{ModTreeLayout, ModuleLayout, SectionLayout, SymbolForm};
+pub(crate) use page_cache::CacheLayout;
 pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
@@ -60,6 +62,8 @@ pub(crate) struct Offsets {
     /// The other views of the tasks (the task list, thread groups, run
     /// queues), each standing alone.
     pub views: Result<ViewsLayout, BtfError>,
+    /// The page cache's (dentry hash chains, inodes, mappings, pages).
+    pub page_cache: Result<CacheLayout, BtfError>,
 }
 
 impl Offsets {
@@ -78,6 +82,7 @@ impl Offsets {
             clock: ClockLayout::from_btf(btf),
             log: LogLayout::from_btf(btf),
             views: ViewsLayout::from_btf(btf),
+            page_cache: CacheLayout::from_btf(btf),
         })
     }
 }
@@ -85,7 +90,7 @@ impl Offsets {
 /// Asks `btf` every question the walks ask (the kernel's check, the
 /// process list, memory maps, the module list, each task's details, the
 /// open files, the system's names and clocks, the kernel log, the tasks'
-/// other views): the answers a warm start must have, and what the fuzz
+/// other views, the page cache): the answers a warm start must have, and what the fuzz
 /// target asks of random BTF. The first error of each walk, if any, and
 /// each answer of the views not kept. (The module address tree is asked
 /// too, but a kernel may lack it: its error is not one.)
@@ -110,6 +115,7 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         ClockLayout::from_btf(btf).map(drop),
         LogLayout::from_btf(btf).map(drop),
         views.as_ref().map(drop).map_err(Clone::clone),
+        CacheLayout::from_btf(btf).map(drop),
     ]
     .into_iter()
     .filter_map(Result::err)

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+pub mod cache;
 pub mod system;
 use system::GuestSystem;
 
@@ -184,6 +185,8 @@ pub struct Oracle {
     pub fds: Vec<GuestFd>,
     /// The kernel's names, clocks and log.
     pub system: GuestSystem,
+    /// The files `/init` left in the page cache.
+    pub cached_files: Vec<cache::GuestCachedFile>,
 }
 
 impl Oracle {
@@ -248,6 +251,7 @@ struct Items {
     modules: Vec<GuestModule>,
     fds: Vec<GuestFd>,
     system: system::SystemItems,
+    cache: cache::CacheItems,
     /// The counts of the end line: tasks, map lines, symbols, modules, fds
     /// (the last two 0 when the line has none).
     end: Option<[usize; 5]>,
@@ -317,6 +321,7 @@ impl Items {
                 Ok(())
             }
             "uname" | "btime" | "clock" | "dmesg" | "dmesg-end" => self.system.add(kind, rest),
+            "cache" | "cache-end" => self.cache.add(kind, rest),
             "end" => {
                 let fields = Fields::new(rest);
                 let counts = [
@@ -364,6 +369,7 @@ impl Items {
             modules: self.modules,
             fds: self.fds,
             system: self.system.finish()?,
+            cached_files: self.cache.finish()?,
         })
     }
 }
