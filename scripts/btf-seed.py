@@ -33,6 +33,9 @@ ROOTS = [
     # What hides (views/): the run queues and thread groups.
     b"rq", b"cfs_rq", b"sched_entity", b"signal_struct", b"cpumask",
     b"rb_root_cached",
+    # Files from the page cache (page_cache/): a mapping, its page array
+    # and the size of struct page.
+    b"address_space", b"xarray", b"page",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,
