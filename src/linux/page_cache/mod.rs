@@ -30,6 +30,7 @@ use std::ops::Range;
 use crate::linux::Kernel;
 
 mod find;
+mod hash;
 mod pages;
 
 #[cfg(test)]
