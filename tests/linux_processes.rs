@@ -818,8 +818,10 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     assert_eq!(calls, LIST_CALLS + u64::from(guest.paging().levels() - 4));
     let (again, details) = kernel.processes_with(DetailsAsked { environment: true });
     check_details(&again, &details, guest);
-    // The open files' walk reads the direct map alone: no more levels.
+    // The open files' walk reads the direct map alone: no more levels;
+    // nor does the page cache's.
     assert_eq!(check_open_files(&device, &kernel, guest), FILES_CALLS);
+    check_page_cache(&device, &kernel, guest, FILES_CALLS);
     let (views, view_calls) = read_views(&device, &kernel);
     check_views_agree(&views, &list, guest);
     assert_eq!(view_calls, calls);
