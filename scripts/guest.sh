@@ -258,8 +258,13 @@ echo 'leechio: a file in the page cache' >/leechio-cache/small.txt
 seq 1 6000 >/leechio-cache/pages.txt
 echo 'after a hole of three pages' | dd of=/leechio-cache/holes.bin bs=4096 seek=3 2>/dev/null
 seq 100000 103000 >/leechio-cache/deleted.log
-sleep 100005 3</leechio-cache/deleted.log &
+# Opened here and inherited, so it is open before it is removed (a
+# redirection of the background command would open it in the child,
+# maybe after the rm).
+exec 3</leechio-cache/deleted.log
+sleep 100005 &
 cache_pid=$!
+exec 3<&-
 rm /leechio-cache/deleted.log
 mkfifo /pattern.fifo
 leechio-pattern >/pattern.fifo &
