@@ -732,6 +732,23 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
         assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
         assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
     }
+    // The page cache: the list and the largest file's bytes, alike both
+    // ways, a read a call taking more calls than the batched walk.
+    let engine = row("files from the page cache", "engine: Kernel::cached_files");
+    let single = row("files from the page cache", "engine: the same walk");
+    let files = engine["processes"].as_u64().unwrap();
+    assert!(
+        files >= guest.oracle().cached_files.len() as u64,
+        "{engine}"
+    );
+    assert_eq!(single["processes"], files, "{single}");
+    assert!(
+        single["calls"].as_u64() > engine["calls"].as_u64(),
+        "{single} {engine}"
+    );
+    for r in [engine, single] {
+        assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
+    }
 }
 
 #[test]

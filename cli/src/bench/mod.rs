@@ -3,6 +3,7 @@
 //! plugin, and memflow's own synchronous stack. Device calls are counted
 //! by LeechCore itself; times are the median of several runs.
 
+mod cache;
 mod chains;
 mod dumps;
 mod files;
@@ -40,6 +41,7 @@ use leechio::{
     AddressSpace, Call, DeviceConfig, LeechCore, Memory, MemoryMap, Paging, ScatterEntry,
 };
 
+use cache::*;
 use chains::*;
 use dumps::*;
 use files::*;
@@ -438,10 +440,11 @@ fn measure_all(
     memflow_virtual(bench, dtb, &vas, &reference)?;
     memflow_dump(bench, dtb, target, &dump_reference)?;
     // Phase three: a Linux target's processes, each way on its own context,
-    // then their open files, and what hides.
+    // then their open files, what hides, and the page cache's files.
     processes(bench)?;
     files(bench)?;
-    views(bench)
+    views(bench)?;
+    cache(bench)
 }
 
 /// memflow's VirtualDma over the plugin, with memflow's default cache.
