@@ -43,6 +43,9 @@ pub(super) struct Finding {
     chain_links: usize,
 }
 
+/// An open file's name, device and the pids that hold it.
+type Opened = (String, u32, Vec<u32>);
+
 /// A file found, before its path is known.
 struct Found {
     inode: Inode,
@@ -302,7 +305,7 @@ impl Finder<'_> {
             .map(|f| failure(f.address, format!("open files: {f}")))
             .collect();
         // Each inode once: its name, device and the pids holding it.
-        let mut of_file: Vec<(u64, (String, u32, Vec<u32>))> = Vec::new();
+        let mut of_file: Vec<(u64, Opened)> = Vec::new();
         let mut at: FxHashMap<u64, usize> = FxHashMap::default();
         for process in &open.processes {
             for fd in &process.fds {
