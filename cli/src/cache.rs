@@ -3,7 +3,7 @@
 //! them, read from kernel memory with no profile.
 
 use std::fs::File;
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io::{self, IsTerminal, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -33,7 +33,7 @@ enum CacheCommand {
         #[command(flatten)]
         kernel: KernelArgs,
     },
-    /// The cached bytes of a file, by path (as `cache ls` shows it) or inode; a page not cached is written as zeros (a hole with -o) and named on stderr. Exit 3 when pages were missing
+    /// The cached bytes of a file, by path (as `cache ls` shows it) or inode, to a pipe or -o FILE (not a terminal); a page not cached is written as zeros (a hole with -o) and named on stderr. Exit 3 when pages were missing
     Cat {
         /// The file's path, as `leechio cache ls` shows it
         #[arg(required_unless_present = "inode", conflicts_with = "inode")]
@@ -87,6 +87,11 @@ pub fn cache(cli: &Cli, args: &CacheArgs) -> Result<ExitCode, Failure> {
                 },
                 (None, None) => return Err(Failure("give a path or --inode".into())),
             };
+            if output.is_none() && io::stdout().is_terminal() {
+                return Err(Failure(
+                    "the file's bytes would go to a terminal (which their escape sequences could drive): give -o FILE or a pipe".into(),
+                ));
+            }
             if cli.json && output.is_none() {
                 return Err(Failure(
                     "--json prints what was read on stdout: give -o FILE for the bytes".into(),

@@ -98,7 +98,7 @@ impl Finder<'_> {
                 finding
                     .hits
                     .retain(|f| f.file.path.as_deref() == Ok(path.as_str()));
-                (finding, path.clone())
+                (finding, format!("named {path}"))
             }
             FileQuery::Inode { number, device } => {
                 let mut finding = self.find(Want::Number(*number), true).await;
@@ -119,7 +119,10 @@ impl Finder<'_> {
             chain_links,
         } = finding;
         let mut hit = match &hits[..] {
-            [] => return Err(CacheError::NotFound(what)),
+            [] => {
+                let what = what.strip_prefix("named ").unwrap_or(&what).to_string();
+                return Err(CacheError::NotFound(what));
+            }
             [one] => vec![one.clone()],
             many => {
                 let inodes: Vec<String> = many

@@ -282,10 +282,12 @@ impl HashWalk<'_> {
                     continue;
                 }
                 out.dentries.push((dentry, inode));
-                if !out.inodes.contains_key(&inode) && !inodes.contains(&inode) {
+                // Each inode and super block asked for once (the sort and
+                // dedup below leave each level's once).
+                if !out.inodes.contains_key(&inode) {
                     inodes.push(inode);
                 }
-                if !out.supers.contains_key(&sb) && !supers.contains(&sb) {
+                if !out.supers.contains_key(&sb) {
                     supers.push(sb);
                 }
             }

@@ -144,8 +144,8 @@ pub enum CacheError {
     /// No file the cache holds matches.
     #[error("no file {0} in the page cache (the dentry cache and the open files were searched)")]
     NotFound(String),
-    /// More than one file matches.
-    #[error("{0} names {1} files (inodes {2}): give the device as well")]
+    /// More than one file matches: what was asked, how many, which.
+    #[error("{1} files {0} (inode {2}): name one by inode and device")]
     Ambiguous(String, usize, String),
     /// The kernel's BTF lacks what the walk reads by.
     #[error("the page cache cannot be read: {0}")]
