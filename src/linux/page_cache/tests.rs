@@ -347,3 +347,49 @@ fn the_guests_kernel_has_the_page_caches_offsets() {
     let (first, len) = l.inode_span();
     assert!(first <= l.i_data + l.a_head && l.i_data + l.a_nrpages + 8 <= first + len);
 }
+
+/// The paths' walk takes the dentries the hash table's chains read
+/// instead of reading them: the same path, in the one batch of the
+/// mount and inode, against a batch a level of dentries without them.
+#[test]
+fn paths_are_built_from_the_dentries_read_already() {
+    use std::collections::HashMap;
+
+    use crate::linux::find::btf::builder::BtfBuilder;
+    use crate::linux::paths::fake::{path_types, PathObjects};
+    use crate::linux::paths::{self, Dnames, FileFields};
+
+    let mut b = BtfBuilder::new();
+    path_types(&mut b, &[]);
+    let btf = crate::linux::find::btf::Btf::parse(&b.finish()).unwrap();
+    let layout = PathLayout::from_btf(&btf).unwrap();
+    let mut mem = FakeMemory::new(1 << 20);
+    let root = mem.dentry("/", None);
+    let mount = mem.mount(None, root, root);
+    let a = mem.dentry("leechio-cache", Some(root));
+    let b = mem.dentry("a-name-longer-than-a-dentry-keeps-inside", Some(a));
+    let leaf = mem.dentry("deleted.log", Some(b));
+    let inode = mem.inode(299, 0o100_644, 2);
+    let fields = [FileFields {
+        dentry: leaf,
+        vfsmount: mount + layout.mount_vfsmount,
+        inode,
+    }];
+    let bytes = |d: u64| {
+        let at = (d - DIRECT) as usize;
+        mem.bytes[at..at + layout.dentry_size as usize].to_vec()
+    };
+    let seen: HashMap<u64, Vec<u8>> = [root, a, b, leaf].map(|d| (d, bytes(d))).into();
+    let dnames = Dnames::new(|_| None);
+    let (read, calls) =
+        mem.read(async |kmem| paths::of_fields(kmem, &layout, &dnames, &fields).await);
+    let (taken, taken_calls) =
+        mem.read(async |kmem| paths::of_fields_seen(kmem, &layout, &dnames, &fields, &seen).await);
+    let want = "/leechio-cache/a-name-longer-than-a-dentry-keeps-inside/deleted.log";
+    assert_eq!(read[0].path.as_deref(), Ok(want));
+    assert_eq!(taken, read);
+    // Read: the leaf with the mount and the inode, then each directory
+    // below the mount's root, the long name beside the last; taken: the
+    // mount and the inode, then the long name.
+    assert_eq!((calls, taken_calls), (3, 2));
+}
