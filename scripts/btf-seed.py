@@ -36,6 +36,9 @@ ROOTS = [
     # The network (net/): sockets, namespaces, devices and addresses.
     b"sock", b"sock_common", b"net", b"net_device", b"in_device",
     b"in_ifaddr", b"inet6_dev", b"inet6_ifaddr", b"ns_common",
+    # Files from the page cache (page_cache/): a mapping, its page array
+    # and the size of struct page.
+    b"address_space", b"xarray", b"page",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,

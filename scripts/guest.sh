@@ -93,6 +93,14 @@
 #   leechio-oracle: inet6 <line of /proc/net/if_inet6>
 #   leechio-oracle: net-end sockets=N interfaces=N inet=N inet6=N   (how
 #       many lines of each)
+#   leechio-oracle: cache ino=N dev=N size=N links=N blocks=N sha256=HEX path=PATH
+#       one per file of /leechio-cache (small.txt, pages.txt, holes.bin
+#       with a hole of three pages, and deleted.log, which `sleep 100005`
+#       holds open at fd 3 and which is then unlinked: PATH is its fd's
+#       readlink, `... (deleted)`): stat's inode, device (st_dev, in
+#       decimal), size, links and 512-byte blocks, and the SHA-256 of its
+#       bytes
+#   leechio-oracle: cache-end files=N   (how many cache lines)
 #   leechio-oracle: end tasks=N maps=N symbols=N modules=N fds=N   (how
 #       many lines of each)
 #   leechio-guest: ready
@@ -102,7 +110,8 @@
 # empty argument); the 32-bit process `leechio-32bit` (where the kernel
 # runs 32-bit code); `sleep 100003` as user 1001 (group 1002); `sleep
 # 100004` with the ambient capability CAP_NET_RAW and the environment
-# LEECHIO_ENV=one, LEECHIO_SPACE=two words; the pattern process, comm
+# LEECHIO_ENV=one, LEECHIO_SPACE=two words; `sleep 100005` holding the
+# unlinked /leechio-cache/deleted.log open at fd 3; the pattern process, comm
 # "leech (pat) x", with two threads (leechio-thr-1, -2), a stopped child
 # and a zombie child, and open files of every kind (in /leechio-files/,
 # pipes, sockets...). The
@@ -258,6 +267,23 @@ echo 'leech:x:1001:1002::/:/bin/sh' >>/etc/passwd
 su -s /bin/sh leech -c 'exec sleep 100003' &
 env -i LEECHIO_ENV=one 'LEECHIO_SPACE=two words' \
     setpriv --inh-caps +net_raw --ambient-caps +net_raw /bin/sleep 100004 &
+# Files for the page cache (leechio cache), in the root file system,
+# whose files live in the page cache alone: a short one, one of several
+# pages, one whose first three pages are a hole (no page cached), and a
+# log that a process holds open and that is then unlinked.
+mkdir /leechio-cache
+echo 'leechio: a file in the page cache' >/leechio-cache/small.txt
+seq 1 6000 >/leechio-cache/pages.txt
+echo 'after a hole of three pages' | dd of=/leechio-cache/holes.bin bs=4096 seek=3 2>/dev/null
+seq 100000 103000 >/leechio-cache/deleted.log
+# Opened here and inherited, so it is open before it is removed (a
+# redirection of the background command would open it in the child,
+# maybe after the rm).
+exec 3</leechio-cache/deleted.log
+sleep 100005 &
+cache_pid=$!
+exec 3<&-
+rm /leechio-cache/deleted.log
 mkfifo /pattern.fifo
 leechio-pattern >/pattern.fifo &
 pattern_pid=$!
@@ -421,6 +447,18 @@ od -An -v -tx1 /dmesg.txt | awk '
     { for (i = 1; i <= NF; i++) if ($i == "0a") { print "leechio-oracle: dmesg " line; line = ""; n++ } else line = line $i }
     END { if (line != "") { print "leechio-oracle: dmesg " line; n++ } print "leechio-oracle: dmesg-end lines=" n + 0 }'
 rm -f /dmesg.txt
+# The page cache's files: each one's inode, size, links, 512-byte blocks
+# (tmpfs counts a page cached as 8) and SHA-256, as the guest sees them;
+# the deleted log through the fd that holds it.
+cached=0
+for file in /leechio-cache/small.txt /leechio-cache/pages.txt /leechio-cache/holes.bin /proc/$cache_pid/fd/3; do
+    name=$file
+    [ -h "$file" ] && name=$(readlink "$file")
+    sum=$(sha256sum <"$file")
+    echo "leechio-oracle: cache $(stat -L -c 'ino=%i dev=%d size=%s links=%h blocks=%b' "$file") sha256=${sum%% *} path=$name"
+    cached=$((cached + 1))
+done
+echo "leechio-oracle: cache-end files=$cached"
 echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols modules=$modules fds=$fds"
 )
 echo "leechio-guest: ready"

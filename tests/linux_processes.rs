@@ -21,8 +21,8 @@ use std::path::Path;
 use common::linux::{engine, no_cache, sleeper, Unlinked};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
 use leechio::linux::{
-    DetailsAsked, FileKind, Kernel, KernelLog, ProcessList, ProcessViews, Stage, System,
-    TaskDetails, View,
+    CacheError, DetailsAsked, FileContents, FileKind, FileQuery, Kernel, KernelLog, ProcessList,
+    ProcessViews, Stage, System, TaskDetails, View,
 };
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 
@@ -50,6 +50,16 @@ const SYSTEM_CALLS: u64 = 2;
 /// Read calls of `Kernel::dmesg` once the kernel is known: `prb` and the
 /// kernel's two static rings, then the ring's descriptors, infos and text.
 const DMESG_CALLS: u64 = 2;
+
+/// Read calls of the page cache's walk with the kernel known, on top of
+/// the links of the dentry hash table's longest chain: the symbols, the
+/// table, then the inodes and super blocks of the last link, and the
+/// mount the paths start from (the directories above each file are in
+/// the table: read already).
+const CACHE_HASH_CALLS: u64 = 4;
+/// Read calls the open files' side adds to the open files' walk: the
+/// inodes of the files.
+const CACHE_OPEN_CALLS: u64 = 1;
 
 /// Lists the processes, and the read calls the list took.
 fn list(device: &LeechCore, kernel: &Kernel) -> (ProcessList, u64) {
@@ -568,6 +578,107 @@ fn check_network(device: &LeechCore, kernel: &Kernel, guest: &Guest) -> (u64, u6
     (socket_calls, interface_calls)
 }
 
+/// The bytes of a file as `cat` gives them: the pages read, zeros for
+/// the pages not cached.
+fn cached_bytes(contents: &FileContents) -> Vec<u8> {
+    let mut bytes = vec![0u8; contents.file.size as usize];
+    for (index, page) in &contents.pages {
+        let at = *index as usize * 4096;
+        bytes[at..at + page.len()].copy_from_slice(page);
+    }
+    bytes
+}
+
+/// The files `/init` left in the page cache: listed with the inode, size,
+/// links and pages the guest's `stat` gave (tmpfs counts 8 blocks a page
+/// it holds), each read by path (the deleted log by its ` (deleted)`
+/// path and by inode) to the bytes whose SHA-256 the guest printed, the
+/// pages of the hole named not cached. Each in its exact calls, the open
+/// files' walk taking `files_calls`: the list in the longer of its two
+/// sides (the hash table's, the open files'); a file found in the hash
+/// table in that side's calls, one level of its page array (none for a
+/// file of a page) and its pages; the deleted log in the open files'
+/// side and the same.
+fn check_page_cache(device: &LeechCore, kernel: &Kernel, guest: &Guest, files_calls: u64) {
+    let want = &guest.oracle().cached_files;
+    assert_eq!(want.len(), 4, "{want:?}");
+    let (list, list_calls) = counted(device, || kernel.cached_files());
+    assert_eq!(list.failed, vec![], "{:#?}", list.failed);
+    let chain = list.chain_links as u64;
+    let hash_side = CACHE_HASH_CALLS + chain;
+    let open_side = files_calls + CACHE_OPEN_CALLS;
+    eprintln!("the page cache's files in {list_calls} read calls, chains of {chain} links");
+    assert_eq!(list_calls, hash_side.max(open_side));
+    for f in want {
+        let got = list
+            .files
+            .iter()
+            .find(|c| c.path.as_deref() == Ok(f.path.as_str()))
+            .unwrap_or_else(|| panic!("{} not listed: {:#?}", f.path, list.files));
+        let pages = f.blocks / 8;
+        assert_eq!(
+            (got.inode, got.device, got.size, got.links, got.cached_pages),
+            (f.inode, f.device, f.size, f.links, pages),
+            "{got:?}"
+        );
+        assert_eq!(got.file_system.as_deref(), Some("rootfs"), "{got:?}");
+        let (contents, calls) = counted(device, || {
+            kernel.cached_file(&FileQuery::Path(f.path.clone()))
+        });
+        let contents = contents.unwrap();
+        eprintln!(
+            "{}: {} pages in {calls} read calls",
+            f.path,
+            contents.pages.len()
+        );
+        let array_levels = u64::from(f.size > 4096);
+        let side = match f.links {
+            0 => hash_side.max(open_side),
+            _ => CACHE_HASH_CALLS + contents.chain_links as u64,
+        };
+        assert_eq!(calls, side + array_levels + 1, "{}", f.path);
+        assert_eq!(contents.failed, vec![]);
+        assert_eq!(contents.file, *got);
+        assert_eq!(
+            common::qemu::oracle::cache::sha256_hex(&cached_bytes(&contents)),
+            f.sha256
+        );
+        let missing: u64 = contents.missing.iter().map(|r| r.end - r.start).sum();
+        assert_eq!(
+            missing,
+            f.size.div_ceil(4096) - pages,
+            "{:?}",
+            contents.missing
+        );
+        assert_eq!(contents.complete(), missing == 0);
+    }
+    let deleted = want.iter().find(|f| f.links == 0).expect("the deleted log");
+    assert!(deleted.path.ends_with(" (deleted)"), "{deleted:?}");
+    // Its inode number is another file's on another file system too.
+    let by_inode = |device| {
+        kernel.cached_file(&FileQuery::Inode {
+            number: deleted.inode,
+            device,
+        })
+    };
+    if let Err(e) = by_inode(None) {
+        assert!(matches!(e, CacheError::Ambiguous(..)), "{e}");
+    }
+    let by_inode = by_inode(Some(deleted.device)).unwrap();
+    assert_eq!(by_inode.file.path.as_deref(), Ok(deleted.path.as_str()));
+    assert_eq!(by_inode.file.open_by.len(), 1, "{:?}", by_inode.file);
+    assert_eq!(
+        common::qemu::oracle::cache::sha256_hex(&cached_bytes(&by_inode)),
+        deleted.sha256
+    );
+    // Without " (deleted)", the path names no file the cache holds.
+    let gone = deleted.path.trim_end_matches(" (deleted)").to_string();
+    assert!(matches!(
+        kernel.cached_file(&FileQuery::Path(gone)),
+        Err(CacheError::NotFound(_))
+    ));
+}
+
 /// Runs `f`, and counts its read calls.
 fn counted<T>(device: &LeechCore, f: impl FnOnce() -> T) -> (T, u64) {
     let before = device.call_count(Call::ReadScatter);
@@ -734,6 +845,7 @@ fn check_guest(guest: &Guest) -> (u64, u64) {
     eprintln!("their open files in {files} read calls");
     let (sockets, interfaces) = check_network(&device, &kernel, guest);
     assert_eq!((sockets, interfaces), (files + 1, INTERFACES_CALLS));
+    check_page_cache(&device, &kernel, guest, files);
     (calls, files)
 }
 
@@ -830,12 +942,14 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     assert_eq!(calls, LIST_CALLS + u64::from(guest.paging().levels() - 4));
     let (again, details) = kernel.processes_with(DetailsAsked { environment: true });
     check_details(&again, &details, guest);
-    // The open files' walk reads the direct map alone: no more levels.
+    // The open files' walk reads the direct map alone: no more levels;
+    // nor does the page cache's.
     assert_eq!(check_open_files(&device, &kernel, guest), FILES_CALLS);
     assert_eq!(
         check_network(&device, &kernel, guest),
         (SOCKETS_CALLS, INTERFACES_CALLS)
     );
+    check_page_cache(&device, &kernel, guest, FILES_CALLS);
     let (views, view_calls) = read_views(&device, &kernel);
     check_views_agree(&views, &list, guest);
     assert_eq!(view_calls, calls);

@@ -612,6 +612,46 @@ fn a_lost_or_bad_oracle_line_is_an_error() {
     );
 }
 
+/// The page cache's lines: each file with its stat fields (the device
+/// turned into the kernel's `MKDEV`), a deleted file's path with its
+/// spaces; a line lost or without a field is an error.
+#[test]
+fn the_page_caches_files_are_read_back() {
+    let lines = "leechio-oracle: cache ino=17 dev=2 size=21007 links=0 blocks=48 sha256=ab12 path=/leechio-cache/deleted.log (deleted)\r\n\
+                 leechio-oracle: cache ino=5 dev=2049 size=3 links=1 blocks=8 sha256=cd34 path=/a\r\n\
+                 leechio-oracle: cache-end files=2\r\n";
+    let oracle = Oracle::parse(&log(lines, "tasks=2 maps=2 symbols=1")).unwrap();
+    let files = &oracle.cached_files;
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[0].path, "/leechio-cache/deleted.log (deleted)");
+    assert_eq!(
+        (
+            files[0].inode,
+            files[0].device,
+            files[0].size,
+            files[0].links,
+            files[0].blocks
+        ),
+        (17, 2, 21007, 0, 48)
+    );
+    assert_eq!(files[0].sha256, "ab12");
+    // st_dev 2049 is 8:1, which the kernel keeps as 8 << 20 | 1.
+    assert_eq!(files[1].device, 8 << 20 | 1);
+    let lost = Oracle::parse(&log(
+        &lines.replace("files=2", "files=3"),
+        "tasks=2 maps=2 symbols=1",
+    ));
+    assert_eq!(lost.unwrap_err(), "the guest printed 3 cache lines, 2 read");
+    let bad = Oracle::parse(&log(
+        &lines.replace("ino=5 ", ""),
+        "tasks=2 maps=2 symbols=1",
+    ));
+    assert!(bad.unwrap_err().ends_with("cache: no ino="));
+    // An older guest prints none.
+    let none = Oracle::parse(&log("", "tasks=2 maps=2 symbols=1")).unwrap();
+    assert!(none.cached_files.is_empty());
+}
+
 /// The comm is what the first line of `sched` holds before
 /// ` (PID, #threads: N)`, spaces and parentheses included; a line of
 /// another task, or one that is cut, is an error.

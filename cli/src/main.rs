@@ -6,6 +6,7 @@
 #[macro_use]
 mod output;
 mod bench;
+mod cache;
 mod check;
 mod dmesg;
 mod dump;
@@ -125,6 +126,8 @@ enum Command {
     Dmesg(dmesg::DmesgArgs),
     /// What hides on a Linux target: each task through the pid table, the task list, its thread group and the run queues; a line for each task missing from a view that must have it. Exit 1 when a task hides (or a view could not be read whole), 0 when the views agree
     Check(check::CheckArgs),
+    /// Files in a Linux target's page cache: `ls` lists the files it holds pages of (deleted ones still open too), `cat` writes one's cached bytes, the pages not cached named
+    Cache(cache::CacheArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
@@ -234,6 +237,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::System(args) => system::system(cli, args),
         Command::Dmesg(args) => dmesg::dmesg(cli, args),
         Command::Check(args) => check::check(cli, args),
+        Command::Cache(args) => cache::cache(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
     }

@@ -2,7 +2,7 @@
 //! write on the analyst's terminal: an image of the test guest changed
 //! where the project's own API finds the structures (offsets from the
 //! kernel's BTF), with hostile shapes built in the guest's free RAM.
-//! `ps`, `maps`, `spaces`, `dump`, `modules`, `system`, `dmesg`, `check`, `sockets` and `interfaces` must end within a deadline and a
+//! `ps`, `maps`, `spaces`, `dump`, `modules`, `system`, `dmesg`, `check`, `sockets`, `interfaces` and `cache` must end within a deadline and a
 //! memory cap, with a result that names what was cut or a one-line error,
 //! show no value that failed a check as fact, and escape every string of
 //! the target, as the README states.
@@ -1111,4 +1111,90 @@ fn impossible_sockets_and_looping_address_lists_are_failures_not_rows() {
              leechio: interfaces: 1 item(s) could not be read\n"
         )
     );
+}
+
+#[test]
+#[cfg_attr(miri, ignore)] // Miri: runs the binary on a guest's image
+fn a_cached_file_of_absurd_size_whose_page_array_turns_back_is_cut_and_named() {
+    let (_turn, t, image) = start();
+    let k = &t.kernel;
+    let listed = k.cached_files();
+    let file = listed
+        .files
+        .iter()
+        .find(|f| f.path.as_deref() == Ok("/leechio-cache/pages.txt"))
+        .expect("the guest's pages.txt");
+    // A size of 1 TiB; the page array's node (its 8 pages) made one of
+    // shift 6 whose slot 0 names the node itself (a loop) and whose slot
+    // 1 names a folio of 64 pages at an odd frame (which no folio of 64
+    // pages has), the rest emptied.
+    const SIZE: u64 = 1 << 40;
+    image.poke_u64(
+        physical(k, file.address + offset(k, "inode", "i_size")),
+        SIZE,
+    );
+    let head_at =
+        file.mapping + offset(k, "address_space", "i_pages") + offset(k, "xarray", "xa_head");
+    let head = image.peek_u64(physical(k, head_at));
+    assert_eq!(head & 3, 2, "pages.txt's page array is no node");
+    let node = head - 2;
+    let slots = node + offset(k, "xa_node", "slots");
+    let vmemmap = image.peek_u64(physical(k, k.symbol("vmemmap_base").unwrap()));
+    let page = k.btf().size_of("page").unwrap();
+    let first = image.peek_u64(physical(k, slots));
+    let odd = vmemmap + (((first - vmemmap) / page) | 1) * page;
+    image.poke(physical(k, node + offset(k, "xa_node", "shift")), &[6]);
+    image.poke_u64(physical(k, slots), head);
+    image.poke_u64(physical(k, slots + 8), odd);
+    for slot in 2..8 {
+        image.poke_u64(physical(k, slots + slot * 8), 0);
+    }
+    let device = image.device();
+    let run = leechio(&device, &["cache", "ls", "--json", "--no-cache"]);
+    let lines = json_lines(&run);
+    let line = lines
+        .iter()
+        .find(|l| l["path"] == "/leechio-cache/pages.txt")
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    assert_eq!(line["size"], SIZE);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pages.txt");
+    let run = leechio(
+        &device,
+        &[
+            "cache",
+            "cat",
+            "/leechio-cache/pages.txt",
+            "-o",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(run.status.code(), Some(3), "{}", run.stderr);
+    let [summary] = &json_lines(&run)[..] else {
+        panic!("{}", run.stdout)
+    };
+    assert_eq!(summary["complete"], false);
+    assert_eq!(summary["pages_read"], 0);
+    assert_eq!(
+        summary["missing_pages"],
+        serde_json::json!([[0, SIZE / 4096]])
+    );
+    let failed: Vec<&str> = summary["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(
+        failed[0].contains("xa_node reached again from slot 0"),
+        "{failed:?}"
+    );
+    let folio = "of a folio of 64 pages lies past the end of memory or out of its alignment";
+    assert!(failed[1].contains(folio), "{failed:?}");
+    // The file is that size, all of it a hole.
+    let meta = std::fs::metadata(&out).unwrap();
+    assert_eq!(meta.len(), SIZE);
+    assert_eq!(std::os::unix::fs::MetadataExt::blocks(&meta), 0);
 }

@@ -1,4 +1,4 @@
-//! `leechio ps`, `modules`, `files`, `sockets`, `interfaces`, `system`, `dmesg`, `check`, `spaces`, `maps` and `dump --pid` against a live Linux
+//! `leechio ps`, `modules`, `files`, `sockets`, `interfaces`, `system`, `dmesg`, `check`, `spaces`, `maps`, `cache` and `dump --pid` against a live Linux
 //! guest, checked against what the guest's /proc said at boot (its oracle)
 //! and the bytes of its pattern process. The guest is paused while the
 //! binary reads.
@@ -772,6 +772,23 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
         assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
         assert_eq!(r["changing_pids"], serde_json::json!([]), "{r}");
     }
+    // The page cache: the list and the largest file's bytes, alike both
+    // ways, a read a call taking more calls than the batched walk.
+    let engine = row("files from the page cache", "engine: Kernel::cached_files");
+    let single = row("files from the page cache", "engine: the same walk");
+    let files = engine["processes"].as_u64().unwrap();
+    assert!(
+        files >= guest.oracle().cached_files.len() as u64,
+        "{engine}"
+    );
+    assert_eq!(single["processes"], files, "{single}");
+    assert!(
+        single["calls"].as_u64() > engine["calls"].as_u64(),
+        "{single} {engine}"
+    );
+    for r in [engine, single] {
+        assert_eq!(r["differing_pids"], serde_json::json!([]), "{r}");
+    }
 }
 
 #[test]
@@ -1449,4 +1466,130 @@ fn check_sockets_and_interfaces(guest: SharedGuest) {
             assert!(out.lines().any(|l| l == line), "{line}\n{out}");
         }
     }
+}
+
+#[test]
+fn cache_lists_and_writes_the_files_the_guest_left_in_its_page_cache() {
+    check_cache_lists_and_writes_the_files_the_guest_left_in_its_page_cache(shared_guest());
+}
+
+#[test]
+fn with_5_level_paging_cache_lists_and_writes_the_files_the_guest_left_in_its_page_cache() {
+    check_cache_lists_and_writes_the_files_the_guest_left_in_its_page_cache(shared_la57_guest());
+}
+
+/// `leechio cache`: `ls --json` lists each file `/init` left with the
+/// inode, device, size and links its `stat` gave and a page for each 8
+/// blocks (tmpfs's count), the deleted log held open by `sleep 100005`;
+/// the table has a row for it; `cat` writes each file's bytes to stdout
+/// (the hole as zeros, named on stderr, exit 3) to the SHA-256 the guest
+/// printed; `cat --inode --dev -o --json` the deleted log to a file; a
+/// path the cache does not hold is one line and exit 1.
+fn check_cache_lists_and_writes_the_files_the_guest_left_in_its_page_cache(guest: SharedGuest) {
+    use common::qemu::oracle::cache::sha256_hex;
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let want = &guest.oracle().cached_files;
+    assert_eq!(want.len(), 4);
+    let dev = |d: u32| format!("{}:{}", d >> 20, d & 0xf_ffff);
+    let lines = json_lines(&leechio(&[
+        "-d",
+        &device,
+        "cache",
+        "ls",
+        "--json",
+        "--no-cache",
+    ]));
+    let holder = guest
+        .processes()
+        .iter()
+        .find(|t| t.cmdline == ["sleep", "100005"])
+        .expect("the guest's sleep 100005")
+        .pid;
+    for f in want {
+        let line = lines
+            .iter()
+            .find(|l| l["path"] == f.path.as_str())
+            .unwrap_or_else(|| panic!("{} not listed", f.path));
+        assert_eq!(line["inode"], f.inode, "{line}");
+        assert_eq!(line["device"], dev(f.device), "{line}");
+        assert_eq!(line["size"], f.size, "{line}");
+        assert_eq!(line["links"], f.links, "{line}");
+        assert_eq!(line["cached_pages"], f.blocks / 8, "{line}");
+        assert_eq!(line["deleted"], f.links == 0, "{line}");
+        if f.links == 0 {
+            assert_eq!(line["open_by"], serde_json::json!([holder]), "{line}");
+        }
+    }
+    let table = leechio(&["-d", &device, "cache", "ls"]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        rows[0].split_whitespace().collect::<Vec<_>>(),
+        ["DEVICE", "INODE", "SIZE", "CACHED", "LINKS", "FS", "PATH"]
+    );
+    let deleted = want.iter().find(|f| f.links == 0).unwrap();
+    let row = format!(
+        "{:<7} {:>10} {:>12} {:>8} {:>5} {:<10} {}",
+        dev(deleted.device),
+        deleted.inode,
+        deleted.size,
+        deleted.blocks / 8,
+        0,
+        "rootfs",
+        deleted.path
+    );
+    assert!(rows.contains(&row.as_str()), "{row:?} not in {table}");
+    for f in want {
+        let out = leechio(&["-d", &device, "cache", "cat", &f.path]);
+        assert_eq!(sha256_hex(&out.stdout), f.sha256, "{}", f.path);
+        let missing = f.size.div_ceil(4096) - f.blocks / 8;
+        match missing {
+            0 => assert!(
+                out.status.success() && out.stderr.is_empty(),
+                "{}",
+                text(&out.stderr)
+            ),
+            _ => {
+                assert_eq!(out.status.code(), Some(3), "{}", f.path);
+                assert_eq!(
+                    text(&out.stderr),
+                    format!(
+                        "leechio: pages 0..{missing} (bytes 0..{}) of {} are not in the page cache: written as zeros\n",
+                        missing * 4096,
+                        f.path
+                    )
+                );
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("deleted.log");
+    let out = leechio(&[
+        "-d",
+        &device,
+        "cache",
+        "cat",
+        "--inode",
+        &deleted.inode.to_string(),
+        "--dev",
+        &dev(deleted.device),
+        "-o",
+        file.to_str().unwrap(),
+        "--json",
+    ]);
+    let [summary] = &json_lines(&out)[..] else {
+        panic!("{}", text(&out.stdout))
+    };
+    assert_eq!(summary["path"], deleted.path.as_str());
+    assert_eq!(summary["complete"], true);
+    assert_eq!(summary["missing_pages"], serde_json::json!([]));
+    assert_eq!(sha256_hex(&std::fs::read(&file).unwrap()), deleted.sha256);
+    let out = leechio(&["-d", &device, "cache", "cat", "/leechio-cache/none"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "leechio: no file /leechio-cache/none in the page cache (the dentry cache and the open files were searched)\n"
+    );
 }

@@ -21,7 +21,9 @@
 //!   [`Kernel::sockets`] and [`Kernel::interfaces`] (the network, as
 //!   `ss -tuanp` and `ip addr` show it),
 //!   [`Kernel::process_views`] (each task through the pid table, the task
-//!   list, its thread group and the run queues: what hides).
+//!   list, its thread group and the run queues: what hides),
+//!   [`Kernel::cached_files`] and [`Kernel::cached_file`] (files in the
+//!   page cache, and their cached bytes, deleted ones still open too).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
@@ -37,6 +39,7 @@ mod maps;
 mod modules;
 mod net;
 mod offsets;
+mod page_cache;
 mod paths;
 mod processes;
 mod structures;
@@ -55,6 +58,7 @@ pub use kernel::{Kernel, Source};
 pub use log::{Caller, KernelLog, LogRecord};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
 pub use modules::{Module, ModuleList, ModuleState, ModuleViews};
+pub use page_cache::{CacheError, CacheFailure, CachedFile, CachedFiles, FileContents, FileQuery};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use structures::StructureFailure;
 pub use system::{System, Uname};

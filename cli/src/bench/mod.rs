@@ -3,6 +3,7 @@
 //! plugin, and memflow's own synchronous stack. Device calls are counted
 //! by LeechCore itself; times are the median of several runs.
 
+mod cache;
 mod chains;
 mod dumps;
 mod physical;
@@ -40,6 +41,7 @@ use leechio::{
     AddressSpace, Call, DeviceConfig, LeechCore, Memory, MemoryMap, Paging, ScatterEntry,
 };
 
+use cache::*;
 use chains::*;
 use dumps::*;
 use physical::*;
@@ -438,10 +440,12 @@ fn measure_all(
     memflow_virtual(bench, dtb, &vas, &reference)?;
     memflow_dump(bench, dtb, target, &dump_reference)?;
     // Phase three: a Linux target's processes, each way on its own context,
-    // then the other walks of the Linux layer, and what hides.
+    // then the other walks of the Linux layer, what hides, and the page
+    // cache's files.
     processes(bench)?;
     walks(bench)?;
-    views(bench)
+    views(bench)?;
+    cache(bench)
 }
 
 /// memflow's VirtualDma over the plugin, with memflow's default cache.

@@ -129,6 +129,7 @@ impl Walk<'_> {
                     pos: read.pos,
                     inode: info.inode,
                     device: info.device,
+                    inode_address: read.fields.inode,
                     socket,
                 });
             }

@@ -127,6 +127,9 @@ pub struct OpenFile {
     /// inode could not be read.
     pub inode: u64,
     pub device: u32,
+    /// Address of its `struct inode` (`f_inode`), where the page cache
+    /// reads it from.
+    pub inode_address: u64,
     /// The socket, when the file is one.
     pub socket: Option<Socket>,
 }

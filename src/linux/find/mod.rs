@@ -107,6 +107,11 @@ const SYMBOLS: &[&str] = &[
     crate::linux::net::SYMBOLS[2],
     crate::linux::net::SYMBOLS[3],
     crate::linux::net::SYMBOLS[4],
+    // The dentry cache's hash table and its size, and where struct pages
+    // start (see `page_cache`).
+    crate::linux::page_cache::SYMBOLS[0],
+    crate::linux::page_cache::SYMBOLS[1],
+    crate::linux::page_cache::SYMBOLS[2],
 ];
 const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.

@@ -14,6 +14,7 @@ mod log;
 mod maps;
 mod modules;
 mod net;
+mod page_cache;
 mod structures;
 mod system;
 mod tasks;
@@ -27,6 +28,7 @@ pub(crate) use modules::{ModTreeLayout, ModuleLayout, SectionLayout, SymbolForm}
 #[cfg(test)]
 pub(crate) use net::{DeviceLayout, Ipv4Layout};
 pub(crate) use net::{InterfaceLayout, Ipv6Layout, SockLayout};
+pub(crate) use page_cache::CacheLayout;
 pub(crate) use structures::{
     ListLayout, MapleLayout, NodeLayout, RbLayout, XaLayout, MAPLE_NODE_SIZE,
 };
@@ -68,6 +70,8 @@ pub(crate) struct Offsets {
     pub sockets: Result<SockLayout, BtfError>,
     /// The network namespaces, their devices and addresses.
     pub interfaces: Result<InterfaceLayout, BtfError>,
+    /// The page cache's (dentry hash chains, inodes, mappings, pages).
+    pub page_cache: Result<CacheLayout, BtfError>,
 }
 
 impl Offsets {
@@ -86,8 +90,8 @@ impl Offsets {
             clock: ClockLayout::from_btf(btf),
             log: LogLayout::from_btf(btf),
             views: ViewsLayout::from_btf(btf),
-            sockets: SockLayout::from_btf(btf),
-            interfaces: InterfaceLayout::from_btf(btf),
+/// open files, the system's names and clocks, the kernel log, the network,
+/// the tasks' other views, the page cache): the answers a warm start must have, and what the fuzz
         })
     }
 }
@@ -96,6 +100,8 @@ impl Offsets {
 /// process list, memory maps, the module list, each task's details, the
 /// open files, the system's names and clocks, the kernel log, the network,
 /// the tasks' other views): the answers a warm start must have, and what the fuzz
+/// open files, the system's names and clocks, the kernel log, the tasks'
+/// other views, the page cache): the answers a warm start must have, and what the fuzz
 /// target asks of random BTF. The first error of each walk, if any, and
 /// each answer of the views not kept. (The module address tree is asked
 /// too, but a kernel may lack it: its error is not one.)
@@ -122,6 +128,7 @@ pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
         SockLayout::from_btf(btf).map(drop),
         InterfaceLayout::from_btf(btf).map(drop),
         views.as_ref().map(drop).map_err(Clone::clone),
+        CacheLayout::from_btf(btf).map(drop),
     ]
     .into_iter()
     .filter_map(Result::err)

@@ -143,13 +143,26 @@ pub(crate) async fn of_fields(
     dnames: &Dnames,
     fields: &[FileFields],
 ) -> Vec<FileInfo> {
+    of_fields_seen(kmem, layout, dnames, fields, &HashMap::new()).await
+}
+
+/// [`of_fields`], with dentries read already: `seen` holds each one's
+/// bytes (a whole `struct dentry`) by address, which the walk takes
+/// instead of reading them.
+pub(crate) async fn of_fields_seen(
+    kmem: &KernelMemory<'_>,
+    layout: &PathLayout,
+    dnames: &Dnames,
+    fields: &[FileFields],
+    seen: &HashMap<u64, Vec<u8>>,
+) -> Vec<FileInfo> {
     let walks: Vec<(u64, u64)> = fields
         .iter()
         .map(|f| (f.dentry, f.vfsmount.wrapping_sub(layout.mount_vfsmount)))
         .collect();
     let inodes: Vec<u64> = fields.iter().map(|f| f.inode).collect();
     let (paths, inodes) = futures::join!(
-        walk_paths(kmem, layout, &walks),
+        walk_paths(kmem, layout, &walks, seen),
         inodes_of(kmem, layout, &inodes)
     );
     paths

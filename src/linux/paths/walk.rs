@@ -91,6 +91,27 @@ enum Up<'k> {
 }
 
 impl Known {
+    /// Keeps the dentry at `at`, and asks for its name when kept outside
+    /// it, and for its operations when it is a leaf.
+    fn learn(
+        &mut self,
+        at: u64,
+        dentry: Result<Dentry, String>,
+        leaves: &HashSet<u64>,
+        pending: &mut HashSet<Name>,
+        pending_ops: &mut HashSet<u64>,
+    ) {
+        if let Ok(d) = &dentry {
+            if matches!(d.name, Name::At(..)) && !self.names.contains_key(&d.name) {
+                pending.insert(d.name.clone());
+            }
+            if d.ops != 0 && leaves.contains(&at) && !self.ops.contains_key(&d.ops) {
+                pending_ops.insert(d.ops);
+            }
+        }
+        self.dentries.insert(at, dentry);
+    }
+
     fn up(&self, dentry: u64, mount: u64) -> Up<'_> {
         let m = match self.mounts.get(&mount) {
             None => return Up::Unknown,
@@ -268,10 +289,14 @@ pub(super) enum Naming {
 
 /// What the files at `(dentry, mount)` pairs are called, level by level,
 /// each with whether its path was cut.
+///
+/// `seen` holds dentries read already (whole, by address): a walk takes
+/// them from there, with no read.
 pub(super) async fn walk_paths(
     kmem: &KernelMemory<'_>,
     layout: &PathLayout,
     starts: &[(u64, u64)],
+    seen: &HashMap<u64, Vec<u8>>,
 ) -> Vec<(Result<Naming, String>, bool)> {
     let mut walks: Vec<Walk> = starts
         .iter()
@@ -298,6 +323,7 @@ pub(super) async fn walk_paths(
     loop {
         let mut dentries = Vec::new();
         let mut mounts = Vec::new();
+        let mut taken = false;
         for walk in walks.iter_mut().filter(|w| w.end.is_none()) {
             if walk.advance(&known) {
                 continue;
@@ -308,8 +334,21 @@ pub(super) async fn walk_paths(
                 mounts.push(walk.mount);
             }
             if !known.dentries.contains_key(&walk.dentry) {
-                dentries.push(walk.dentry);
+                match seen.get(&walk.dentry) {
+                    Some(bytes) => {
+                        let at = walk.dentry;
+                        let found = dentry(layout, at, bytes);
+                        known.learn(at, found, &leaves, &mut pending, &mut pending_ops);
+                        taken = true;
+                    }
+                    None => dentries.push(walk.dentry),
+                }
             }
+        }
+        // Dentries taken from those seen may carry the walks further
+        // before anything is read.
+        if taken {
+            continue;
         }
         for list in [&mut dentries, &mut mounts] {
             list.sort_unstable();
@@ -353,21 +392,7 @@ pub(super) async fn walk_paths(
         }
         for (&at, bytes) in dentries.iter().zip(read_dentries) {
             let dentry = bytes.and_then(|b| dentry(layout, at, &b));
-            if let Ok(Dentry {
-                name: name @ Name::At(..),
-                ..
-            }) = &dentry
-            {
-                if !known.names.contains_key(name) {
-                    pending.insert(name.clone());
-                }
-            }
-            if let Ok(Dentry { ops, .. }) = &dentry {
-                if *ops != 0 && leaves.contains(&at) && !known.ops.contains_key(ops) {
-                    pending_ops.insert(*ops);
-                }
-            }
-            known.dentries.insert(at, dentry);
+            known.learn(at, dentry, &leaves, &mut pending, &mut pending_ops);
         }
         for (&at, bytes) in mounts.iter().zip(read_mounts) {
             let mount = bytes.map(|b| {

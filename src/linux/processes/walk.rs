@@ -136,6 +136,7 @@ impl Walk<'_> {
         let limits = xarray::Limits {
             max_index: (PID_MAX_LIMIT - 1).saturating_sub(u64::from(base)),
             max_entries: max_pids as usize,
+            multi_index: false,
         };
         let tree = xarray::entries(&self.kmem, &l.xa, ns + l.ns_array, head, limits).await;
         if tree.at_limit {

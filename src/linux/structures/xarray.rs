@@ -41,6 +41,11 @@ pub(crate) struct Limits {
     pub max_index: u64,
     /// The most entries the walk gives.
     pub max_entries: usize,
+    /// Whether an entry may cover many indices (the page cache's large
+    /// folios): stored in a node above the last level, or followed by
+    /// sibling entries that point back at its slot. Otherwise an entry
+    /// above the last level is a failure.
+    pub multi_index: bool,
 }
 
 /// What a walk found: the stored pointers by index, and what was cut.
@@ -48,6 +53,9 @@ pub(crate) struct Limits {
 pub(crate) struct Entries {
     /// `(index, pointer)`, in index order within each node.
     pub entries: Vec<(u64, u64)>,
+    /// How many indices each entry covers, in the same order: 1 but for
+    /// a multi-index entry.
+    pub spans: Vec<u64>,
     /// The nodes cut, and why.
     pub failed: Vec<StructureFailure>,
     /// Levels read (one batch each).
@@ -93,6 +101,7 @@ pub(crate) async fn entries(
         // A single pointer at index 0.
         if limits.max_entries > 0 {
             found.entries.push((0, head));
+            found.spans.push(1);
         }
         return found;
     }
@@ -171,11 +180,27 @@ impl Walk<'_> {
         let layout = self.layout;
         let shift = check_node(layout, self.array, reached, node)?;
         let chunk_shift = u64::from(layout.chunk_shift());
+        // The slot of the last entry taken of this node, for its siblings.
+        let mut last: Option<u64> = None;
         for slot in 0..layout.slot_count {
             let entry = node.u64_at(layout.slots + slot * 8).unwrap_or(0);
             if entry == 0 || entry & 1 == 1 {
+                last = None;
                 continue;
             }
+            if self.limits.multi_index && is_internal(entry) && !is_node(entry) {
+                // A sibling names the slot of its entry: one just taken.
+                match last {
+                    Some(of) if entry >> 2 == of => {
+                        if let Some(span) = self.found.spans.last_mut() {
+                            *span += 1 << shift;
+                        }
+                    }
+                    _ => last = None,
+                }
+                continue;
+            }
+            last = None;
             // `check_node` keeps `slot << shift` within 64 bits.
             let index = reached.first_index + (slot << shift);
             if index > self.limits.max_index {
@@ -188,15 +213,16 @@ impl Walk<'_> {
                 ));
                 break;
             }
-            if shift == 0 {
-                if !is_internal(entry) {
-                    if self.found.entries.len() >= self.limits.max_entries {
-                        self.overflow = true;
-                        break;
-                    }
-                    self.found.entries.push((index, entry));
+            let stored = !is_internal(entry) && (shift == 0 || self.limits.multi_index);
+            if stored {
+                if self.found.entries.len() >= self.limits.max_entries {
+                    self.overflow = true;
+                    break;
                 }
-            } else if is_node(entry) {
+                self.found.entries.push((index, entry));
+                self.found.spans.push(1 << shift);
+                last = Some(slot);
+            } else if shift > 0 && is_node(entry) {
                 let child = entry - 2;
                 if self.seen.len() >= MAX_NODES {
                     self.found.failed.push(StructureFailure::new(
@@ -225,7 +251,7 @@ impl Walk<'_> {
                     shift: Some(shift - chunk_shift),
                     first_index: index,
                 });
-            } else if !is_internal(entry) {
+            } else if shift > 0 && !is_internal(entry) {
                 self.found.failed.push(StructureFailure::new(
                     reached.address,
                     format!("slot {slot} of a node at shift {shift} holds {entry:#x}, not a node"),

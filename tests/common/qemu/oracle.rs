@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 pub mod network;
+pub mod cache;
 pub mod system;
 use network::GuestNetwork;
 use system::GuestSystem;
@@ -188,6 +189,8 @@ pub struct Oracle {
     pub system: GuestSystem,
     /// Its sockets and network devices.
     pub network: GuestNetwork,
+    /// The files `/init` left in the page cache.
+    pub cached_files: Vec<cache::GuestCachedFile>,
 }
 
 impl Oracle {
@@ -253,6 +256,7 @@ struct Items {
     fds: Vec<GuestFd>,
     system: system::SystemItems,
     network: network::NetworkItems,
+    cache: cache::CacheItems,
     /// The counts of the end line: tasks, map lines, symbols, modules, fds
     /// (the last two 0 when the line has none).
     end: Option<[usize; 5]>,
@@ -323,6 +327,7 @@ impl Items {
             }
             "uname" | "btime" | "clock" | "dmesg" | "dmesg-end" => self.system.add(kind, rest),
             "socket" | "iface" | "inet" | "inet6" | "net-end" => self.network.add(kind, rest),
+            "cache" | "cache-end" => self.cache.add(kind, rest),
             "end" => {
                 let fields = Fields::new(rest);
                 let counts = [
@@ -371,6 +376,7 @@ impl Items {
             fds: self.fds,
             system: self.system.finish()?,
             network: self.network.finish()?,
+            cached_files: self.cache.finish()?,
         })
     }
 }

@@ -55,6 +55,7 @@ impl Tree {
             Limits {
                 max_index: u64::MAX,
                 max_entries: usize::MAX,
+                multi_index: false,
             },
         )
     }
@@ -177,6 +178,7 @@ fn entries_past_the_limit_are_cut_and_the_walk_stops() {
         Limits {
             max_index: u64::MAX,
             max_entries: 100,
+            multi_index: false,
         },
     );
     assert_eq!(found.entries.len(), 100);
@@ -194,6 +196,7 @@ fn entries_past_the_limit_are_cut_and_the_walk_stops() {
         Limits {
             max_index: u64::MAX,
             max_entries: 640,
+            multi_index: false,
         },
     );
     assert_eq!((found.entries.len(), found.failed.len()), (640, 0));
@@ -209,6 +212,7 @@ fn indices_past_the_largest_allowed_are_cut() {
         Limits {
             max_index: 150,
             max_entries: usize::MAX,
+            multi_index: false,
         },
     );
     assert_eq!(found.entries.len(), 151);
