@@ -21,7 +21,11 @@
 //!   [`Kernel::sockets`] and [`Kernel::interfaces`] (the network, as
 //!   `ss -tuanp` and `ip addr` show it),
 //!   [`Kernel::process_views`] (each task through the pid table, the task
-//!   list, its thread group and the run queues: what hides).
+//!   list, its thread group and the run queues: what hides),
+//!   [`Kernel::module_views`] (the modules through their list, address
+//!   tree and sysfs, with taint and parameters) and [`Kernel::hooks`]
+//!   (system-call tables and ftrace callbacks pointing outside the
+//!   kernel's and modules' code).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
@@ -30,6 +34,7 @@
 mod fake_memory;
 mod files;
 mod find;
+mod hooks;
 mod kernel;
 mod kmem;
 mod log;
@@ -51,10 +56,14 @@ pub use find::btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWE
 pub use find::image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
 pub use find::vmcoreinfo::VmcoreinfoError;
 pub use find::{CacheLocation, FindError, Hints};
+pub use hooks::{Hook, HookTable, Hooks};
 pub use kernel::{Kernel, Source};
 pub use log::{Caller, KernelLog, LogRecord};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
-pub use modules::{Module, ModuleList, ModuleState, ModuleViews};
+pub use modules::{
+    kernel_taint_letters, module_taint_letters, Module, ModuleList, ModuleParam, ModuleState,
+    ModuleView, ModuleViews, ParamKind,
+};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use structures::StructureFailure;
 pub use system::{System, Uname};

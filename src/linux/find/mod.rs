@@ -107,7 +107,27 @@ const SYMBOLS: &[&str] = &[
     crate::linux::net::SYMBOLS[2],
     crate::linux::net::SYMBOLS[3],
     crate::linux::net::SYMBOLS[4],
+    // The modules' sysfs kset and the kernel's taint (see `modules`), and
+    // the parameter kinds whose values a module's parameters show.
+    crate::linux::modules::KSET_SYMBOL,
+    crate::linux::modules::TAINT_SYMBOL,
+    PARAM_OPS[0].0,
+    PARAM_OPS[1].0,
+    PARAM_OPS[2].0,
+    PARAM_OPS[3].0,
+    PARAM_OPS[4].0,
+    PARAM_OPS[5].0,
+    PARAM_OPS[6].0,
+    PARAM_OPS[7].0,
+    PARAM_OPS[8].0,
+    PARAM_OPS[9].0,
+    PARAM_OPS[10].0,
+    PARAM_OPS[11].0,
+    PARAM_OPS[12].0,
+    PARAM_OPS[13].0,
 ];
+const PARAM_OPS: [(&str, crate::linux::modules::ParamKind); 14] =
+    crate::linux::modules::PARAM_OPS;
 const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.
 const L5_SYMBOL: &str = "__pgtable_l5_enabled";

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+pub mod integrity;
 pub mod network;
 pub mod system;
 use network::GuestNetwork;
@@ -188,6 +189,8 @@ pub struct Oracle {
     pub system: GuestSystem,
     /// Its sockets and network devices.
     pub network: GuestNetwork,
+    /// Its modules' taint and parameters, and its kernel's taint.
+    pub integrity: integrity::GuestIntegrity,
 }
 
 impl Oracle {
@@ -253,6 +256,7 @@ struct Items {
     fds: Vec<GuestFd>,
     system: system::SystemItems,
     network: network::NetworkItems,
+    integrity: integrity::IntegrityItems,
     /// The counts of the end line: tasks, map lines, symbols, modules, fds
     /// (the last two 0 when the line has none).
     end: Option<[usize; 5]>,
@@ -323,6 +327,9 @@ impl Items {
             }
             "uname" | "btime" | "clock" | "dmesg" | "dmesg-end" => self.system.add(kind, rest),
             "socket" | "iface" | "inet" | "inet6" | "net-end" => self.network.add(kind, rest),
+            "tainted" | "module-taint" | "param" | "parmtype" | "param-given" | "integrity-end" => {
+                self.integrity.add(kind, rest)
+            }
             "end" => {
                 let fields = Fields::new(rest);
                 let counts = [
@@ -371,6 +378,7 @@ impl Items {
             fds: self.fds,
             system: self.system.finish()?,
             network: self.network.finish()?,
+            integrity: self.integrity.finish()?,
         })
     }
 }

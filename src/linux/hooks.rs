@@ -1,0 +1,330 @@
+//! Hooks: the kernel's function pointers a rootkit rewrites to run its
+//! own code, checked against where code may be. Each entry of the
+//! system-call tables (`sys_call_table`, and `ia32_sys_call_table` where
+//! the kernel runs 32-bit processes; from 6.9 the dispatcher is a switch
+//! and the table is kept for tracing, so a rewritten entry there says
+//! less) and each callback on the ftrace list (`ftrace_ops_list`, its
+//! `func`s, up to the `ftrace_ops_list_end` sentinel) must point into
+//! the kernel's text (`_stext` to `_etext`) or a listed module's code;
+//! one that does not is reported, with the symbol or module it points
+//! into where one is known.
+//!
+//! What is read: the kernel's symbol table (one read of its read-only
+//! data, which also gives each table's length: `NR_syscalls` from BTF
+//! where the kernel says it, else up to the next symbol), the module list
+//! and address tree (a hidden module's code is named so), then the tables
+//! and the ftrace list (a call per callback) at once.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use futures::join;
+
+use crate::linux::kmem::{Fields, KernelMemory};
+use crate::linux::structures::StructureFailure;
+use crate::linux::{Kernel, Module};
+
+#[cfg(test)]
+mod tests;
+
+/// The system-call tables, native first.
+const TABLES: [&str; 2] = ["sys_call_table", "ia32_sys_call_table"];
+/// The ftrace list's head (a pointer) and its sentinel (`ftrace_list_end`;
+/// the other name is looked for too).
+const FTRACE_LIST: &str = "ftrace_ops_list";
+const FTRACE_ENDS: [&str; 2] = ["ftrace_list_end", "ftrace_ops_list_end"];
+/// The switches that dispatch system calls from 6.9 (and in stable
+/// kernels they were brought back to): the tables are then only read by
+/// tracing.
+const SWITCHES: [&str; 2] = ["x64_sys_call", "ia32_sys_call"];
+/// Where the kernel's text starts and ends.
+const TEXT: [&str; 2] = ["_stext", "_etext"];
+/// The most entries read of a table (x86-64 has under 500 system calls).
+const MAX_SYSCALLS: u64 = 2048;
+/// The most ftrace callbacks followed.
+const MAX_OPS: usize = 4096;
+
+/// Where a hook was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HookTable {
+    /// `sys_call_table`: an entry a system call.
+    Syscalls,
+    /// `ia32_sys_call_table`: the 32-bit system calls.
+    Ia32Syscalls,
+    /// `ftrace_ops_list`: a callback of function tracing.
+    Ftrace,
+}
+
+impl fmt::Display for HookTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HookTable::Syscalls => TABLES[0],
+            HookTable::Ia32Syscalls => TABLES[1],
+            HookTable::Ftrace => FTRACE_LIST,
+        })
+    }
+}
+
+/// A pointer that points outside the kernel's text and every listed
+/// module's code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    pub table: HookTable,
+    /// The system call's number, or the callback's place on the list.
+    pub index: usize,
+    /// Where the pointer is (the table's entry, or the `ftrace_ops`).
+    pub slot: u64,
+    /// Where it points.
+    pub target: u64,
+    /// What lies there: `symbol+0xoffset` in the kernel image, a hidden
+    /// module, a module outside its code; `None` when nothing known does.
+    pub points_into: Option<String>,
+}
+
+/// The hooks checked, and those that point outside.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hooks {
+    /// Each table read, and its entries checked.
+    pub checked: Vec<(HookTable, usize)>,
+    /// The pointers outside the kernel's text and the listed modules' code.
+    pub outside: Vec<Hook>,
+    /// Why a table was not read (the kernel has none), each once.
+    pub notes: Vec<String>,
+    /// What could not be read.
+    pub failed: Vec<StructureFailure>,
+}
+
+impl Kernel {
+    /// The system-call tables and ftrace callbacks checked (blocking; see
+    /// [`Kernel::hooks_async`]).
+    pub fn hooks(&self) -> Hooks {
+        self.memory().block_on(self.hooks_async())
+    }
+
+    /// The system-call tables and ftrace callbacks checked: see the
+    /// module's documentation.
+    pub async fn hooks_async(&self) -> Hooks {
+        let mut hooks = Hooks::default();
+        let (symbols, (listed, hidden, failed)) = join!(self.kallsyms_async(), self.known_modules());
+        hooks.failed = failed;
+        let symbols = match symbols {
+            Ok(symbols) => symbols,
+            Err(why) => {
+                let why = format!("the kernel's symbols cannot be read: {why}");
+                hooks.failed.push(StructureFailure::new(0, why));
+                return hooks;
+            }
+        };
+        let by_name: HashMap<&str, u64> = symbols.iter().map(|(n, a)| (n.as_str(), *a)).collect();
+        let (Some(&stext), Some(&etext)) = (by_name.get(TEXT[0]), by_name.get(TEXT[1])) else {
+            let why = "kallsyms has no _stext or _etext: the kernel's text is not known";
+            hooks.failed.push(StructureFailure::new(0, why));
+            return hooks;
+        };
+        let addresses: BTreeSet<u64> = symbols.iter().map(|(_, a)| *a).collect();
+        let kmem = self.kernel_memory();
+        let tables = [HookTable::Syscalls, HookTable::Ia32Syscalls].map(|table| {
+            let name = TABLES[table as usize];
+            let at = by_name.get(name).copied();
+            let count = at.map(|at| match (table, self.offsets.hooks.nr_syscalls) {
+                (HookTable::Syscalls, Some(n)) => (n.min(MAX_SYSCALLS), false),
+                _ => {
+                    let next = addresses.range(at + 1..).next().copied().unwrap_or(at);
+                    (((next - at) / 8).min(MAX_SYSCALLS), true)
+                }
+            });
+            (table, at, count)
+        });
+        let ftrace = async {
+            let end = FTRACE_ENDS.iter().find_map(|name| by_name.get(name));
+            let ends = (by_name.get(FTRACE_LIST), end);
+            match (self.offsets.hooks.ftrace, ends) {
+                (Some(layout), (Some(&head), Some(&end))) => {
+                    Some(ftrace_callbacks(&kmem, layout, head, end).await)
+                }
+                _ => None,
+            }
+        };
+        let read_tables = futures::future::join_all(tables.iter().map(|&(_, at, count)| {
+            let kmem = &kmem;
+            async move {
+                let (at, (count, _)) = (at?, count?);
+                Some(kmem.read_vec(at, (count * 8) as usize).await)
+            }
+        }));
+        let (read, ftrace) = join!(read_tables, ftrace);
+        let inside = |target: u64| {
+            (stext..etext).contains(&target)
+                || listed
+                    .iter()
+                    .flat_map(|m| &m.text)
+                    .any(|&(base, len)| (base..base.saturating_add(len)).contains(&target))
+        };
+        let name = |target: u64| self.points_into(target, &symbols, &listed, &hidden);
+        for ((table, at, count), bytes) in tables.iter().zip(read) {
+            let (Some(at), Some((_, trim)), Some(bytes)) = (at, count, bytes) else {
+                let switch = SWITCHES[*table as usize];
+                let why = match by_name.contains_key(switch) {
+                    true => format!("no {table} in kallsyms: the kernel dispatches those system calls by a switch ({switch}), which holds no pointer to check"),
+                    false => format!("no {table} in kallsyms: those system calls are not checked (a kernel without them)"),
+                };
+                hooks.notes.push(why);
+                continue;
+            };
+            let bytes = match bytes {
+                Ok(bytes) => bytes,
+                Err(why) => {
+                    hooks.failed.push(StructureFailure::new(*at, format!("{table}: {why}")));
+                    continue;
+                }
+            };
+            let mut entries: Vec<u64> = bytes.chunks_exact(8).map(|w| w.u64_at(0).unwrap_or(0)).collect();
+            // Up to the next symbol: what pads the table is no entry.
+            while *trim && entries.last() == Some(&0) {
+                entries.pop();
+            }
+            hooks.checked.push((*table, entries.len()));
+            let switch = SWITCHES[*table as usize];
+            if by_name.contains_key(switch) {
+                hooks.notes.push(format!(
+                    "the kernel dispatches by {switch}: {table} is kept for tracing, and a pointer rewritten there runs only where it is read"
+                ));
+            }
+            for (index, &target) in entries.iter().enumerate() {
+                if !inside(target) {
+                    hooks.outside.push(Hook {
+                        table: *table,
+                        index,
+                        slot: at + 8 * index as u64,
+                        target,
+                        points_into: name(target),
+                    });
+                }
+            }
+        }
+        match ftrace {
+            Some((callbacks, failed)) => {
+                hooks.checked.push((HookTable::Ftrace, callbacks.len()));
+                hooks.failed.extend(failed);
+                for (index, (slot, target)) in callbacks.into_iter().enumerate() {
+                    if !inside(target) {
+                        hooks.outside.push(Hook {
+                            table: HookTable::Ftrace,
+                            index,
+                            slot,
+                            target,
+                            points_into: name(target),
+                        });
+                    }
+                }
+            }
+            None => hooks.notes.push(
+                "no ftrace_ops_list and ftrace_list_end in kallsyms (or BTF has no ftrace_ops): a kernel without function tracing; no ftrace callback is checked".into(),
+            ),
+        }
+        hooks
+    }
+
+    /// The modules on the list, and those only the address tree has
+    /// (hidden), with what failed.
+    async fn known_modules(&self) -> (Vec<Module>, Vec<Module>, Vec<StructureFailure>) {
+        let (list, tree) = join!(self.modules_async(), self.module_tree());
+        let mut failed = list.failed;
+        let listed: BTreeSet<u64> = list.modules.iter().map(|m| m.address).collect();
+        let unlisted: Vec<u64> = match tree {
+            Ok((tree, _)) => tree.difference(&listed).copied().collect(),
+            Err(_) => Vec::new(),
+        };
+        let hidden = match (&self.offsets.modules, unlisted.is_empty()) {
+            (Ok(layout), false) => {
+                let kmem = self.kernel_memory();
+                let (hidden, why) = crate::linux::modules::read_hidden(&kmem, layout, &unlisted).await;
+                failed.extend(why);
+                hidden
+            }
+            _ => Vec::new(),
+        };
+        (list.modules, hidden, failed)
+    }
+
+    /// What lies at `target`, when something known does.
+    fn points_into(
+        &self,
+        target: u64,
+        symbols: &[(String, u64)],
+        listed: &[Module],
+        hidden: &[Module],
+    ) -> Option<String> {
+        let holds = |m: &Module| {
+            m.text
+                .iter()
+                .chain(std::iter::once(&(m.base, m.size)))
+                .any(|&(base, len)| (base..base.saturating_add(len)).contains(&target))
+        };
+        if let Some(m) = hidden.iter().find(|m| holds(m)) {
+            return Some(format!("hidden module {}", m.name));
+        }
+        if let Some(m) = listed.iter().find(|m| holds(m)) {
+            return Some(format!("module {}, outside its code", m.name));
+        }
+        let in_image = self
+            .segments()
+            .iter()
+            .any(|s| (s.va..s.va + s.len).contains(&target));
+        if !in_image {
+            return None;
+        }
+        let nearest: BTreeMap<u64, &str> = symbols
+            .iter()
+            .filter(|(_, a)| *a <= target)
+            .map(|(n, a)| (*a, n.as_str()))
+            .collect();
+        let (&at, name) = nearest.iter().next_back()?;
+        Some(format!("{name}+{:#x}", target - at))
+    }
+}
+
+/// Each callback on the ftrace list whose head pointer is at `head`, up to
+/// the sentinel at `end`: where its `ftrace_ops` is and its `func`; what
+/// cut the list.
+pub(crate) async fn ftrace_callbacks(
+    kmem: &KernelMemory<'_>,
+    (func, next): (u64, u64),
+    head: u64,
+    end: u64,
+) -> (Vec<(u64, u64)>, Vec<StructureFailure>) {
+    let mut found = Vec::new();
+    let mut failed = Vec::new();
+    let span = (func.max(next) + 8) as usize;
+    let mut at = match kmem.read_vec(head, 8).await {
+        Ok(bytes) => bytes.u64_at(0).unwrap_or(0),
+        Err(why) => return (found, vec![StructureFailure::new(head, format!("{FTRACE_LIST}: {why}"))]),
+    };
+    let mut seen = BTreeSet::new();
+    while at != end {
+        let why = if at < kmem.kernel_half() {
+            Some(format!("an ftrace callback's link is {at:#x}, no kernel address; the list is cut there"))
+        } else if !seen.insert(at) {
+            Some("the ftrace list loops back here; cut".to_string())
+        } else if found.len() == MAX_OPS {
+            Some(format!("more than {MAX_OPS} ftrace callbacks; cut"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            failed.push(StructureFailure::new(at, why));
+            break;
+        }
+        match kmem.read_vec(at, span).await {
+            Ok(bytes) => {
+                found.push((at, bytes.u64_at(func).unwrap_or(0)));
+                at = bytes.u64_at(next).unwrap_or(0);
+            }
+            Err(why) => {
+                failed.push(StructureFailure::new(at, format!("an ftrace callback: {why}")));
+                break;
+            }
+        }
+    }
+    (found, failed)
+}

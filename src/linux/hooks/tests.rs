@@ -1,0 +1,1 @@
+//! Tests of the hooks on made-up memory.
