@@ -178,11 +178,7 @@ impl Kernel {
                     continue;
                 }
             };
-            let mut entries: Vec<u64> = bytes.chunks_exact(8).map(|w| w.u64_at(0).unwrap_or(0)).collect();
-            // Up to the next symbol: what pads the table is no entry.
-            while *trim && entries.last() == Some(&0) {
-                entries.pop();
-            }
+            let entries = table_entries(&bytes, *trim);
             hooks.checked.push((*table, entries.len()));
             let switch = SWITCHES[*table as usize];
             if by_name.contains_key(switch) {
@@ -190,33 +186,15 @@ impl Kernel {
                     "the kernel dispatches by {switch}: {table} is kept for tracing, and a pointer rewritten there runs only where it is read"
                 ));
             }
-            for (index, &target) in entries.iter().enumerate() {
-                if !inside(target) {
-                    hooks.outside.push(Hook {
-                        table: *table,
-                        index,
-                        slot: at + 8 * index as u64,
-                        target,
-                        points_into: name(target),
-                    });
-                }
-            }
+            let slots = entries.iter().enumerate().map(|(i, &t)| (i, at + 8 * i as u64, t));
+            hooks.outside.extend(outside(*table, slots, &inside, &name));
         }
         match ftrace {
             Some((callbacks, failed)) => {
                 hooks.checked.push((HookTable::Ftrace, callbacks.len()));
                 hooks.failed.extend(failed);
-                for (index, (slot, target)) in callbacks.into_iter().enumerate() {
-                    if !inside(target) {
-                        hooks.outside.push(Hook {
-                            table: HookTable::Ftrace,
-                            index,
-                            slot,
-                            target,
-                            points_into: name(target),
-                        });
-                    }
-                }
+                let slots = callbacks.into_iter().enumerate().map(|(i, (slot, t))| (i, slot, t));
+                hooks.outside.extend(outside(HookTable::Ftrace, slots, &inside, &name));
             }
             None => hooks.notes.push(
                 "no ftrace_ops_list and ftrace_list_end in kallsyms (or BTF has no ftrace_ops): a kernel without function tracing; no ftrace callback is checked".into(),
@@ -282,6 +260,40 @@ impl Kernel {
         let (&at, name) = nearest.iter().next_back()?;
         Some(format!("{name}+{:#x}", target - at))
     }
+}
+
+/// The entries of a system-call table read whole; when its length was
+/// taken up to the next symbol, the zeros that pad it after its last
+/// entry are left out.
+fn table_entries(bytes: &[u8], trim: bool) -> Vec<u64> {
+    let mut entries: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|w| w.u64_at(0).unwrap_or(0))
+        .collect();
+    while trim && entries.last() == Some(&0) {
+        entries.pop();
+    }
+    entries
+}
+
+/// The pointers of `table` (each its index, where it is and where it
+/// points) that `inside` does not hold, each named by `name`.
+fn outside(
+    table: HookTable,
+    pointers: impl Iterator<Item = (usize, u64, u64)>,
+    inside: &impl Fn(u64) -> bool,
+    name: &impl Fn(u64) -> Option<String>,
+) -> Vec<Hook> {
+    pointers
+        .filter(|&(_, _, target)| !inside(target))
+        .map(|(index, slot, target)| Hook {
+            table,
+            index,
+            slot,
+            target,
+            points_into: name(target),
+        })
+        .collect()
 }
 
 /// Each callback on the ftrace list whose head pointer is at `head`, up to

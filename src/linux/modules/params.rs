@@ -305,3 +305,144 @@ pub(crate) async fn c_string(
         None => Err(format!("no NUL in the {max} bytes at {at:#x}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::fake_memory::FakeMemory;
+
+    /// `struct kernel_param` and `struct kparam_string` as 6.x lays them.
+    const LAYOUT: ParamLayout = ParamLayout {
+        size: 40,
+        name: 0,
+        module: 8,
+        ops: 16,
+        perm: 24,
+        arg: 32,
+        maxlen: 0,
+        string: 8,
+    };
+    /// Made-up addresses of the kernel's ops.
+    const INT: u64 = 0xffff_ffff_8100_0000;
+    const BOOL: u64 = INT + 0x40;
+    const CHARP: u64 = INT + 0x80;
+    const STRING: u64 = INT + 0xc0;
+    const HEXINT: u64 = INT + 0x100;
+    const KINDS: [(u64, ParamKind); 5] = [
+        (INT, ParamKind::Int),
+        (BOOL, ParamKind::Bool),
+        (CHARP, ParamKind::Charp),
+        (STRING, ParamKind::String),
+        (HEXINT, ParamKind::Hexint),
+    ];
+
+    /// A parameter `i` of the array at `kp`.
+    fn put_param(f: &mut FakeMemory, kp: u64, i: u64, name: u64, module: u64, ops: u64, arg: u64) {
+        let at = kp + i * LAYOUT.size;
+        f.put(at + LAYOUT.name, name);
+        f.put(at + LAYOUT.module, module);
+        f.put(at + LAYOUT.ops, ops);
+        f.put_bytes(at + LAYOUT.perm, &0o644u16.to_le_bytes());
+        f.put(at + LAYOUT.arg, arg);
+    }
+
+    #[test]
+    fn each_kind_as_sysfs_shows_it_and_other_ops_unknown() {
+        let mut f = FakeMemory::new(1 << 16);
+        let module = f.alloc(64);
+        let kp = f.alloc(8 * LAYOUT.size);
+        let int = f.alloc(8);
+        f.put_u32(int, (-5i32) as u32);
+        let flag = f.alloc(8);
+        f.put_bytes(flag, &[1]);
+        let text = f.string("hello");
+        let charp = f.alloc(8);
+        f.put(charp, text);
+        let null = f.alloc(8);
+        let buffer = f.string("buffered");
+        let kstring = f.alloc(16);
+        f.put_u32(kstring + LAYOUT.maxlen, 32);
+        f.put(kstring + LAYOUT.string, buffer);
+        let hex = f.alloc(8);
+        f.put_u32(hex, 0xbeef);
+        let params = [
+            ("count", INT, int),
+            ("flag", BOOL, flag),
+            ("text", CHARP, charp),
+            ("none", CHARP, null),
+            ("buf", STRING, kstring),
+            ("mask", HEXINT, hex),
+            ("own", INT + 0x1000, int),
+        ];
+        for (i, (name, ops, arg)) in params.iter().enumerate() {
+            let name = f.string(name);
+            put_param(&mut f, kp, i as u64, name, module, *ops, *arg);
+        }
+        // One whose module pointer is another's.
+        let name = f.string("stray");
+        put_param(&mut f, kp, 7, name, module + 8, INT, int);
+        let array = ParamArray {
+            module,
+            kp,
+            count: 8,
+        };
+        let ((params, failed), calls) =
+            f.read(async |kmem| read(kmem, &LAYOUT, &KINDS, &[array]).await);
+        assert_eq!(failed, []);
+        let got: Vec<(String, Result<String, String>)> = params[0]
+            .iter()
+            .map(|p| (p.name.clone().unwrap(), p.value.clone()))
+            .collect();
+        let ok = |n: &str, v: &str| (n.to_string(), Ok(v.to_string()));
+        assert_eq!(got[..6], [
+            ok("count", "-5"),
+            ok("flag", "Y"),
+            ok("text", "hello"),
+            ok("none", "(null)"),
+            ok("buf", "buffered"),
+            ok("mask", "0x0000beef"),
+        ]);
+        assert!(got[6].1.as_ref().unwrap_err().contains("none of the kernel's own kinds"));
+        assert!(got[7].1.as_ref().unwrap_err().contains("is not its module's"));
+        assert_eq!(params[0][0].perm, 0o644);
+        // The array; the names and values; the strings.
+        assert_eq!(calls, 3);
+    }
+
+    #[test]
+    fn garbage_counts_names_without_end_and_wild_pointers_are_failures() {
+        let mut f = FakeMemory::new(1 << 20);
+        let module = f.alloc(64);
+        let kp = f.alloc(2 * LAYOUT.size);
+        // A name of 200 bytes and no NUL, across a page.
+        let name = f.alloc(0x1000);
+        let name = (name | 0xfff) - 99;
+        f.put_bytes(name, &[b'x'; 200]);
+        let int = f.alloc(8);
+        put_param(&mut f, kp, 0, name, module, INT, int);
+        // A value at a user address.
+        let good = f.string("fine");
+        put_param(&mut f, kp, 1, good, module, INT, 0x40_0000);
+        let array = |count| ParamArray { module, kp, count };
+        let ((params, failed), _) =
+            f.read(async |kmem| read(kmem, &LAYOUT, &KINDS, &[array(2)]).await);
+        assert_eq!(failed, []);
+        let first = &params[0][0];
+        assert!(first.name.as_ref().unwrap_err().contains("no NUL"), "{first:?}");
+        assert_eq!(first.value, Ok("0".into()));
+        assert!(params[0][1].value.as_ref().unwrap_err().contains("no kernel address"));
+        // num_kp of four billion: the first MAX_PARAMS read, and said.
+        let ((params, failed), calls) =
+            f.read(async |kmem| read(kmem, &LAYOUT, &KINDS, &[array(u32::MAX as u64)]).await);
+        assert_eq!(params[0].len(), MAX_PARAMS as usize);
+        assert!(failed[0].reason.contains("more than 1024"), "{failed:?}");
+        assert!(calls <= 4, "{calls}");
+        // A parameter array at no kernel address, and one unreadable.
+        let wild = ParamArray { module, kp: 0x1000, count: 1 };
+        let past = ParamArray { module, kp: crate::linux::fake_memory::DIRECT + (2 << 20), count: 1 };
+        let ((params, failed), _) =
+            f.read(async |kmem| read(kmem, &LAYOUT, &KINDS, &[wild, past]).await);
+        assert_eq!(params, [vec![], vec![]]);
+        assert_eq!(failed.len(), 2, "{failed:?}");
+    }
+}

@@ -133,3 +133,97 @@ pub(crate) async fn linked(
     });
     futures::future::join_all(checks).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::fake_memory::FakeMemory;
+    use crate::linux::offsets::RbLayout;
+
+    /// `kset`, `kernfs_node` and `module_kobject` as 6.1 lays them.
+    const LAYOUT: SysfsLayout = SysfsLayout {
+        kset_dir: 72,
+        children: 72,
+        node: 24,
+        private: 96,
+        rb: RbLayout { left: 16, right: 8 },
+        module_of_kobj: 64,
+        module_kobj: 80,
+    };
+    const LINKS: ListLayout = ListLayout { next: 0, prev: 8 };
+
+    /// A kset pointer (its address returned) whose kset's directory has
+    /// the entry `root` at the root of its children.
+    fn sysfs(f: &mut FakeMemory, root: u64) -> u64 {
+        let dir = f.alloc(128);
+        f.put(dir + LAYOUT.children, root + LAYOUT.node);
+        let kset = f.alloc(128);
+        f.put(kset + LAYOUT.kset_dir, dir);
+        let pointer = f.alloc(8);
+        f.put(pointer, kset);
+        pointer
+    }
+
+    #[test]
+    fn modules_built_ins_and_strays_told_apart_and_a_loop_cut() {
+        let mut f = FakeMemory::new(1 << 16);
+        let nodes: Vec<u64> = (0..4).map(|_| f.alloc(128)).collect();
+        let rb = |n: u64| n + LAYOUT.node;
+        // Root 0: left 1, right 2; 2's right leads back to 0 (a loop);
+        // 1's left is 3.
+        f.put(rb(nodes[0]) + 16, rb(nodes[1]));
+        f.put(rb(nodes[0]) + 8, rb(nodes[2]));
+        f.put(rb(nodes[2]) + 8, rb(nodes[0]));
+        f.put(rb(nodes[1]) + 16, rb(nodes[3]));
+        // 0: a module's kobject (in its struct module); 1: a built-in's;
+        // 2: one naming a module that does not hold it; 3: no kobject.
+        let module = f.alloc(256);
+        let kobj = module + LAYOUT.module_kobj;
+        f.put(kobj + LAYOUT.module_of_kobj, module);
+        f.put(nodes[0] + LAYOUT.private, kobj);
+        let built_in = f.alloc(128);
+        f.put(nodes[1] + LAYOUT.private, built_in);
+        let stray = f.alloc(128);
+        f.put(stray + LAYOUT.module_of_kobj, module);
+        f.put(nodes[2] + LAYOUT.private, stray);
+        f.put(nodes[3] + LAYOUT.private, 0x40);
+        let kset = sysfs(&mut f, nodes[0]);
+        let (found, calls) = f.read(async |kmem| walk(kmem, &LAYOUT, kset, 100).await);
+        assert_eq!(found.modules.into_iter().collect::<Vec<_>>(), [module]);
+        assert_eq!(found.built_in, 1);
+        let reasons: Vec<&str> = found.failed.iter().map(|f| f.reason.as_str()).collect();
+        assert_eq!(found.failed.len(), 3, "{reasons:?}");
+        assert!(reasons.iter().any(|r| r.contains("no kernel address")), "{reasons:?}");
+        assert!(reasons.iter().any(|r| r.contains("does not hold it")), "{reasons:?}");
+        // The pointer, the kset, the directory, three levels, the owners.
+        assert_eq!(calls, 7);
+        // A kset pointer that is garbage: said, nothing found.
+        f.put(kset, 0x1234);
+        let (found, _) = f.read(async |kmem| walk(kmem, &LAYOUT, kset, 100).await);
+        assert!(found.modules.is_empty() && found.built_in == 0);
+        assert!(found.failed[0].reason.contains("module_kset is 0x1234"), "{:?}", found.failed);
+    }
+
+    #[test]
+    fn a_node_is_on_its_list_only_when_both_neighbours_point_back() {
+        let mut f = FakeMemory::new(1 << 16);
+        let [head, a, b, c] = [0; 4].map(|_| f.alloc(16));
+        // head <-> a <-> b <-> head; c was taken out (its neighbours skip
+        // it) but keeps its links.
+        for (node, next, prev) in [(head, a, b), (a, b, head), (b, head, a)] {
+            f.put(node + LINKS.next, next);
+            f.put(node + LINKS.prev, prev);
+        }
+        let poison = 0xdead_0000_0000_0100;
+        let nodes = [
+            (a, b, head),
+            (c, b, a),
+            (c, c, c),
+            (c, poison, poison + 0x22),
+            (0, 0, 0),
+        ];
+        let (linked, calls) = f.read(async |kmem| linked(kmem, &LINKS, &nodes).await);
+        assert_eq!(linked, [true, false, false, false, false]);
+        assert_eq!(calls, 1);
+    }
+}
