@@ -362,7 +362,10 @@ fn check_module_views(kernel: &Kernel, device: &LeechCore, guest: &Guest) {
     assert_eq!(views.read, every);
     let oracle = &guest.oracle().integrity;
     assert_eq!(views.kernel_taint, Ok(oracle.tainted));
-    assert_eq!(views.built_in + views.list.modules.len(), oracle.sysfs_entries);
+    assert_eq!(
+        views.built_in + views.list.modules.len(),
+        oracle.sysfs_entries
+    );
     for m in &views.list.modules {
         assert_eq!(views.seen_in[&m.address], every, "{}", m.name);
         let letters = module_taint_letters(m.taints.unwrap());
@@ -402,7 +405,10 @@ fn check_hooks(kernel: &Kernel, device: &LeechCore) {
     let (hooks, calls) = counted(device, || kernel.hooks());
     assert_eq!(hooks.outside, [], "{hooks:#?}");
     assert!(hooks.failed.is_empty(), "{hooks:#?}");
-    let native = hooks.checked.iter().find(|(t, _)| *t == HookTable::Syscalls);
+    let native = hooks
+        .checked
+        .iter()
+        .find(|(t, _)| *t == HookTable::Syscalls);
     assert!(native.is_some_and(|&(_, n)| n > 300), "{hooks:#?}");
     eprintln!("hooks: {calls} read calls");
     assert_eq!(calls, HOOKS_CALLS);

@@ -737,7 +737,9 @@ fn listed_and_guests_own_hidden(t: &Target, run: &Run) -> Vec<Value> {
     assert_eq!(summary["hidden"], t.modules.len(), "{summary}");
     for line in &mut lines {
         let keys = ["name", "size", "base", "state", "module", "hidden"];
-        line.as_object_mut().unwrap().retain(|k, _| keys.contains(&k.as_str()));
+        line.as_object_mut()
+            .unwrap()
+            .retain(|k, _| keys.contains(&k.as_str()));
     }
     let (hidden, listed): (Vec<Value>, Vec<Value>) =
         lines.into_iter().partition(|l| l["hidden"] == true);
@@ -787,9 +789,9 @@ fn modules_crafted_into_the_list_are_shown_as_lsmod_shows_them() {
     assert_eq!(without_tree_lines(&json), "");
     assert!(
         json.stderr.contains("module ext4 (struct module at ")
-            && json
-                .stderr
-                .contains("is live on the module list but missing from: address tree, sysfs, kset list"),
+            && json.stderr.contains(
+                "is live on the module list but missing from: address tree, sysfs, kset list"
+            ),
         "{}",
         json.stderr
     );
@@ -798,18 +800,24 @@ fn modules_crafted_into_the_list_are_shown_as_lsmod_shows_them() {
     assert_eq!(table.status.code(), Some(1), "{}", table.stderr);
     assert_terminal_safe(&table.stdout, "modules");
     // (A hidden guest module's parameters are indented under it.)
-    let lines: Vec<&str> = table.stdout.lines().filter(|l| !l.starts_with(' ')).collect();
+    let lines: Vec<&str> = table
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with(' '))
+        .collect();
     assert_eq!(lines.len(), 5 + t.modules.len(), "{}", table.stdout);
     assert!(
-        lines[4..lines.len() - 1].iter().all(|l| l.ends_with("  HIDDEN")),
+        lines[4..lines.len() - 1]
+            .iter()
+            .all(|l| l.ends_with("  HIDDEN")),
         "{}",
         table.stdout
     );
     assert!(
-        lines.last().unwrap().starts_with(&format!(
-            "3 modules, {} hidden, ",
-            t.modules.len()
-        )),
+        lines
+            .last()
+            .unwrap()
+            .starts_with(&format!("3 modules, {} hidden, ", t.modules.len())),
         "{}",
         table.stdout
     );
@@ -1143,7 +1151,9 @@ fn hooks_name_a_rewritten_system_call_and_cut_an_ftrace_list_that_loops() {
     let address = |name: &str| symbols.iter().find(|(n, _)| n == name).unwrap().1;
     let clean = leechio(&image.device(), &["hooks"]);
     assert_eq!(clean.status.code(), Some(0), "{}", clean.stderr);
-    let checked = clean.stdout.trim_start_matches("0 pointing outside; checked: ");
+    let checked = clean
+        .stdout
+        .trim_start_matches("0 pointing outside; checked: ");
     let slot = address("sys_call_table") + 8 * 3;
     image.poke_u64(physical(k, slot), 0x4141_4141_4141_4141);
     let pa = image.alloc(256, 64);
@@ -1165,8 +1175,9 @@ fn hooks_name_a_rewritten_system_call_and_cut_an_ftrace_list_that_loops() {
         )
     );
     assert!(
-        run.stderr
-            .contains(&format!("leechio: hooks: {ops:#x}: the ftrace list loops back here; cut\n")),
+        run.stderr.contains(&format!(
+            "leechio: hooks: {ops:#x}: the ftrace list loops back here; cut\n"
+        )),
         "{}",
         run.stderr
     );

@@ -248,8 +248,15 @@ fn check_modules_lists_what_the_guests_proc_modules_says(guest: SharedGuest) {
     let table = leechio(&["-d", &device, "modules"]);
     assert!(table.status.success(), "{}", text(&table.stderr));
     let out = text(&table.stdout);
-    let rows: Vec<&str> = out.lines().skip(1).filter(|l| !l.starts_with(' ')).collect();
-    let names: Vec<&str> = rows.iter().map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+    let rows: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with(' '))
+        .collect();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
     let want_names: Vec<&str> = want.iter().map(|m| m.0.as_str()).collect();
     assert_eq!(names[..names.len() - 1], want_names);
     // The parameter insmod was given, which sysfs does not show (its
@@ -259,7 +266,10 @@ fn check_modules_lists_what_the_guests_proc_modules_says(guest: SharedGuest) {
         .iter()
         .map(|(key, v)| {
             assert!(!integrity.params.contains_key(key), "{key:?}");
-            format!("    {}={v}  ({}, perm 0000)", key.1, integrity.parmtypes[key])
+            format!(
+                "    {}={v}  ({}, perm 0000)",
+                key.1, integrity.parmtypes[key]
+            )
         })
         .collect();
     let params: Vec<&str> = out.lines().filter(|l| l.starts_with(' ')).collect();
@@ -288,7 +298,11 @@ fn a_module_unlinked_from_the_module_list_and_its_kset_is_reported_hidden() {
     let (mem, _device) = engine(guest.open());
     let kernel = Kernel::find(&mem, &no_cache()).unwrap();
     let list = kernel.modules();
-    let victim = list.modules.iter().find(|m| m.name == want[1].name).unwrap();
+    let victim = list
+        .modules
+        .iter()
+        .find(|m| m.name == want[1].name)
+        .unwrap();
     let mut unlinked = Unlinked::new(&mem);
     let at = |path: &str| victim.address + kernel.offset_of("module", path).unwrap();
     unlinked.unlink(&kernel, at("list"));

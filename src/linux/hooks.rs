@@ -105,7 +105,8 @@ impl Kernel {
     /// module's documentation.
     pub async fn hooks_async(&self) -> Hooks {
         let mut hooks = Hooks::default();
-        let (symbols, (listed, hidden, failed)) = join!(self.kallsyms_async(), self.known_modules());
+        let (symbols, (listed, hidden, failed)) =
+            join!(self.kallsyms_async(), self.known_modules());
         hooks.failed = failed;
         let symbols = match symbols {
             Ok(symbols) => symbols,
@@ -174,7 +175,9 @@ impl Kernel {
             let bytes = match bytes {
                 Ok(bytes) => bytes,
                 Err(why) => {
-                    hooks.failed.push(StructureFailure::new(*at, format!("{table}: {why}")));
+                    hooks
+                        .failed
+                        .push(StructureFailure::new(*at, format!("{table}: {why}")));
                     continue;
                 }
             };
@@ -186,7 +189,10 @@ impl Kernel {
                     "the kernel dispatches by {switch}: {table} is kept for tracing, and a pointer rewritten there runs only where it is read"
                 ));
             }
-            let slots = entries.iter().enumerate().map(|(i, &t)| (i, at + 8 * i as u64, t));
+            let slots = entries
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| (i, at + 8 * i as u64, t));
             hooks.outside.extend(outside(*table, slots, &inside, &name));
         }
         match ftrace {
@@ -216,7 +222,8 @@ impl Kernel {
         let hidden = match (&self.offsets.modules, unlisted.is_empty()) {
             (Ok(layout), false) => {
                 let kmem = self.kernel_memory();
-                let (hidden, why) = crate::linux::modules::read_hidden(&kmem, layout, &unlisted).await;
+                let (hidden, why) =
+                    crate::linux::modules::read_hidden(&kmem, layout, &unlisted).await;
                 failed.extend(why);
                 hidden
             }
@@ -310,12 +317,19 @@ pub(crate) async fn ftrace_callbacks(
     let span = (func.max(next) + 8) as usize;
     let mut at = match kmem.read_vec(head, 8).await {
         Ok(bytes) => bytes.u64_at(0).unwrap_or(0),
-        Err(why) => return (found, vec![StructureFailure::new(head, format!("{FTRACE_LIST}: {why}"))]),
+        Err(why) => {
+            return (
+                found,
+                vec![StructureFailure::new(head, format!("{FTRACE_LIST}: {why}"))],
+            )
+        }
     };
     let mut seen = BTreeSet::new();
     while at != end {
         let why = if at < kmem.kernel_half() {
-            Some(format!("an ftrace callback's link is {at:#x}, no kernel address; the list is cut there"))
+            Some(format!(
+                "an ftrace callback's link is {at:#x}, no kernel address; the list is cut there"
+            ))
         } else if !seen.insert(at) {
             Some("the ftrace list loops back here; cut".to_string())
         } else if found.len() == MAX_OPS {
@@ -333,7 +347,10 @@ pub(crate) async fn ftrace_callbacks(
                 at = bytes.u64_at(next).unwrap_or(0);
             }
             Err(why) => {
-                failed.push(StructureFailure::new(at, format!("an ftrace callback: {why}")));
+                failed.push(StructureFailure::new(
+                    at,
+                    format!("an ftrace callback: {why}"),
+                ));
                 break;
             }
         }

@@ -29,11 +29,11 @@ mod tests;
 mod tree;
 mod views;
 
-pub use params::{ModuleParam, ParamKind};
 pub(crate) use params::PARAM_OPS;
+pub use params::{ModuleParam, ParamKind};
 pub(crate) use sysfs::KSET_SYMBOL;
-pub use taint::{kernel_taint_letters, module_taint_letters};
 pub(crate) use taint::TAINT_SYMBOL;
+pub use taint::{kernel_taint_letters, module_taint_letters};
 pub(crate) use tree::read_modules as read_hidden;
 pub use views::{ModuleView, ModuleViews};
 

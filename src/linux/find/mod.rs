@@ -126,8 +126,7 @@ const SYMBOLS: &[&str] = &[
     PARAM_OPS[12].0,
     PARAM_OPS[13].0,
 ];
-const PARAM_OPS: [(&str, crate::linux::modules::ParamKind); 14] =
-    crate::linux::modules::PARAM_OPS;
+const PARAM_OPS: [(&str, crate::linux::modules::ParamKind); 14] = crate::linux::modules::PARAM_OPS;
 const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.
 const L5_SYMBOL: &str = "__pgtable_l5_enabled";

@@ -18,8 +18,12 @@ fn the_ftrace_list_to_its_sentinel_and_a_loop_or_wild_link_cut() {
     f.put(a + OPS.1, b);
     f.put(b + OPS.0, 0xffff_ffff_c000_2000);
     f.put(b + OPS.1, end);
-    let ((found, failed), calls) = f.read(async |kmem| ftrace_callbacks(kmem, OPS, head, end).await);
-    assert_eq!(found, [(a, 0xffff_ffff_8100_1000), (b, 0xffff_ffff_c000_2000)]);
+    let ((found, failed), calls) =
+        f.read(async |kmem| ftrace_callbacks(kmem, OPS, head, end).await);
+    assert_eq!(
+        found,
+        [(a, 0xffff_ffff_8100_1000), (b, 0xffff_ffff_c000_2000)]
+    );
     assert_eq!(failed, []);
     // The head, then a call a callback.
     assert_eq!(calls, 3);
@@ -64,7 +68,10 @@ fn every_entry_outside_the_text_is_reported_and_padding_dropped() {
     assert_eq!(table_entries(&bytes, false).len(), 8);
     assert_eq!(table_entries(&bytes[..13], false).len(), 1);
     let base = 0xffff_ffff_8300_0000;
-    let slots = entries.iter().enumerate().map(|(i, &t)| (i, base + 8 * i as u64, t));
+    let slots = entries
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| (i, base + 8 * i as u64, t));
     let hooks = outside(HookTable::Syscalls, slots, &inside, &name);
     let got: Vec<(usize, u64, Option<&str>)> = hooks
         .iter()

@@ -171,7 +171,10 @@ async fn read_array(
         return (Vec::new(), failed);
     }
     if array.kp < kmem.kernel_half() {
-        let why = format!("its parameters (kp {:#x}) are at no kernel address", array.kp);
+        let why = format!(
+            "its parameters (kp {:#x}) are at no kernel address",
+            array.kp
+        );
         return (Vec::new(), vec![StructureFailure::new(array.module, why)]);
     }
     let count = array.count.min(MAX_PARAMS);
@@ -200,9 +203,9 @@ async fn read_array(
     let each = (0..count).map(|i| {
         let at = i * stride;
         let word = move |offset: u64| bytes.u64_at(at + offset).unwrap_or(0);
-        let perm = bytes.bytes_at(at + layout.perm, 2).map_or(0, |b| {
-            u16::from_le_bytes([b[0], b[1]])
-        });
+        let perm = bytes
+            .bytes_at(at + layout.perm, 2)
+            .map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
         let owner = word(layout.module);
         let kind = kinds
             .iter()
@@ -252,7 +255,9 @@ async fn value(
     arg: u64,
 ) -> Result<String, String> {
     if arg < kmem.kernel_half() {
-        return Err(format!("unknown: its value's address {arg:#x} is no kernel address"));
+        return Err(format!(
+            "unknown: its value's address {arg:#x} is no kernel address"
+        ));
     }
     let unknown = |why: String| format!("unknown: {why}");
     let bytes = match kind {
@@ -274,7 +279,9 @@ async fn value(
         return Ok("(null)".into());
     }
     if at < kmem.kernel_half() || max == 0 {
-        return Err(unknown(format!("its string at {at:#x} (of {max} bytes) cannot be read")));
+        return Err(unknown(format!(
+            "its string at {at:#x} (of {max} bytes) cannot be read"
+        )));
     }
     let text = c_string(kmem, at, max).await.map_err(unknown)?;
     Ok(String::from_utf8_lossy(&text).into_owned())
@@ -394,16 +401,27 @@ mod tests {
             .map(|p| (p.name.clone().unwrap(), p.value.clone()))
             .collect();
         let ok = |n: &str, v: &str| (n.to_string(), Ok(v.to_string()));
-        assert_eq!(got[..6], [
-            ok("count", "-5"),
-            ok("flag", "Y"),
-            ok("text", "hello"),
-            ok("none", "(null)"),
-            ok("buf", "buffered"),
-            ok("mask", "0x0000beef"),
-        ]);
-        assert!(got[6].1.as_ref().unwrap_err().contains("none of the kernel's own kinds"));
-        assert!(got[7].1.as_ref().unwrap_err().contains("is not its module's"));
+        assert_eq!(
+            got[..6],
+            [
+                ok("count", "-5"),
+                ok("flag", "Y"),
+                ok("text", "hello"),
+                ok("none", "(null)"),
+                ok("buf", "buffered"),
+                ok("mask", "0x0000beef"),
+            ]
+        );
+        assert!(got[6]
+            .1
+            .as_ref()
+            .unwrap_err()
+            .contains("none of the kernel's own kinds"));
+        assert!(got[7]
+            .1
+            .as_ref()
+            .unwrap_err()
+            .contains("is not its module's"));
         assert_eq!(params[0][0].perm, 0o644);
         // The array; the names and values; the strings.
         assert_eq!(calls, 3);
@@ -428,9 +446,16 @@ mod tests {
             f.read(async |kmem| read(kmem, &LAYOUT, &KINDS, &[array(2)]).await);
         assert_eq!(failed, []);
         let first = &params[0][0];
-        assert!(first.name.as_ref().unwrap_err().contains("no NUL"), "{first:?}");
+        assert!(
+            first.name.as_ref().unwrap_err().contains("no NUL"),
+            "{first:?}"
+        );
         assert_eq!(first.value, Ok("0".into()));
-        assert!(params[0][1].value.as_ref().unwrap_err().contains("no kernel address"));
+        assert!(params[0][1]
+            .value
+            .as_ref()
+            .unwrap_err()
+            .contains("no kernel address"));
         // num_kp of four billion: the first MAX_PARAMS read, and said.
         let ((params, failed), calls) =
             f.read(async |kmem| read(kmem, &LAYOUT, &KINDS, &[array(u32::MAX as u64)]).await);
@@ -438,8 +463,16 @@ mod tests {
         assert!(failed[0].reason.contains("more than 1024"), "{failed:?}");
         assert!(calls <= 4, "{calls}");
         // A parameter array at no kernel address, and one unreadable.
-        let wild = ParamArray { module, kp: 0x1000, count: 1 };
-        let past = ParamArray { module, kp: crate::linux::fake_memory::DIRECT + (2 << 20), count: 1 };
+        let wild = ParamArray {
+            module,
+            kp: 0x1000,
+            count: 1,
+        };
+        let past = ParamArray {
+            module,
+            kp: crate::linux::fake_memory::DIRECT + (2 << 20),
+            count: 1,
+        };
         let ((params, failed), _) =
             f.read(async |kmem| read(kmem, &LAYOUT, &KINDS, &[wild, past]).await);
         assert_eq!(params, [vec![], vec![]]);

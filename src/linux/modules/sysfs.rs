@@ -100,9 +100,10 @@ pub(crate) async fn walk(
                 kobj,
                 format!("a /sys/module kobject whose module ({m:#x}) does not hold it"),
             )),
-            Err(why) => found
-                .failed
-                .push(StructureFailure::new(kobj, format!("a /sys/module kobject: {why}"))),
+            Err(why) => found.failed.push(StructureFailure::new(
+                kobj,
+                format!("a /sys/module kobject: {why}"),
+            )),
         }
     }
     found
@@ -193,15 +194,25 @@ mod tests {
         assert_eq!(found.built_in, 1);
         let reasons: Vec<&str> = found.failed.iter().map(|f| f.reason.as_str()).collect();
         assert_eq!(found.failed.len(), 3, "{reasons:?}");
-        assert!(reasons.iter().any(|r| r.contains("no kernel address")), "{reasons:?}");
-        assert!(reasons.iter().any(|r| r.contains("does not hold it")), "{reasons:?}");
+        assert!(
+            reasons.iter().any(|r| r.contains("no kernel address")),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.iter().any(|r| r.contains("does not hold it")),
+            "{reasons:?}"
+        );
         // The pointer, the kset, the directory, three levels, the owners.
         assert_eq!(calls, 7);
         // A kset pointer that is garbage: said, nothing found.
         f.put(kset, 0x1234);
         let (found, _) = f.read(async |kmem| walk(kmem, &LAYOUT, kset, 100).await);
         assert!(found.modules.is_empty() && found.built_in == 0);
-        assert!(found.failed[0].reason.contains("module_kset is 0x1234"), "{:?}", found.failed);
+        assert!(
+            found.failed[0].reason.contains("module_kset is 0x1234"),
+            "{:?}",
+            found.failed
+        );
     }
 
     #[test]

@@ -165,7 +165,9 @@ impl Kernel {
         let every = list.modules.iter().zip(&kset);
         for (m, &in_kset) in every.chain(hidden.iter().zip(&hidden_kset)) {
             let mut seen = Vec::new();
-            let has = |view: &Option<BTreeSet<u64>>| view.as_ref().is_some_and(|v| v.contains(&m.address));
+            let has = |view: &Option<BTreeSet<u64>>| {
+                view.as_ref().is_some_and(|v| v.contains(&m.address))
+            };
             if listed.contains(&m.address) {
                 seen.push(ModuleView::List);
             }
@@ -252,9 +254,9 @@ impl Kernel {
         let max = max_modules(kmem.limit, module_size).saturating_mul(2);
         let found = sysfs::walk(&kmem, layout, kset, max).await;
         match found.failed.first() {
-            Some(f) if found.modules.is_empty() && found.built_in == 0 => Err(format!(
-                "/sys/module cannot be read: {f}"
-            )),
+            Some(f) if found.modules.is_empty() && found.built_in == 0 => {
+                Err(format!("/sys/module cannot be read: {f}"))
+            }
             _ => Ok(found),
         }
     }
@@ -279,7 +281,9 @@ impl Kernel {
                 notes.push("BTF has no module.kp: no module's parameters are shown".into());
             }
             if layout.kset_entry.is_none() {
-                notes.push("BTF has no module.mkobj.kobj.entry: the kset list is not compared".into());
+                notes.push(
+                    "BTF has no module.mkobj.kobj.entry: the kset list is not compared".into(),
+                );
             }
         }
         if let Err(e) = &self.offsets.params {

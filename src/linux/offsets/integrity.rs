@@ -85,9 +85,9 @@ impl SysfsLayout {
             node: node("rb")?,
             private: node("priv")?,
             rb: RbLayout::from_btf(btf)?,
-            module_of_kobj: module.checked_sub(kobj).ok_or_else(|| {
-                BtfError::Parse("module_kobject.mod lies before its kobj".into())
-            })?,
+            module_of_kobj: module
+                .checked_sub(kobj)
+                .ok_or_else(|| BtfError::Parse("module_kobject.mod lies before its kobj".into()))?,
             module_kobj: btf.member_offset("module", "mkobj.kobj")?,
         })
     }
@@ -126,4 +126,3 @@ impl HooksLayout {
         }
     }
 }
-

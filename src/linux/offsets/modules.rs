@@ -105,7 +105,10 @@ impl ModuleMemory {
                 base,
                 text_size,
                 ..
-            } => vec![(core + base, core + text_size), (init + base, init + text_size)],
+            } => vec![
+                (core + base, core + text_size),
+                (init + base, init + text_size),
+            ],
         }
     }
 }
@@ -293,7 +296,11 @@ impl ModuleLayout {
         ];
         members.extend(self.sections.map(|(at, _)| (at, 8)));
         members.extend(self.taints.map(|at| (at, 8)));
-        members.extend(self.params.into_iter().flat_map(|(kp, n)| [(kp, 8), (n, 4)]));
+        members.extend(
+            self.params
+                .into_iter()
+                .flat_map(|(kp, n)| [(kp, 8), (n, 4)]),
+        );
         members.extend(self.kset_entry.map(|at| (at, self.list_links.len())));
         members.extend(self.memory.sizes().into_iter().map(|at| (at, 4)));
         let text = self.memory.text().into_iter();

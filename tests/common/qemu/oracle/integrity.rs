@@ -36,7 +36,12 @@ impl IntegrityItems {
     /// One line of `kind`, without its kind.
     pub fn add(&mut self, kind: &str, rest: &str) -> Result<(), String> {
         let mut words = rest.splitn(3, ' ');
-        let mut next = |what: &str| words.next().map(str::to_string).ok_or(format!("{kind}: no {what}"));
+        let mut next = |what: &str| {
+            words
+                .next()
+                .map(str::to_string)
+                .ok_or(format!("{kind}: no {what}"))
+        };
         match kind {
             "tainted" => {
                 let mask = rest.trim().parse().map_err(|_| "tainted: not a number")?;
@@ -64,12 +69,18 @@ impl IntegrityItems {
             }
             "integrity-end" => {
                 let mut counts = [0usize; 4];
-                for (slot, key) in counts.iter_mut().zip(["taints", "params", "parmtypes", "sysmodule"]) {
+                for (slot, key) in
+                    counts
+                        .iter_mut()
+                        .zip(["taints", "params", "parmtypes", "sysmodule"])
+                {
                     let word = rest
                         .split_whitespace()
                         .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
                         .ok_or(format!("integrity-end: no {key}="))?;
-                    *slot = word.parse().map_err(|_| format!("integrity-end: {key}={word}"))?;
+                    *slot = word
+                        .parse()
+                        .map_err(|_| format!("integrity-end: {key}={word}"))?;
                 }
                 self.found.sysfs_entries = counts[3];
                 self.end = Some([counts[0], counts[1], counts[2]]);
@@ -86,7 +97,11 @@ impl IntegrityItems {
             return Ok(GuestIntegrity::default());
         };
         let found = self.found;
-        let counted = [found.module_taint.len(), found.params.len(), found.parmtypes.len()];
+        let counted = [
+            found.module_taint.len(),
+            found.params.len(),
+            found.parmtypes.len(),
+        ];
         if counted != end {
             return Err(format!(
                 "the guest printed {end:?} module taints, parameters and parameter types; {counted:?} read"
