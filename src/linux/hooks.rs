@@ -15,7 +15,7 @@
 //! and address tree (a hidden module's code is named so), then the tables
 //! and the ftrace list (a call per callback) at once.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use futures::join;
@@ -161,7 +161,10 @@ impl Kernel {
                     .flat_map(|m| &m.text)
                     .any(|&(base, len)| (base..base.saturating_add(len)).contains(&target))
         };
-        let name = |target: u64| self.points_into(target, &symbols, &listed, &hidden);
+        // By address, for the nearest symbol below a pointer.
+        let mut sorted: Vec<(u64, &str)> = symbols.iter().map(|(n, a)| (*a, n.as_str())).collect();
+        sorted.sort_unstable();
+        let name = |target: u64| self.points_into(target, &sorted, &listed, &hidden);
         for ((table, at, count), bytes) in tables.iter().zip(read) {
             let (Some(at), Some((_, trim)), Some(bytes)) = (at, count, bytes) else {
                 let switch = SWITCHES[*table as usize];
@@ -232,11 +235,12 @@ impl Kernel {
         (list.modules, hidden, failed)
     }
 
-    /// What lies at `target`, when something known does.
+    /// What lies at `target`, when something known does: `symbols` by
+    /// address.
     fn points_into(
         &self,
         target: u64,
-        symbols: &[(String, u64)],
+        symbols: &[(u64, &str)],
         listed: &[Module],
         hidden: &[Module],
     ) -> Option<String> {
@@ -259,12 +263,8 @@ impl Kernel {
         if !in_image {
             return None;
         }
-        let nearest: BTreeMap<u64, &str> = symbols
-            .iter()
-            .filter(|(_, a)| *a <= target)
-            .map(|(n, a)| (*a, n.as_str()))
-            .collect();
-        let (&at, name) = nearest.iter().next_back()?;
+        let below = symbols.partition_point(|&(at, _)| at <= target);
+        let (at, name) = symbols.get(below.checked_sub(1)?)?;
         Some(format!("{name}+{:#x}", target - at))
     }
 }

@@ -10,7 +10,8 @@
 //! sysfs directory and the taint mask are read at once; then any module
 //! only another view has, and its parameters: the calls are the deepest
 //! view's (the sysfs directory, with every built-in module's entry),
-//! plus two when something hides.
+//! and when something hides, one for the hidden modules and up to three
+//! for their parameters.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
