@@ -9,13 +9,14 @@
 //! one that does not is reported, with the symbol or module it points
 //! into where one is known.
 //!
-//! What is read: the kernel's symbol table (one read of its read-only
-//! data, which also gives each table's length: `NR_syscalls` from BTF
-//! where the kernel says it, else up to the next symbol), the module list
-//! and address tree (a hidden module's code is named so), then the tables
-//! and the ftrace list (a call per callback) at once.
+//! What is read, all at once: the tables (`NR_syscalls` entries, from
+//! BTF where the kernel says it; else up to the next symbol, which takes
+//! a read of the kernel's whole symbol table first), the ftrace list (a
+//! call per callback), and the module list and address tree (a hidden
+//! module's code is named so). The symbol table is read to name a pointer
+//! only when one points elsewhere into the kernel's image.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt;
 
 use futures::join;
@@ -39,6 +40,18 @@ const FTRACE_ENDS: [&str; 2] = ["ftrace_list_end", "ftrace_ops_list_end"];
 const SWITCHES: [&str; 2] = ["x64_sys_call", "ia32_sys_call"];
 /// Where the kernel's text starts and ends.
 const TEXT: [&str; 2] = ["_stext", "_etext"];
+/// Every symbol the hooks look up (see `find`'s `SYMBOLS`).
+pub(crate) const SYMBOLS: [&str; 9] = [
+    TEXT[0],
+    TEXT[1],
+    TABLES[0],
+    TABLES[1],
+    SWITCHES[0],
+    SWITCHES[1],
+    FTRACE_LIST,
+    FTRACE_ENDS[0],
+    FTRACE_ENDS[1],
+];
 /// The most entries read of a table (x86-64 has under 500 system calls).
 const MAX_SYSCALLS: u64 = 2048;
 /// The most ftrace callbacks followed.
@@ -105,55 +118,59 @@ impl Kernel {
     /// module's documentation.
     pub async fn hooks_async(&self) -> Hooks {
         let mut hooks = Hooks::default();
-        let (symbols, (listed, hidden, failed)) =
-            join!(self.kallsyms_async(), self.known_modules());
-        hooks.failed = failed;
-        let symbols = match symbols {
-            Ok(symbols) => symbols,
-            Err(why) => {
-                let why = format!("the kernel's symbols cannot be read: {why}");
-                hooks.failed.push(StructureFailure::new(0, why));
-                return hooks;
-            }
-        };
-        let by_name: HashMap<&str, u64> = symbols.iter().map(|(n, a)| (n.as_str(), *a)).collect();
-        let (Some(&stext), Some(&etext)) = (by_name.get(TEXT[0]), by_name.get(TEXT[1])) else {
+        let (Some(stext), Some(etext)) = (self.symbol(TEXT[0]), self.symbol(TEXT[1])) else {
             let why = "kallsyms has no _stext or _etext: the kernel's text is not known";
             hooks.failed.push(StructureFailure::new(0, why));
             return hooks;
         };
-        let addresses: BTreeSet<u64> = symbols.iter().map(|(_, a)| *a).collect();
         let kmem = self.kernel_memory();
-        let tables = [HookTable::Syscalls, HookTable::Ia32Syscalls].map(|table| {
-            let name = TABLES[table as usize];
-            let at = by_name.get(name).copied();
-            let count = at.map(|at| match (table, self.offsets.hooks.nr_syscalls) {
-                (HookTable::Syscalls, Some(n)) => (n.min(MAX_SYSCALLS), false),
-                _ => {
-                    let next = addresses.range(at + 1..).next().copied().unwrap_or(at);
-                    (((next - at) / 8).min(MAX_SYSCALLS), true)
-                }
+        let tables = async {
+            let at = [HookTable::Syscalls, HookTable::Ia32Syscalls]
+                .map(|t| (t, self.symbol(TABLES[t as usize])));
+            let nr = self.offsets.hooks.nr_syscalls;
+            let from_btf = |t: HookTable| (t == HookTable::Syscalls).then_some(nr).flatten();
+            // A length BTF does not give is up to the next symbol.
+            let symbols = match at.iter().any(|&(t, a)| a.is_some() && from_btf(t).is_none()) {
+                true => Some(self.sorted_symbols().await),
+                false => None,
+            };
+            let counts = at.map(|(t, a)| {
+                let a = a?;
+                let count = match (from_btf(t), &symbols) {
+                    (Some(n), _) => Ok((n, false)),
+                    (None, Some(Ok(symbols))) => {
+                        let next = symbols.partition_point(|&(s, _)| s <= a);
+                        let end = symbols.get(next).map_or(a, |&(s, _)| s);
+                        Ok(((end - a) / 8, true))
+                    }
+                    (None, Some(Err(why))) => Err(why.clone()),
+                    (None, None) => Err("no length".to_string()),
+                };
+                Some((t, a, count.map(|(n, trim)| (n.min(MAX_SYSCALLS), trim))))
             });
-            (table, at, count)
-        });
+            let reads = counts.iter().map(|c| async {
+                let (t, a, count) = c.clone()?;
+                let read = match count {
+                    Ok((n, trim)) => kmem.read_vec(a, (n * 8) as usize).await.map(|b| (b, trim)),
+                    Err(why) => Err(format!("its length is not known: the kernel's symbols: {why}")),
+                };
+                Some((t, a, read))
+            });
+            let read = futures::future::join_all(reads).await;
+            (read, symbols.and_then(Result::ok))
+        };
         let ftrace = async {
-            let end = FTRACE_ENDS.iter().find_map(|name| by_name.get(name));
-            let ends = (by_name.get(FTRACE_LIST), end);
-            match (self.offsets.hooks.ftrace, ends) {
-                (Some(layout), (Some(&head), Some(&end))) => {
+            let end = FTRACE_ENDS.iter().find_map(|name| self.symbol(name));
+            match (self.offsets.hooks.ftrace, self.symbol(FTRACE_LIST), end) {
+                (Some(layout), Some(head), Some(end)) => {
                     Some(ftrace_callbacks(&kmem, layout, head, end).await)
                 }
                 _ => None,
             }
         };
-        let read_tables = futures::future::join_all(tables.iter().map(|&(_, at, count)| {
-            let kmem = &kmem;
-            async move {
-                let (at, (count, _)) = (at?, count?);
-                Some(kmem.read_vec(at, (count * 8) as usize).await)
-            }
-        }));
-        let (read, ftrace) = join!(read_tables, ftrace);
+        let ((tables, symbols), (listed, hidden, failed), ftrace) =
+            join!(tables, self.known_modules(), ftrace);
+        hooks.failed = failed;
         let inside = |target: u64| {
             (stext..etext).contains(&target)
                 || listed
@@ -161,33 +178,29 @@ impl Kernel {
                     .flat_map(|m| &m.text)
                     .any(|&(base, len)| (base..base.saturating_add(len)).contains(&target))
         };
-        // By address, for the nearest symbol below a pointer.
-        let mut sorted: Vec<(u64, &str)> = symbols.iter().map(|(n, a)| (*a, n.as_str())).collect();
-        sorted.sort_unstable();
-        let name = |target: u64| self.points_into(target, &sorted, &listed, &hidden);
-        for ((table, at, count), bytes) in tables.iter().zip(read) {
-            let (Some(at), Some((_, trim)), Some(bytes)) = (at, count, bytes) else {
-                let switch = SWITCHES[*table as usize];
-                let why = match by_name.contains_key(switch) {
+        let unnamed = |_: u64| None;
+        for (i, read) in tables.into_iter().enumerate() {
+            let table = [HookTable::Syscalls, HookTable::Ia32Syscalls][i];
+            let switch = SWITCHES[i];
+            let Some((_, at, read)) = read else {
+                let why = match self.symbol(switch).is_some() {
                     true => format!("no {table} in kallsyms: the kernel dispatches those system calls by a switch ({switch}), which holds no pointer to check"),
                     false => format!("no {table} in kallsyms: those system calls are not checked (a kernel without them)"),
                 };
                 hooks.notes.push(why);
                 continue;
             };
-            let bytes = match bytes {
-                Ok(bytes) => bytes,
+            let (bytes, trim) = match read {
+                Ok(read) => read,
                 Err(why) => {
-                    hooks
-                        .failed
-                        .push(StructureFailure::new(*at, format!("{table}: {why}")));
+                    let why = format!("{table}: {why}");
+                    hooks.failed.push(StructureFailure::new(at, why));
                     continue;
                 }
             };
-            let entries = table_entries(&bytes, *trim);
-            hooks.checked.push((*table, entries.len()));
-            let switch = SWITCHES[*table as usize];
-            if by_name.contains_key(switch) {
+            let entries = table_entries(&bytes, trim);
+            hooks.checked.push((table, entries.len()));
+            if self.symbol(switch).is_some() {
                 hooks.notes.push(format!(
                     "the kernel dispatches by {switch}: {table} is kept for tracing, and a pointer rewritten there runs only where it is read"
                 ));
@@ -196,20 +209,59 @@ impl Kernel {
                 .iter()
                 .enumerate()
                 .map(|(i, &t)| (i, at + 8 * i as u64, t));
-            hooks.outside.extend(outside(*table, slots, &inside, &name));
+            hooks.outside.extend(outside(table, slots, &inside, &unnamed));
         }
         match ftrace {
             Some((callbacks, failed)) => {
                 hooks.checked.push((HookTable::Ftrace, callbacks.len()));
                 hooks.failed.extend(failed);
-                let slots = callbacks.into_iter().enumerate().map(|(i, (slot, t))| (i, slot, t));
-                hooks.outside.extend(outside(HookTable::Ftrace, slots, &inside, &name));
+                let slots = callbacks
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (slot, t))| (i, slot, t));
+                hooks.outside.extend(outside(HookTable::Ftrace, slots, &inside, &unnamed));
             }
             None => hooks.notes.push(
                 "no ftrace_ops_list and ftrace_list_end in kallsyms (or BTF has no ftrace_ops): a kernel without function tracing; no ftrace callback is checked".into(),
             ),
         }
+        self.name_hooks(&mut hooks.outside, symbols, &listed, &hidden)
+            .await;
         hooks
+    }
+
+    /// Every symbol of the kernel's table by address.
+    async fn sorted_symbols(&self) -> Result<Vec<(u64, String)>, String> {
+        let symbols = self.kallsyms_async().await?;
+        let mut sorted: Vec<(u64, String)> = symbols.into_iter().map(|(n, a)| (a, n)).collect();
+        sorted.sort_unstable();
+        Ok(sorted)
+    }
+
+    /// Names what each hook points into; the kernel's symbols (`symbols`,
+    /// or read now) only when one points into its image.
+    async fn name_hooks(
+        &self,
+        hooks: &mut [Hook],
+        symbols: Option<Vec<(u64, String)>>,
+        listed: &[Module],
+        hidden: &[Module],
+    ) {
+        let in_image = |target: u64| {
+            self.segments()
+                .iter()
+                .any(|s| (s.va..s.va + s.len).contains(&target))
+        };
+        let symbols = match symbols {
+            Some(symbols) => symbols,
+            None if hooks.iter().any(|h| in_image(h.target)) => {
+                self.sorted_symbols().await.unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        for hook in hooks {
+            hook.points_into = self.points_into(hook.target, &symbols, listed, hidden);
+        }
     }
 
     /// The modules on the list, and those only the address tree has
@@ -240,7 +292,7 @@ impl Kernel {
     fn points_into(
         &self,
         target: u64,
-        symbols: &[(u64, &str)],
+        symbols: &[(u64, String)],
         listed: &[Module],
         hidden: &[Module],
     ) -> Option<String> {
@@ -263,7 +315,7 @@ impl Kernel {
         if !in_image {
             return None;
         }
-        let below = symbols.partition_point(|&(at, _)| at <= target);
+        let below = symbols.partition_point(|(at, _)| *at <= target);
         let (at, name) = symbols.get(below.checked_sub(1)?)?;
         Some(format!("{name}+{:#x}", target - at))
     }

@@ -119,8 +119,10 @@ impl Kernel {
     /// `sysctl_max_map_count`, `vmcoreinfo_data`, `vmcoreinfo_size`,
     /// `modules`, `__pgtable_l5_enabled`, `sysctl_nr_open`, the
     /// `d_dname` functions of sockets, pipes and anonymous inodes, those
-    /// of [`Kernel::system`] and [`Kernel::dmesg`], and `runqueues`,
-    /// `nr_cpu_ids`, `__per_cpu_offset`), when the kernel has it.
+    /// of [`Kernel::system`] and [`Kernel::dmesg`], `runqueues`,
+    /// `nr_cpu_ids`, `__per_cpu_offset`, and `module_kset`,
+    /// `tainted_mask` and the `param_ops_*` of
+    /// [`Kernel::module_views`]), when the kernel has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }

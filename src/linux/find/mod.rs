@@ -125,7 +125,19 @@ const SYMBOLS: &[&str] = &[
     PARAM_OPS[11].0,
     PARAM_OPS[12].0,
     PARAM_OPS[13].0,
+    // What the hooks are checked against (see `hooks`): the kernel's
+    // text, the system-call tables and switches, the ftrace list.
+    HOOKS[0],
+    HOOKS[1],
+    HOOKS[2],
+    HOOKS[3],
+    HOOKS[4],
+    HOOKS[5],
+    HOOKS[6],
+    HOOKS[7],
+    HOOKS[8],
 ];
+const HOOKS: [&str; 9] = crate::linux::hooks::SYMBOLS;
 const PARAM_OPS: [(&str, crate::linux::modules::ParamKind); 14] = crate::linux::modules::PARAM_OPS;
 const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.
