@@ -130,7 +130,10 @@ impl Kernel {
             let nr = self.offsets.hooks.nr_syscalls;
             let from_btf = |t: HookTable| (t == HookTable::Syscalls).then_some(nr).flatten();
             // A length BTF does not give is up to the next symbol.
-            let symbols = match at.iter().any(|&(t, a)| a.is_some() && from_btf(t).is_none()) {
+            let symbols = match at
+                .iter()
+                .any(|&(t, a)| a.is_some() && from_btf(t).is_none())
+            {
                 true => Some(self.sorted_symbols().await),
                 false => None,
             };
@@ -152,7 +155,9 @@ impl Kernel {
                 let (t, a, count) = c.clone()?;
                 let read = match count {
                     Ok((n, trim)) => kmem.read_vec(a, (n * 8) as usize).await.map(|b| (b, trim)),
-                    Err(why) => Err(format!("its length is not known: the kernel's symbols: {why}")),
+                    Err(why) => Err(format!(
+                        "its length is not known: the kernel's symbols: {why}"
+                    )),
                 };
                 Some((t, a, read))
             });
@@ -209,7 +214,9 @@ impl Kernel {
                 .iter()
                 .enumerate()
                 .map(|(i, &t)| (i, at + 8 * i as u64, t));
-            hooks.outside.extend(outside(table, slots, &inside, &unnamed));
+            hooks
+                .outside
+                .extend(outside(table, slots, &inside, &unnamed));
         }
         match ftrace {
             Some((callbacks, failed)) => {
