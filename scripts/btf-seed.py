@@ -36,6 +36,10 @@ ROOTS = [
     # The network (net/): sockets, namespaces, devices and addresses.
     b"sock", b"sock_common", b"net", b"net_device", b"in_device",
     b"in_ifaddr", b"inet6_dev", b"inet6_ifaddr", b"ns_common",
+    # The modules' integrity (modules/, hooks.rs): parameters, sysfs,
+    # ftrace callbacks, the system calls' count.
+    b"kernel_param", b"kparam_string", b"kset", b"kobject", b"kernfs_node",
+    b"kernfs_elem_dir", b"module_kobject", b"ftrace_ops", b"trace_array",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,

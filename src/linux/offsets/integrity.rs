@@ -126,3 +126,34 @@ impl HooksLayout {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test guest's BTF cut down to what the walks ask about.
+    const GUEST_BTF: &[u8] = include_bytes!("../../../fuzz/seeds/btf/debian12-6.1-walks.btf");
+
+    #[test]
+    fn a_6_1_kernel_has_every_layout_of_the_modules_integrity() {
+        let btf = Btf::parse(GUEST_BTF).unwrap();
+        let at = |ty: &str, path: &str| btf.member_offset(ty, path).unwrap();
+        let params = ParamLayout::from_btf(&btf).unwrap();
+        assert_eq!(params.size, 40);
+        assert_eq!(
+            (params.ops, params.arg),
+            (at("kernel_param", "ops"), at("kernel_param", "arg"))
+        );
+        assert!(params.span() <= params.size as usize);
+        let sysfs = SysfsLayout::from_btf(&btf).unwrap();
+        assert_eq!(sysfs.private, at("kernfs_node", "priv"));
+        // `module_kobject.mod` right after its kobject.
+        assert_eq!(sysfs.module_of_kobj, btf.size_of("kobject").unwrap());
+        assert_eq!(sysfs.module_kobj, at("module", "mkobj"));
+        let hooks = HooksLayout::from_btf(&btf);
+        assert_eq!(hooks.ftrace, Some((0, 8)));
+        // x86-64's NR_syscalls on 6.1 (`set_mempolicy_home_node`, 450, is
+        // the last).
+        assert_eq!(hooks.nr_syscalls, Some(451));
+    }
+}
