@@ -265,7 +265,8 @@ w("The rows of what hides (`leechio check`) are every task of the guest through 
 w("")
 w("The rows of the other walks of the Linux layer (open files, TCP and UDP sockets, network "
   "devices and addresses, the kernel's names, its log, every process's environment, the modules "
-  "through their list and address tree) are each the engine's walk with the kernel known, a "
+  "through their list, address tree and sysfs with their parameters, the system-call table and "
+  "ftrace callbacks) are each the engine's walk with the kernel known, a "
   "level of every item one batch, against the same walk on an engine told to put one read in a "
   "call: what following the pointers one at a time costs. The two results are compared item by "
   "item (the clocks, which run, left out).")

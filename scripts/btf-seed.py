@@ -39,6 +39,10 @@ ROOTS = [
     # Files from the page cache (page_cache/): a mapping, its page array
     # and the size of struct page.
     b"address_space", b"xarray", b"page",
+    # The modules' integrity (modules/, hooks.rs): parameters, sysfs,
+    # ftrace callbacks, the system calls' count.
+    b"kernel_param", b"kparam_string", b"kset", b"kobject", b"kernfs_node",
+    b"kernfs_elem_dir", b"module_kobject", b"ftrace_ops", b"trace_array",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,
          5: lambda v: 12 * v, 6: lambda v: 8 * v, 13: lambda v: 8 * v,

@@ -101,6 +101,17 @@
 #       decimal), size, links and 512-byte blocks, and the SHA-256 of its
 #       bytes
 #   leechio-oracle: cache-end files=N   (how many cache lines)
+#   leechio-oracle: tainted N   (/proc/sys/kernel/tainted)
+#   leechio-oracle: module-taint NAME LETTERS   (/sys/module/NAME/taint of
+#       each module of /proc/modules; crc7 is loaded unsigned: E)
+#   leechio-oracle: param NAME PARAM VALUE   (/sys/module/NAME/parameters/*
+#       of each module of /proc/modules)
+#   leechio-oracle: parmtype NAME PARAM TYPE   (each parameter a module
+#       file declares, from its .modinfo's parmtype=; sysfs shows only
+#       those with permissions)
+#   leechio-oracle: param-given NAME PARAM VALUE   (what /init gave insmod)
+#   leechio-oracle: integrity-end taints=N params=N parmtypes=N sysmodule=N
+#       (how many lines of each; sysmodule: the entries of /sys/module)
 #   leechio-oracle: end tasks=N maps=N symbols=N modules=N fds=N   (how
 #       many lines of each)
 #   leechio-guest: ready
@@ -196,6 +207,18 @@ if [ ! -s "$initramfs" ] || [ "$0" -nt "$initramfs" ] || [ "$pattern_source" -nt
     if [ -d "$guest/modules" ]; then
         mkdir -p "$build/root/lib"
         cp -r "$guest/modules" "$build/root/lib/modules"
+        # crc7 without its signature: the kernel loads it (signatures are
+        # not enforced) and taints it and itself with E (unsigned), so the
+        # taint read has letters to match. The signature is appended:
+        # the module, the signature, 12 bytes of `struct module_signature`
+        # (whose last 4 are the signature's length, big-endian), then the
+        # marker line.
+        for ko in "$build"/root/lib/modules/*/crc7.ko; do
+            [ -f "$ko" ] && [ "$(tail -c 28 "$ko")" = "~Module signature appended~" ] || continue
+            sig=$(tail -c 32 "$ko" | head -c 4 | od -An -tu1 | awk '{ print $1 * 16777216 + $2 * 65536 + $3 * 256 + $4 }')
+            keep=$(($(wc -c <"$ko") - 28 - 12 - sig))
+            head -c "$keep" "$ko" >"$ko.unsigned" && mv "$ko.unsigned" "$ko"
+        done
     fi
     gcc -static -O2 -pthread -o "$build/root/bin/leechio-pattern" "$pattern_source" ||
         { rm -rf "$build"; die "cannot build the pattern process (static glibc comes with libc6-dev)"; }
@@ -220,9 +243,13 @@ echo 1 >/proc/sys/kernel/printk
 echo 0 >/proc/sys/kernel/kptr_restrict
 # The modules of this kernel, so /proc/modules and kallsyms list some.
 read -r release </proc/sys/kernel/osrelease
+# dummy's one parameter (numdummies, not in sysfs) is given, as its
+# default, for its value to be known.
 for module in /lib/modules/"$release"/*.ko; do
     [ -e "$module" ] || continue
-    insmod "$module" || echo "leechio-oracle: error cannot load $module"
+    args=
+    case "$module" in */dummy.ko) args=numdummies=1 ;; esac
+    insmod "$module" $args || echo "leechio-oracle: error cannot load $module"
 done
 # The network: the loopback device up (the pattern process's sockets are
 # on it), and dummy0 (the dummy module's device, where the kernel has it)
@@ -459,6 +486,36 @@ for file in /leechio-cache/small.txt /leechio-cache/pages.txt /leechio-cache/hol
     cached=$((cached + 1))
 done
 echo "leechio-oracle: cache-end files=$cached"
+# The modules' taint and parameters, and the kernel's taint.
+# (cat: a sysctl number read a byte at a time, as `read` does, gives its
+# first digit only.)
+echo "leechio-oracle: tainted $(cat /proc/sys/kernel/tainted)"
+taints=0 params=0 parmtypes=0 entries=0
+while read -r name _; do
+    IFS= read -r letters <"/sys/module/$name/taint" || letters=
+    echo "leechio-oracle: module-taint $name $letters"
+    taints=$((taints + 1))
+    for file in /sys/module/"$name"/parameters/*; do
+        [ -f "$file" ] || continue
+        IFS= read -r value <"$file" || value=
+        echo "leechio-oracle: param $name ${file##*/} $value"
+        params=$((params + 1))
+    done
+done </proc/modules
+for module in /lib/modules/"$release"/*.ko; do
+    [ -e "$module" ] || continue
+    name=$(basename "$module" .ko | tr - _)
+    for word in $(strings "$module" | grep '^parmtype='); do
+        word=${word#parmtype=}
+        echo "leechio-oracle: parmtype $name ${word%%:*} ${word#*:}"
+        parmtypes=$((parmtypes + 1))
+    done
+    case "$name" in dummy) echo "leechio-oracle: param-given dummy numdummies 1" ;; esac
+done
+for entry in /sys/module/*; do
+    entries=$((entries + 1))
+done
+echo "leechio-oracle: integrity-end taints=$taints params=$params parmtypes=$parmtypes sysmodule=$entries"
 echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols modules=$modules fds=$fds"
 )
 echo "leechio-guest: ready"

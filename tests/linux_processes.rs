@@ -21,8 +21,8 @@ use std::path::Path;
 use common::linux::{engine, no_cache, sleeper, Unlinked};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
 use leechio::linux::{
-    CacheError, DetailsAsked, FileContents, FileKind, FileQuery, Kernel, KernelLog, ProcessList,
-    ProcessViews, Stage, System, TaskDetails, View,
+    module_taint_letters, CacheError, DetailsAsked, FileContents, FileKind, FileQuery, HookTable,
+    Kernel, KernelLog, ModuleView, ProcessList, ProcessViews, Stage, System, TaskDetails, View,
 };
 use leechio::{AddressSpace, Call, DeviceConfig, LeechCore, Memory};
 
@@ -333,15 +333,21 @@ fn check_views_agree(views: &ProcessViews, list: &ProcessList, guest: &Guest) {
     }
 }
 
-/// Read calls of the module list and the module address tree, walked at
-/// once, on the test guests (three modules: crc7, crc-itu-t, dummy), with 4-level paging (one
-/// more with 5: modules lie outside the direct map, read through the
-/// kernel's tables): the list's head and a call per two modules, beside
-/// the tree's root and levels.
-const MODULE_VIEWS_CALLS: u64 = 7;
+/// Read calls of the modules' views on the test guests (three modules:
+/// crc7, crc-itu-t, dummy; some sixty built-in ones in /sys/module),
+/// with 4 or 5 levels of paging: the deepest view is /sys/module (the
+/// kset's pointer, the kset, its directory, the red-black tree of its
+/// entries in the direct map, then each entry's module), beside the list
+/// (its head and a call per two modules, then their parameters and kset
+/// nodes, read through the kernel's tables), the address tree and the
+/// taint mask.
+const MODULE_VIEWS_CALLS: u64 = 11;
 
-/// The modules of both views as the guest's /proc/modules said, none
-/// hidden, in [`MODULE_VIEWS_CALLS`].
+/// The modules of every view as the guest's /proc/modules said, none
+/// hidden, in [`MODULE_VIEWS_CALLS`]; each module's taint as its
+/// /sys/module/NAME/taint, its parameters as its file declares them, with
+/// the values sysfs (or insmod's command line) gave; the kernel's taint
+/// as /proc/sys/kernel/tainted; as many entries in /sys/module.
 fn check_module_views(kernel: &Kernel, device: &LeechCore, guest: &Guest) {
     let before = device.call_count(Call::ReadScatter);
     let views = kernel.module_views();
@@ -350,16 +356,73 @@ fn check_module_views(kernel: &Kernel, device: &LeechCore, guest: &Guest) {
     let want: Vec<&str> = guest.modules().iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, want);
     assert!(
-        views.hidden.is_empty() && views.not_in_tree.is_empty(),
+        views.hidden.is_empty() && views.partly_seen.is_empty(),
         "{views:#?}"
     );
     assert!(
-        views.failed.is_empty() && views.list.failed.is_empty(),
+        views.failed.is_empty() && views.list.failed.is_empty() && views.notes.is_empty(),
         "{views:#?}"
     );
+    let every = [
+        ModuleView::List,
+        ModuleView::AddressTree,
+        ModuleView::Sysfs,
+        ModuleView::KsetList,
+    ];
+    assert_eq!(views.read, every);
+    let oracle = &guest.oracle().integrity;
+    assert_eq!(views.kernel_taint, Ok(oracle.tainted));
+    assert_eq!(
+        views.built_in + views.list.modules.len(),
+        oracle.sysfs_entries
+    );
+    for m in &views.list.modules {
+        assert_eq!(views.seen_in[&m.address], every, "{}", m.name);
+        let letters = module_taint_letters(m.taints.unwrap());
+        assert_eq!(letters, oracle.module_taint[&m.name], "{}", m.name);
+        let params = m.params.as_ref().unwrap();
+        let got: Vec<(String, String)> = params
+            .iter()
+            .map(|p| (p.name.clone().unwrap(), p.kind.unwrap().to_string()))
+            .collect();
+        let declared: Vec<(String, String)> = oracle
+            .parmtypes
+            .iter()
+            .filter(|((module, _), _)| *module == m.name)
+            .map(|((_, name), kind)| (name.clone(), kind.clone()))
+            .collect();
+        assert_eq!(got, declared, "{}", m.name);
+        for p in params {
+            let key = (m.name.clone(), p.name.clone().unwrap());
+            let shown = oracle.params.get(&key).or(oracle.given.get(&key));
+            assert_eq!(p.value.as_ref().ok(), shown, "{key:?}");
+        }
+    }
+    // Something to compare: an unsigned module, and a parameter.
+    assert!(oracle.tainted != 0 && !oracle.given.is_empty());
     eprintln!("module views: {calls} read calls");
-    let levels = u64::from(guest.paging().levels());
-    assert_eq!(calls, MODULE_VIEWS_CALLS + levels - 4);
+    assert_eq!(calls, MODULE_VIEWS_CALLS);
+}
+
+/// Read calls of the hooks on the test guests: the system-call table
+/// (its length from BTF) and the ftrace list's head (the list is empty)
+/// beside the modules' list and address tree, the deeper; no read of the
+/// kernel's symbol table.
+const HOOKS_CALLS: u64 = 3;
+
+/// No system-call entry nor ftrace callback points outside the kernel's
+/// text and its modules' code; the native table has its entries.
+fn check_hooks(kernel: &Kernel, device: &LeechCore) {
+    let (hooks, calls) = counted(device, || kernel.hooks());
+    assert_eq!(hooks.outside, [], "{hooks:#?}");
+    assert!(hooks.failed.is_empty(), "{hooks:#?}");
+    let native = hooks
+        .checked
+        .iter()
+        .find(|(t, _)| *t == HookTable::Syscalls);
+    assert!(native.is_some_and(|&(_, n)| n > 300), "{hooks:#?}");
+    eprintln!("hooks: {calls} read calls");
+    assert_eq!(calls, HOOKS_CALLS);
 }
 
 /// Every open fd of every process, read beside the process list, against
@@ -831,6 +894,7 @@ fn check_guest(guest: &Guest) -> (u64, u64) {
     assert_eq!(kernel.details_unknown(), Vec::<String>::new());
     check_details(&again, &details, guest);
     check_module_views(&kernel, &device, guest);
+    check_hooks(&kernel, &device);
     check_system_and_dmesg(&device, &kernel, guest);
     let (views, view_calls) = read_views(&device, &kernel);
     check_views_agree(&views, &again, guest);
@@ -938,6 +1002,8 @@ fn list_the_processes_in_an_image_of(guest: &Guest) {
     check_against_oracle(&list, guest);
     check_address_spaces(&list, guest, &mem);
     check_system_and_dmesg(&device, &kernel, guest);
+    check_module_views(&kernel, &device, guest);
+    check_hooks(&kernel, &device);
     // One more level of each process's tables with 5 levels.
     assert_eq!(calls, LIST_CALLS + u64::from(guest.paging().levels() - 4));
     let (again, details) = kernel.processes_with(DetailsAsked { environment: true });

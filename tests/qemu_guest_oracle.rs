@@ -682,3 +682,32 @@ fn the_comm_is_the_one_sched_prints() {
     let cut = comm(sched("kthreadd", 7)[..40].to_string()).unwrap_err();
     assert!(cut.ends_with("sched: no whole first line"), "{cut}");
 }
+
+/// The modules' taint and parameters, and the kernel's taint: read back,
+/// each line counted (a lost one is an error); a guest that prints none
+/// has none.
+#[test]
+fn the_integrity_lines_are_read_back_and_counted() {
+    let lines = "leechio-oracle: tainted 8192\r\n\
+                 leechio-oracle: module-taint crc7 E\r\n\
+                 leechio-oracle: module-taint dummy \r\n\
+                 leechio-oracle: param kvm halt_poll_ns 200000\r\n\
+                 leechio-oracle: parmtype dummy numdummies int\r\n\
+                 leechio-oracle: param-given dummy numdummies 1\r\n\
+                 leechio-oracle: integrity-end taints=2 params=1 parmtypes=1 sysmodule=67\r\n";
+    let oracle = Oracle::parse(&log(lines, "tasks=2 maps=2 symbols=1")).unwrap();
+    let i = &oracle.integrity;
+    assert_eq!(i.tainted, 8192);
+    assert_eq!(i.module_taint["crc7"], "E");
+    assert_eq!(i.module_taint["dummy"], "");
+    let key = |m: &str, p: &str| (m.to_string(), p.to_string());
+    assert_eq!(i.params[&key("kvm", "halt_poll_ns")], "200000");
+    assert_eq!(i.parmtypes[&key("dummy", "numdummies")], "int");
+    assert_eq!(i.given[&key("dummy", "numdummies")], "1");
+    assert_eq!(i.sysfs_entries, 67);
+    let lost = lines.replace("params=1", "params=2");
+    let lost = Oracle::parse(&log(&lost, "tasks=2 maps=2 symbols=1")).unwrap_err();
+    assert!(lost.ends_with("[2, 1, 1] read"), "{lost}");
+    let none = Oracle::parse(&log("", "tasks=2 maps=2 symbols=1")).unwrap();
+    assert_eq!(none.integrity, Default::default());
+}

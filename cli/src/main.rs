@@ -12,6 +12,7 @@ mod dmesg;
 mod dump;
 mod environment;
 mod files;
+mod hooks;
 mod maps;
 mod modules;
 mod network;
@@ -110,8 +111,10 @@ enum Command {
     Ps(processes::PsArgs),
     /// Memory maps of a Linux process, as /proc/PID/maps shows them: range, permissions, offset, device, inode, path
     Maps(maps::MapsArgs),
-    /// Loadable modules of a Linux target, as lsmod shows them: name, size, state, base
+    /// Loadable modules of a Linux target, as lsmod shows them: name, size, state, base, taint, parameters; a module only another view (the address tree, sysfs) has is marked HIDDEN. Exit 1 when one hides
     Modules(modules::ModulesArgs),
+    /// Hooks on a Linux target: system-call table entries and ftrace callbacks that point outside the kernel's text and every module's. Exit 1 when one does
+    Hooks(hooks::HooksArgs),
     /// Environment of a Linux target's processes, as /proc/PID/environ holds it
     Env(environment::EnvArgs),
     /// Open files of a Linux target's processes (or of one), as ls -l /proc/PID/fd and lsof show them: pid, command, fd, type, flags, position, name
@@ -230,6 +233,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Ps(args) => processes::ps(cli, args),
         Command::Maps(args) => maps::maps(cli, args),
         Command::Modules(args) => modules::modules(cli, args),
+        Command::Hooks(args) => hooks::hooks(cli, args),
         Command::Env(args) => environment::env(cli, args),
         Command::Files(args) => files::files(cli, args),
         Command::Sockets(args) => network::sockets(cli, args),

@@ -412,10 +412,12 @@ fn ps_on_a_target_that_is_not_linux_names_what_is_missing() {
 #[test]
 fn modules_on_a_target_that_is_not_linux_names_what_is_missing() {
     let SpacesImage { _dir, device, .. } = spaces_image();
-    let o = leechio(&["-d", &device, "modules", "--no-cache"]);
-    assert_refused(&o, "leechio: no Linux kernel found: ");
-    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
-    assert_eq!(stdout(&o), "");
+    for command in ["modules", "hooks"] {
+        let o = leechio(&["-d", &device, command, "--no-cache"]);
+        assert_refused(&o, "leechio: no Linux kernel found: ");
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+        assert_eq!(stdout(&o), "");
+    }
 }
 
 #[test]

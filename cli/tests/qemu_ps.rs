@@ -206,7 +206,8 @@ fn with_5_level_paging_modules_lists_what_the_guests_proc_modules_says() {
 fn check_modules_lists_what_the_guests_proc_modules_says(guest: SharedGuest) {
     let device = guest.device_string();
     let _paused = guest.pause();
-    let lines = json_lines(&leechio(&["-d", &device, "modules", "--json"]));
+    let mut lines = json_lines(&leechio(&["-d", &device, "modules", "--json"]));
+    let summary = lines.pop().unwrap();
     let got: Vec<(String, u64, u64, String)> = lines
         .iter()
         .map(|l| {
@@ -226,74 +227,94 @@ fn check_modules_lists_what_the_guests_proc_modules_says(guest: SharedGuest) {
         .collect();
     assert!(want.len() >= 2, "the guest loads modules: {want:?}");
     assert_eq!(got, want);
-    // The table: a header, then a line a module, in the same order.
+    // Each module's taint as its /sys/module/NAME/taint, the kernel's as
+    // /proc/sys/kernel/tainted; every view has every module.
+    let integrity = &guest.oracle().integrity;
+    for l in &lines {
+        let name = l["name"].as_str().unwrap();
+        assert_eq!(l["taint"], integrity.module_taint[name], "{l}");
+        assert_eq!(l["missing_from"], serde_json::json!([]), "{l}");
+        assert_eq!(l["in"].as_array().unwrap().len(), 4, "{l}");
+    }
+    let tainted = integrity.tainted;
+    assert_eq!(summary["kernel_tainted"], tainted, "{summary}");
+    assert_eq!(summary["hidden"], 0, "{summary}");
+    assert_eq!(
+        summary["built_in"].as_u64().unwrap() as usize + want.len(),
+        integrity.sysfs_entries
+    );
+    // The table: a header, a line a module in the same order (its
+    // parameters indented under it), then the summary.
     let table = leechio(&["-d", &device, "modules"]);
     assert!(table.status.success(), "{}", text(&table.stderr));
-    let names: Vec<String> = text(&table.stdout)
+    let out = text(&table.stdout);
+    let rows: Vec<&str> = out
         .lines()
         .skip(1)
-        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .filter(|l| !l.starts_with(' '))
         .collect();
-    let want_names: Vec<String> = want.iter().map(|m| m.0.clone()).collect();
-    assert_eq!(names, want_names);
-}
-
-/// Words of physical memory put back when dropped: what a test changed
-/// in the shared guest, restored even when it fails.
-struct Restore<'g> {
-    guest: &'g Guest,
-    /// Physical address and the original word.
-    words: Vec<(u64, u64)>,
-}
-
-impl Drop for Restore<'_> {
-    fn drop(&mut self) {
-        let (mem, _device) = common::linux::engine(self.guest.open());
-        for &(pa, word) in &self.words {
-            mem.block_on(mem.write_val(pa, &word)).expect("restore");
-        }
-    }
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    let want_names: Vec<&str> = want.iter().map(|m| m.0.as_str()).collect();
+    assert_eq!(names[..names.len() - 1], want_names);
+    // The parameter insmod was given, which sysfs does not show (its
+    // permissions are 0).
+    let given: Vec<String> = integrity
+        .given
+        .iter()
+        .map(|(key, v)| {
+            assert!(!integrity.params.contains_key(key), "{key:?}");
+            format!(
+                "    {}={v}  ({}, perm 0000)",
+                key.1, integrity.parmtypes[key]
+            )
+        })
+        .collect();
+    let params: Vec<&str> = out.lines().filter(|l| l.starts_with(' ')).collect();
+    assert_eq!(params, given);
+    assert!(
+        rows.last().unwrap().ends_with(&format!(
+            "kernel tainted: {tainted} ({})",
+            leechio::linux::kernel_taint_letters(tainted)
+        )),
+        "{out}"
+    );
 }
 
 /// A rootkit's trick: a module unlinked from the `modules` list (so
-/// `/proc/modules` and lsmod lose it), through the device's own writes;
-/// `modules` still finds it in the module address tree and says it hides.
+/// `/proc/modules` and lsmod lose it) and its kobject from `module_kset`'s
+/// list, through the device's own writes (put back after); `modules`
+/// still finds it in the address tree and /sys/module, and says it hides
+/// and which views have it.
 #[test]
-fn a_module_unlinked_from_the_module_list_is_reported_hidden() {
-    use leechio::linux::Kernel;
+fn a_module_unlinked_from_the_module_list_and_its_kset_is_reported_hidden() {
     let guest = shared_guest();
     let _paused = guest.pause();
     let want = guest.oracle().modules.clone();
     assert!(want.len() >= 2, "{want:?}");
-    let restore = {
-        let (mem, _device) = common::linux::engine(guest.open());
-        let kernel = Kernel::find(&mem, &common::linux::no_cache()).unwrap();
-        let list = kernel.modules();
-        let victim = list
-            .modules
-            .iter()
-            .find(|m| m.name == want[1].name)
-            .unwrap();
-        let node = victim.address + kernel.offset_of("module", "list").unwrap();
-        let pa = |va: u64| mem.block_on(kernel.space().translate(va)).unwrap().pa;
-        let word = |va: u64| mem.block_on(mem.read_val::<u64>(pa(va))).unwrap();
-        let (next, prev) = (word(node), word(node + 8));
-        let words = vec![(pa(prev), word(prev)), (pa(next + 8), word(next + 8))];
-        // prev->next = next; next->prev = prev.
-        mem.block_on(mem.write_val(pa(prev), &next)).unwrap();
-        mem.block_on(mem.write_val(pa(next + 8), &prev)).unwrap();
-        Restore {
-            guest: &guest,
-            words,
-        }
-    };
     let device = guest.device_string();
+    let (mem, _device) = engine(guest.open());
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let list = kernel.modules();
+    let victim = list
+        .modules
+        .iter()
+        .find(|m| m.name == want[1].name)
+        .unwrap();
+    let mut unlinked = Unlinked::new(&mem);
+    let at = |path: &str| victim.address + kernel.offset_of("module", path).unwrap();
+    unlinked.unlink(&kernel, at("list"));
+    unlinked.unlink(&kernel, at("mkobj.kobj.entry"));
     let out = leechio(&["-d", &device, "modules", "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    let lines: Vec<Value> = text(&out.stdout)
+    let mut lines: Vec<Value> = text(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    let summary = lines.pop().unwrap();
+    assert_eq!(summary["hidden"], 1, "{summary}");
     let shown: Vec<(&str, bool)> = lines
         .iter()
         .map(|l| (l["name"].as_str().unwrap(), l["hidden"].as_bool().unwrap()))
@@ -302,17 +323,113 @@ fn a_module_unlinked_from_the_module_list_is_reported_hidden() {
     expected.remove(1);
     expected.push((want[1].name.as_str(), true));
     assert_eq!(shown, expected);
-    assert!(
-        text(&out.stderr).contains(&format!("module {} (struct module at", want[1].name))
-            && text(&out.stderr).contains("hidden"),
-        "{}",
-        text(&out.stderr)
+    let hidden = lines.last().unwrap();
+    assert_eq!(hidden["in"], serde_json::json!(["address tree", "sysfs"]));
+    assert_eq!(
+        hidden["missing_from"],
+        serde_json::json!(["module list", "kset list"])
     );
-    drop(restore);
-    // Put back: the list is whole again, and nothing hides.
-    let lines = json_lines(&leechio(&["-d", &device, "modules", "--json"]));
+    assert_eq!(parse_hex(&hidden["module"]), victim.address);
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "leechio: module {} (struct module at {:#x}) is in: address tree, sysfs; missing from: module list, kset list: hidden\n",
+            want[1].name, victim.address
+        )
+    );
+    drop(unlinked);
+    // Put back: the lists are whole again, and nothing hides.
+    let mut lines = json_lines(&leechio(&["-d", &device, "modules", "--json"]));
+    assert_eq!(lines.pop().unwrap()["hidden"], 0);
     assert_eq!(lines.len(), want.len());
     assert!(lines.iter().all(|l| l["hidden"] == false));
+}
+
+#[test]
+fn hooks_finds_none_until_a_system_call_entry_is_rewritten() {
+    check_hooks_finds_none_until_a_system_call_entry_is_rewritten(shared_guest());
+}
+
+/// On a CPU with 5-level paging on, and KASLR.
+#[test]
+fn with_5_level_paging_hooks_finds_none_until_a_system_call_entry_is_rewritten() {
+    check_hooks_finds_none_until_a_system_call_entry_is_rewritten(shared_la57_guest());
+}
+
+/// `leechio hooks` on the clean guest: nothing points outside (exit 0, the
+/// summary alone); with an entry of `sys_call_table` rewritten through the
+/// device to point into the kernel's data (an unused system call's, one
+/// of those holding `sys_ni_syscall`; put back after), that entry alone is
+/// reported, named by the symbol there, in text and JSON, and the exit
+/// is 1.
+fn check_hooks_finds_none_until_a_system_call_entry_is_rewritten(guest: SharedGuest) {
+    let device = guest.device_string();
+    let _paused = guest.pause();
+    let clean = json_lines(&leechio(&["-d", &device, "hooks", "--json", "--no-cache"]));
+    assert_eq!(clean.len(), 1, "{clean:?}");
+    assert_eq!(clean[0]["outside"], 0);
+    let entries = clean[0]["checked"]["sys_call_table"].as_u64().unwrap();
+    assert!(entries > 300, "{clean:?}");
+
+    let (mem, _device) = engine(guest.open());
+    let kernel = Kernel::find(&mem, &no_cache()).unwrap();
+    let symbols = kernel.kallsyms().unwrap();
+    let address = |name: &str| symbols.iter().find(|(n, _)| n == name).unwrap().1;
+    let table = address("sys_call_table");
+    let ni = address("__x64_sys_ni_syscall");
+    let slots: Vec<u64> = (0..entries)
+        .filter(|i| Unlinked::read(&kernel, table + 8 * i) == ni)
+        .collect();
+    let index = *slots.last().expect("an unused system call");
+    let slot = table + 8 * index;
+    // Into the kernel's data: named by the symbol there, as the guest's
+    // own /proc/kallsyms placed it.
+    let target = guest.oracle().symbol("init_task").unwrap() + 0x10;
+    let mut rewritten = Unlinked::new(&mem);
+    rewritten.write(&kernel, slot, target);
+    let out = leechio(&["-d", &device, "hooks", "--no-cache"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "sys_call_table[{index}] at {slot:#x} points to {target:#x} (init_task+0x10): outside the kernel's text and every module's\n\
+             1 pointing outside; checked: {}\n",
+            checked(&clean[0])
+        )
+    );
+    let lines = json_lines_failing(&leechio(&["-d", &device, "hooks", "--json", "--no-cache"]));
+    assert_eq!(
+        lines[0],
+        serde_json::json!({
+            "table": "sys_call_table", "index": index, "slot": format!("{slot:#x}"),
+            "target": format!("{target:#x}"), "points_into": "init_task+0x10",
+        })
+    );
+    assert_eq!(lines[1]["outside"], 1);
+    assert_eq!(lines.len(), 2);
+    drop(rewritten);
+    let after = json_lines(&leechio(&["-d", &device, "hooks", "--json", "--no-cache"]));
+    assert_eq!(after, clean);
+}
+
+/// The summary's `checked` words: `TABLE N`, in the summary's order.
+fn checked(summary: &Value) -> String {
+    let order = ["sys_call_table", "ia32_sys_call_table", "ftrace_ops_list"];
+    let checked = summary["checked"].as_object().unwrap();
+    let words: Vec<String> = order
+        .iter()
+        .filter_map(|t| Some(format!("{t} {}", checked.get(*t)?)))
+        .collect();
+    words.join(", ")
+}
+
+/// The JSON lines of a run that exits 1.
+fn json_lines_failing(output: &Output) -> Vec<Value> {
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    text(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
@@ -744,10 +861,16 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
             processes,
         ),
         (
-            "modules, list and address tree",
+            "modules: list, address tree, sysfs, parameters",
             "engine: Kernel::module_views",
-            7,
+            11,
             3,
+        ),
+        (
+            "hooks: system-call table, ftrace callbacks",
+            "engine: Kernel::hooks",
+            3,
+            1,
         ),
     ] {
         let engine = row(workload, engine);

@@ -120,9 +120,10 @@ impl Kernel {
     /// `modules`, `__pgtable_l5_enabled`, `sysctl_nr_open`, the
     /// `d_dname` functions of sockets, pipes and anonymous inodes, those
     /// of [`Kernel::system`] and [`Kernel::dmesg`], `runqueues`,
-    /// `nr_cpu_ids`, `__per_cpu_offset`, and the page cache's
-    /// `dentry_hashtable`, `d_hash_shift` and `vmemmap_base`), when the
-    /// kernel has it.
+    /// `nr_cpu_ids`, `__per_cpu_offset`, the page cache's
+    /// `dentry_hashtable`, `d_hash_shift` and `vmemmap_base`, and
+    /// `module_kset`, `tainted_mask` and the `param_ops_*` of
+    /// [`Kernel::module_views`]), when the kernel has it.
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
     }

@@ -24,6 +24,10 @@
 //!   list, its thread group and the run queues: what hides),
 //!   [`Kernel::cached_files`] and [`Kernel::cached_file`] (files in the
 //!   page cache, and their cached bytes, deleted ones still open too).
+//!   [`Kernel::module_views`] (the modules through their list, address
+//!   tree and sysfs, with taint and parameters) and [`Kernel::hooks`]
+//!   (system-call tables and ftrace callbacks pointing outside the
+//!   kernel's and modules' code).
 //!
 //! A [`Kernel`] keeps the memory it was found in: every walk reads that
 //! memory, so none can be handed another target's.
@@ -32,6 +36,7 @@
 mod fake_memory;
 mod files;
 mod find;
+mod hooks;
 mod kernel;
 mod kmem;
 mod log;
@@ -54,10 +59,14 @@ pub use find::btf::{Answer, Btf, BtfError, Header as BtfHeader, Query, MAX_ANSWE
 pub use find::image::{Segment, KERNEL_MAP, KERNEL_MAP_SIZE};
 pub use find::vmcoreinfo::VmcoreinfoError;
 pub use find::{CacheLocation, FindError, Hints};
+pub use hooks::{Hook, HookTable, Hooks};
 pub use kernel::{Kernel, Source};
 pub use log::{Caller, KernelLog, LogRecord};
 pub use maps::{MapsFailure, VmFlags, Vma, Vmas};
-pub use modules::{Module, ModuleList, ModuleState, ModuleViews};
+pub use modules::{
+    kernel_taint_letters, module_taint_letters, Module, ModuleList, ModuleParam, ModuleState,
+    ModuleView, ModuleViews, ParamKind,
+};
 pub use page_cache::{CacheError, CacheFailure, CachedFile, CachedFiles, FileContents, FileQuery};
 pub use processes::{split_command_line, Process, ProcessList, Stage, Thread, WalkFailure};
 pub use structures::StructureFailure;

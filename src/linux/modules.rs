@@ -21,11 +21,21 @@ use crate::linux::structures::StructureFailure;
 use crate::linux::Kernel;
 
 mod exports;
+mod params;
+mod sysfs;
+mod taint;
 #[cfg(test)]
 mod tests;
 mod tree;
+mod views;
 
-pub use tree::ModuleViews;
+pub(crate) use params::PARAM_OPS;
+pub use params::{ModuleParam, ParamKind};
+pub(crate) use sysfs::KSET_SYMBOL;
+pub(crate) use taint::TAINT_SYMBOL;
+pub use taint::{kernel_taint_letters, module_taint_letters};
+pub(crate) use tree::read_modules as read_hidden;
+pub use views::{ModuleView, ModuleViews};
 
 /// The kernel symbol of the list's head (`kernel/module/main.c`).
 pub(crate) const SYMBOL: &str = "modules";
@@ -78,6 +88,19 @@ pub struct Module {
     pub base: u64,
     /// Its state.
     pub state: ModuleState,
+    /// Its taint bits (`module->taints`; see [`module_taint_letters`]),
+    /// `None` when BTF lacks the member.
+    pub taints: Option<u64>,
+    /// Its code: each range's start and length (core, then init).
+    pub text: Vec<(u64, u64)>,
+    /// Its parameters: read by [`Kernel::module_views`] (`None` from
+    /// [`Kernel::modules`], or when they cannot be read).
+    pub params: Option<Vec<ModuleParam>>,
+    /// Its `kp` and `num_kp`: where its parameters are.
+    pub(crate) kp: (u64, u64),
+    /// Its kobject's node in `module_kset`'s list: its address, `next`
+    /// and `prev` (all 0 when BTF does not say where it is).
+    pub(crate) kset_node: (u64, u64, u64),
     /// Its exported symbols: `syms` and `num_syms`.
     pub(crate) syms: (u64, u64),
     /// Its `sect_attrs` (0 when the kernel keeps none).
@@ -190,12 +213,31 @@ fn module(layout: &ModuleLayout, address: u64, bytes: &[u8]) -> Option<Module> {
         v if v == s.unformed => ModuleState::Unformed,
         _ => ModuleState::Unknown(state),
     };
+    let word = |offset: u64| bytes.u64_at(at(offset)).unwrap_or(0);
+    let half = |offset: u64| u64::from(bytes.u32_at(at(offset)).unwrap_or(0));
+    let text = layout.memory.text().into_iter();
+    let kset_node = layout.kset_entry.map_or((0, 0, 0), |entry| {
+        let links = &layout.list_links;
+        (
+            address.wrapping_add(entry),
+            word(entry + links.next),
+            word(entry + links.prev),
+        )
+    });
     Some(Module {
         address,
         name,
         size,
         base: bytes.u64_at(at(layout.memory.text_base())).unwrap_or(0),
         state,
+        taints: layout.taints.map(word),
+        text: text
+            .map(|(base, len)| (word(base), half(len)))
+            .filter(|&(base, len)| base != 0 && len != 0)
+            .collect(),
+        params: None,
+        kp: layout.params.map_or((0, 0), |(kp, n)| (word(kp), half(n))),
+        kset_node,
         syms: (
             bytes.u64_at(at(layout.syms)).unwrap_or(0),
             u64::from(bytes.u32_at(at(layout.num_syms)).unwrap_or(0)),

@@ -3,8 +3,9 @@
 //! read a device call of its own (the engine told to put one scatter
 //! entry in a call), which is what following the pointers one at a time
 //! costs. The open files, the sockets, the network devices, the kernel's
-//! names and log, the processes' environments and both views of the
-//! modules; each row's result compared with the other's, item by item.
+//! names and log, the processes' environments, every view of the
+//! modules and the hooks; each row's result compared with the other's,
+//! item by item.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -37,7 +38,7 @@ fn by_place<T: std::fmt::Debug>(items: impl IntoIterator<Item = T>) -> BTreeMap<
         .collect()
 }
 
-const WALKS: [Walk; 7] = [
+const WALKS: [Walk; 8] = [
     Walk {
         name: "open files of every process",
         method: "engine: Kernel::open_files, kernel known",
@@ -135,16 +136,38 @@ const WALKS: [Walk; 7] = [
         },
     },
     Walk {
-        name: "modules, list and address tree",
+        name: "modules: list, address tree, sysfs, parameters",
         method: "engine: Kernel::module_views, kernel known",
         keys: Keys::Items("modules"),
         run: |kernel| {
             let views = kernel.module_views();
-            let hidden = views.hidden.iter().map(|m| format!("hidden {}", m.name));
-            let listed = views.list.modules.iter().map(|m| m.name.clone());
+            let hidden = views.hidden.iter().map(|m| (true, m));
+            let listed = views.list.modules.iter().map(|m| (false, m));
+            let items = listed.chain(hidden).map(|(hidden, m)| {
+                let seen = &views.seen_in.get(&m.address);
+                (hidden, &m.name, m.taints, &m.params, seen.cloned())
+            });
             Read {
-                workload: format!("{} modules", views.list.modules.len()),
-                items: by_place(listed.chain(hidden)),
+                workload: format!(
+                    "{} modules, {} built-in in /sys/module",
+                    views.list.modules.len(),
+                    views.built_in
+                ),
+                items: by_place(items),
+            }
+        },
+    },
+    Walk {
+        name: "hooks: system-call table, ftrace callbacks",
+        method: "engine: Kernel::hooks, kernel known",
+        keys: Keys::Items("tables"),
+        run: |kernel| {
+            let hooks = kernel.hooks();
+            let checked = hooks.checked.iter().map(|(t, n)| format!("{t} {n}"));
+            let outside = hooks.outside.iter().map(|h| format!("{h:?}"));
+            Read {
+                workload: format!("{} system calls", hooks.checked.first().map_or(0, |c| c.1)),
+                items: by_place(checked.chain(outside)),
             }
         },
     },

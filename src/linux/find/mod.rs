@@ -112,7 +112,38 @@ const SYMBOLS: &[&str] = &[
     crate::linux::page_cache::SYMBOLS[0],
     crate::linux::page_cache::SYMBOLS[1],
     crate::linux::page_cache::SYMBOLS[2],
+    // The modules' sysfs kset and the kernel's taint (see `modules`), and
+    // the parameter kinds whose values a module's parameters show.
+    crate::linux::modules::KSET_SYMBOL,
+    crate::linux::modules::TAINT_SYMBOL,
+    PARAM_OPS[0].0,
+    PARAM_OPS[1].0,
+    PARAM_OPS[2].0,
+    PARAM_OPS[3].0,
+    PARAM_OPS[4].0,
+    PARAM_OPS[5].0,
+    PARAM_OPS[6].0,
+    PARAM_OPS[7].0,
+    PARAM_OPS[8].0,
+    PARAM_OPS[9].0,
+    PARAM_OPS[10].0,
+    PARAM_OPS[11].0,
+    PARAM_OPS[12].0,
+    PARAM_OPS[13].0,
+    // What the hooks are checked against (see `hooks`): the kernel's
+    // text, the system-call tables and switches, the ftrace list.
+    HOOKS[0],
+    HOOKS[1],
+    HOOKS[2],
+    HOOKS[3],
+    HOOKS[4],
+    HOOKS[5],
+    HOOKS[6],
+    HOOKS[7],
+    HOOKS[8],
 ];
+const HOOKS: [&str; 9] = crate::linux::hooks::SYMBOLS;
+const PARAM_OPS: [(&str, crate::linux::modules::ParamKind); 14] = crate::linux::modules::PARAM_OPS;
 const DNAMES: [&str; 7] = crate::linux::paths::DNAME_SYMBOLS;
 /// The kernel's own word on its paging mode: 1 with 5 levels.
 const L5_SYMBOL: &str = "__pgtable_l5_enabled";

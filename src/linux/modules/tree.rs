@@ -7,7 +7,8 @@
 //!
 //! The tree is walked a level a batch (its first copy: the latch keeps
 //! two), each node's module pointer kept; every memory kind of a module
-//! has its node, so a module is counted once by its address.
+//! has its node, so a module is counted once by its address. (The views
+//! are compared in `views`.)
 
 use std::collections::BTreeSet;
 
@@ -15,7 +16,7 @@ use crate::linux::kmem::{Fields, KernelMemory};
 use crate::linux::offsets::{ModTreeLayout, ModuleLayout};
 use crate::linux::structures::rbtree;
 use crate::linux::structures::StructureFailure;
-use crate::linux::{Kernel, Module, ModuleList};
+use crate::linux::{Kernel, Module};
 
 use super::{max_modules, module, TREE_SYMBOL};
 
@@ -23,64 +24,12 @@ use super::{max_modules, module, TREE_SYMBOL};
 /// (`MOD_MEM_NUM_TYPES` is 7 in 6.4; two layouts before).
 const NODES_PER_MODULE: usize = 16;
 
-/// The modules of both views.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ModuleViews {
-    /// The `modules` list ([`Kernel::modules`]).
-    pub list: ModuleList,
-    /// Modules in the address tree but not on the list: hidden.
-    pub hidden: Vec<Module>,
-    /// Live modules on the list that the address tree lacks (the tree
-    /// was tampered with, or the list holds something that is no module).
-    pub not_in_tree: Vec<Module>,
-    /// What of the tree, or of a hidden module, could not be read; when
-    /// the tree could not be read at all, no module is called hidden.
-    pub failed: Vec<StructureFailure>,
-}
-
 impl Kernel {
-    /// The modules of the `modules` list checked against the module
-    /// address tree (blocking; see [`Kernel::module_views_async`]).
-    pub fn module_views(&self) -> ModuleViews {
-        self.memory().block_on(self.module_views_async())
-    }
-
-    /// The modules of the `modules` list and of the module address tree,
-    /// both walked at once, and what one has that the other lacks.
-    pub async fn module_views_async(&self) -> ModuleViews {
-        let (list, tree) = futures::join!(self.modules_async(), self.module_tree());
-        let mut views = ModuleViews {
-            list,
-            ..ModuleViews::default()
-        };
-        let (in_tree, failed) = match tree {
-            Ok(tree) => tree,
-            Err(why) => {
-                views.failed.push(StructureFailure::new(0, why));
-                return views;
-            }
-        };
-        views.failed = failed;
-        let listed: BTreeSet<u64> = views.list.modules.iter().map(|m| m.address).collect();
-        for m in &views.list.modules {
-            if m.state == super::ModuleState::Live && !in_tree.contains(&m.address) {
-                views.not_in_tree.push(m.clone());
-            }
-        }
-        let unlisted: Vec<u64> = in_tree.difference(&listed).copied().collect();
-        let Ok(layout) = &self.offsets.modules else {
-            return views;
-        };
-        let kmem = self.kernel_memory();
-        let (hidden, failed) = read_modules(&kmem, layout, &unlisted).await;
-        views.hidden = hidden;
-        views.failed.extend(failed);
-        views
-    }
-
     /// The distinct modules the address tree holds, and what of it could
     /// not be read; an error when there is no tree to read.
-    async fn module_tree(&self) -> Result<(BTreeSet<u64>, Vec<StructureFailure>), String> {
+    pub(crate) async fn module_tree(
+        &self,
+    ) -> Result<(BTreeSet<u64>, Vec<StructureFailure>), String> {
         let layout = self
             .offsets
             .module_tree
@@ -127,7 +76,7 @@ pub(crate) async fn walk(
 
 /// The modules at `addresses`, read in one batch; what is no module
 /// (unreadable, or no name) is a failure.
-async fn read_modules(
+pub(crate) async fn read_modules(
     kmem: &KernelMemory<'_>,
     layout: &ModuleLayout,
     addresses: &[u64],
@@ -146,11 +95,11 @@ async fn read_modules(
             Ok(Some(m)) => modules.push(m),
             Ok(None) => failed.push(StructureFailure::new(
                 address,
-                "in the module address tree, but its name is empty or has no end: not a module",
+                "in another view of the modules, but its name is empty or has no end: not a module",
             )),
             Err(why) => failed.push(StructureFailure::new(
                 address,
-                format!("in the module address tree: {why}"),
+                format!("in another view of the modules: {why}"),
             )),
         }
     }

@@ -10,6 +10,7 @@
 
 mod details;
 mod files;
+mod integrity;
 mod log;
 mod maps;
 mod modules;
@@ -22,6 +23,7 @@ mod views;
 
 pub(crate) use details::{CompatFlag, CredLayout, DetailsLayout};
 pub(crate) use files::{span, FilesLayout};
+pub(crate) use integrity::{HooksLayout, ParamLayout, SysfsLayout};
 pub(crate) use log::{Int, LegacyLayout, LogLayout, RecordLayout, RingLayout};
 pub(crate) use maps::{MapsLayout, PathLayout, Tree};
 pub(crate) use modules::{ModTreeLayout, ModuleLayout, SectionLayout, SymbolForm};
@@ -52,6 +54,12 @@ pub(crate) struct Offsets {
     /// The module address tree's (`mod_tree`), a second view of the
     /// modules.
     pub module_tree: Result<ModTreeLayout, BtfError>,
+    /// The modules' parameters (`struct kernel_param`).
+    pub params: Result<ParamLayout, BtfError>,
+    /// The modules' sysfs view (`/sys/module`), a third view of them.
+    pub sysfs: Result<SysfsLayout, BtfError>,
+    /// The hooks' (ftrace callbacks, the system-call table's length).
+    pub hooks: HooksLayout,
     /// Each task's details (executable, exit code, 32-bit or not,
     /// credentials, start time, environment).
     pub details: Result<DetailsLayout, BtfError>,
@@ -84,6 +92,9 @@ impl Offsets {
             maps: MapsLayout::from_btf(btf),
             modules: ModuleLayout::from_btf(btf),
             module_tree: ModTreeLayout::from_btf(btf),
+            params: ParamLayout::from_btf(btf),
+            sysfs: SysfsLayout::from_btf(btf),
+            hooks: HooksLayout::from_btf(btf),
             details: DetailsLayout::from_btf(btf),
             files: FilesLayout::from_btf(btf),
             uts: UtsLayout::from_btf(btf),
@@ -103,10 +114,14 @@ impl Offsets {
 /// open files, the system's names and clocks, the kernel log, the tasks'
 /// other views, the page cache): the answers a warm start must have, and what the fuzz
 /// target asks of random BTF. The first error of each walk, if any, and
-/// each answer of the views not kept. (The module address tree is asked
-/// too, but a kernel may lack it: its error is not one.)
+/// each answer of the views not kept. (The module address tree, the
+/// modules' parameters and sysfs view, and the hooks' offsets are asked
+/// too, but a kernel may lack them: their errors are not one.)
 pub fn ask_walk_questions(btf: &Btf) -> Vec<BtfError> {
     let _ = ModTreeLayout::from_btf(btf);
+    let _ = ParamLayout::from_btf(btf);
+    let _ = SysfsLayout::from_btf(btf);
+    let _ = HooksLayout::from_btf(btf);
     let views = ViewsLayout::from_btf(btf);
     // A view the BTF lacks is no error of the walks; an answer a warm
     // start did not keep is.

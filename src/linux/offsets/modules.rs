@@ -22,6 +22,8 @@ pub(crate) enum ModuleMemory {
         stride: u64,
         /// `MOD_TEXT`: the kind whose base `/proc/modules` shows.
         text: u64,
+        /// `MOD_INIT_TEXT`, when BTF names it: code too, until init ends.
+        init_text: Option<u64>,
         /// `module_memory.base`, `module_memory.size`.
         base: u64,
         size: u64,
@@ -33,9 +35,11 @@ pub(crate) enum ModuleMemory {
         core: u64,
         init: u64,
         data: Option<u64>,
-        /// `module_layout.base`, `module_layout.size`.
+        /// `module_layout.base`, `module_layout.size`, and
+        /// `module_layout.text_size` (its code, from its base).
         base: u64,
         size: u64,
+        text_size: u64,
     },
 }
 
@@ -75,6 +79,36 @@ impl ModuleMemory {
                 .flatten()
                 .map(|at| at + size)
                 .collect(),
+        }
+    }
+
+    /// Where each range of code is: the offsets of its base (a pointer)
+    /// and its length (a `u32`), core first.
+    pub(crate) fn text(&self) -> Vec<(u64, u64)> {
+        match *self {
+            ModuleMemory::Typed {
+                mem,
+                stride,
+                text,
+                init_text,
+                base,
+                size,
+                ..
+            } => [Some(text), init_text]
+                .into_iter()
+                .flatten()
+                .map(|kind| (mem + kind * stride + base, mem + kind * stride + size))
+                .collect(),
+            ModuleMemory::Layouts {
+                core,
+                init,
+                base,
+                text_size,
+                ..
+            } => vec![
+                (core + base, core + text_size),
+                (init + base, init + text_size),
+            ],
         }
     }
 }
@@ -166,6 +200,12 @@ pub(crate) struct ModuleLayout {
     pub(crate) sections: Option<(u64, SectionLayout)>,
     /// How exported symbols are kept; `None` when BTF does not say.
     pub(crate) symbol_form: Option<SymbolForm>,
+    /// `module.taints` (an `unsigned long`); `None` when BTF lacks it.
+    pub(crate) taints: Option<u64>,
+    /// `module.kp` and `module.num_kp` (a `u32`): its parameters.
+    pub(crate) params: Option<(u64, u64)>,
+    /// `module.mkobj.kobj.entry`: its node in `module_kset`'s list.
+    pub(crate) kset_entry: Option<u64>,
 }
 
 impl ModuleLayout {
@@ -195,11 +235,16 @@ impl ModuleLayout {
                             "MOD_TEXT (enum mod_mem_type) below MOD_MEM_NUM_TYPES".into(),
                         )
                     })?;
+                let init_text = btf
+                    .enum_value("MOD_INIT_TEXT")
+                    .and_then(|v| u64::try_from(v).ok())
+                    .filter(|&v| v < count);
                 ModuleMemory::Typed {
                     mem,
                     count,
                     stride,
                     text,
+                    init_text,
                     base: btf.member_offset("module_memory", "base")?,
                     size: btf.member_offset("module_memory", "size")?,
                 }
@@ -210,6 +255,7 @@ impl ModuleLayout {
                 data: module("data_layout").ok(),
                 base: btf.member_offset("module_layout", "base")?,
                 size: btf.member_offset("module_layout", "size")?,
+                text_size: btf.member_offset("module_layout", "text_size")?,
             },
         };
         Ok(ModuleLayout {
@@ -232,6 +278,9 @@ impl ModuleLayout {
                 .ok()
                 .zip(SectionLayout::from_btf(btf).ok()),
             symbol_form: SymbolForm::from_btf(btf).ok(),
+            taints: module("taints").ok(),
+            params: module("kp").ok().zip(module("num_kp").ok()),
+            kset_entry: module("mkobj.kobj.entry").ok(),
         })
     }
 
@@ -246,7 +295,16 @@ impl ModuleLayout {
             (self.num_syms, 4),
         ];
         members.extend(self.sections.map(|(at, _)| (at, 8)));
+        members.extend(self.taints.map(|at| (at, 8)));
+        members.extend(
+            self.params
+                .into_iter()
+                .flat_map(|(kp, n)| [(kp, 8), (n, 4)]),
+        );
+        members.extend(self.kset_entry.map(|at| (at, self.list_links.len())));
         members.extend(self.memory.sizes().into_iter().map(|at| (at, 4)));
+        let text = self.memory.text().into_iter();
+        members.extend(text.flat_map(|(base, len)| [(base, 8), (len, 4)]));
         let start = members.iter().map(|m| m.0).min().unwrap_or(0);
         let end = members.iter().map(|m| m.0 + m.1).max().unwrap_or(0);
         (start, (end - start) as usize)
@@ -308,6 +366,7 @@ mod tests {
                 data: None,
                 base: 0,
                 size: 8,
+                text_size: at("core_layout.text_size") - at("core_layout"),
             }
         );
         assert_eq!(layout.memory.text_base(), at("core_layout.base"));

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+pub mod integrity;
 pub mod network;
 pub mod cache;
 pub mod system;
@@ -191,6 +192,8 @@ pub struct Oracle {
     pub network: GuestNetwork,
     /// The files `/init` left in the page cache.
     pub cached_files: Vec<cache::GuestCachedFile>,
+    /// Its modules' taint and parameters, and its kernel's taint.
+    pub integrity: integrity::GuestIntegrity,
 }
 
 impl Oracle {
@@ -257,6 +260,7 @@ struct Items {
     system: system::SystemItems,
     network: network::NetworkItems,
     cache: cache::CacheItems,
+    integrity: integrity::IntegrityItems,
     /// The counts of the end line: tasks, map lines, symbols, modules, fds
     /// (the last two 0 when the line has none).
     end: Option<[usize; 5]>,
@@ -328,6 +332,9 @@ impl Items {
             "uname" | "btime" | "clock" | "dmesg" | "dmesg-end" => self.system.add(kind, rest),
             "socket" | "iface" | "inet" | "inet6" | "net-end" => self.network.add(kind, rest),
             "cache" | "cache-end" => self.cache.add(kind, rest),
+            "tainted" | "module-taint" | "param" | "parmtype" | "param-given" | "integrity-end" => {
+                self.integrity.add(kind, rest)
+            }
             "end" => {
                 let fields = Fields::new(rest);
                 let counts = [
@@ -377,6 +384,7 @@ impl Items {
             system: self.system.finish()?,
             network: self.network.finish()?,
             cached_files: self.cache.finish()?,
+            integrity: self.integrity.finish()?,
         })
     }
 }
