@@ -399,7 +399,10 @@ fn the_kernel_and_its_modules_match_proc_modules_and_kallsyms() {
         .iter()
         .filter(|s| MODULE_SYMBOLS.contains(&s.name.as_str()))
         .count();
-    assert!(printed >= 1, "the guest's modules export none of {MODULE_SYMBOLS:?}");
+    assert!(
+        printed >= 1,
+        "the guest's modules export none of {MODULE_SYMBOLS:?}"
+    );
     assert_eq!(found, printed, "module exports found");
 }
 

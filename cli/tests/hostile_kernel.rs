@@ -1224,7 +1224,6 @@ fn a_cached_file_of_absurd_size_whose_page_array_turns_back_is_cut_and_named() {
     assert_eq!(std::os::unix::fs::MetadataExt::blocks(&meta), 0);
 }
 
-#[test]
 /// A system-call table entry rewritten to garbage, and the ftrace list
 /// led through a callback in free RAM that links to itself: both
 /// pointers reported (the callback once), the loop cut and said, exit 1,

@@ -107,6 +107,7 @@ pub(super) fn cache(bench: &mut Bench) -> Result<(), Failure> {
             processes: batched.0.len(),
             differing: differing.clone(),
             changing: Vec::new(),
+            keys: Keys::Items("files"),
         });
     }
     Ok(())

@@ -101,8 +101,9 @@ impl Offsets {
             clock: ClockLayout::from_btf(btf),
             log: LogLayout::from_btf(btf),
             views: ViewsLayout::from_btf(btf),
-/// open files, the system's names and clocks, the kernel log, the network,
-/// the tasks' other views, the page cache): the answers a warm start must have, and what the fuzz
+            sockets: SockLayout::from_btf(btf),
+            interfaces: InterfaceLayout::from_btf(btf),
+            page_cache: CacheLayout::from_btf(btf),
         })
     }
 }
@@ -110,9 +111,8 @@ impl Offsets {
 /// Asks `btf` every question the walks ask (the kernel's check, the
 /// process list, memory maps, the module list, each task's details, the
 /// open files, the system's names and clocks, the kernel log, the network,
-/// the tasks' other views): the answers a warm start must have, and what the fuzz
-/// open files, the system's names and clocks, the kernel log, the tasks'
-/// other views, the page cache): the answers a warm start must have, and what the fuzz
+/// the tasks' other views, the page cache): the answers a warm start must
+/// have, and what the fuzz
 /// target asks of random BTF. The first error of each walk, if any, and
 /// each answer of the views not kept. (The module address tree, the
 /// modules' parameters and sysfs view, and the hooks' offsets are asked

@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+pub mod cache;
 pub mod integrity;
 pub mod network;
-pub mod cache;
 pub mod system;
 use network::GuestNetwork;
 use system::GuestSystem;
