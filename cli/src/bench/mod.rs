@@ -3,7 +3,6 @@
 //! plugin, and memflow's own synchronous stack. Device calls are counted
 //! by LeechCore itself; times are the median of several runs.
 
-mod cache;
 mod chains;
 mod dumps;
 mod physical;
@@ -41,7 +40,6 @@ use leechio::{
     AddressSpace, Call, DeviceConfig, LeechCore, Memory, MemoryMap, Paging, ScatterEntry,
 };
 
-use cache::*;
 use chains::*;
 use dumps::*;
 use physical::*;
@@ -440,12 +438,11 @@ fn measure_all(
     memflow_virtual(bench, dtb, &vas, &reference)?;
     memflow_dump(bench, dtb, target, &dump_reference)?;
     // Phase three: a Linux target's processes, each way on its own context,
-    // then the other walks of the Linux layer, what hides, and the page
-    // cache's files.
+    // then the other walks of the Linux layer (the page cache's files
+    // among them), and what hides.
     processes(bench)?;
     walks(bench)?;
-    views(bench)?;
-    cache(bench)
+    views(bench)
 }
 
 /// memflow's VirtualDma over the plugin, with memflow's default cache.

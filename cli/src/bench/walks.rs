@@ -4,12 +4,12 @@
 //! entry in a call), which is what following the pointers one at a time
 //! costs. The open files, the sockets, the network devices, the kernel's
 //! names and log, the processes' environments, every view of the
-//! modules and the hooks; each row's result compared with the other's,
+//! modules, the hooks and the page cache's files; each row's result compared with the other's,
 //! item by item.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use leechio::linux::{CacheLocation, DetailsAsked, Hints, Kernel};
+use leechio::linux::{CacheLocation, DetailsAsked, FileQuery, Hints, Kernel};
 use leechio::EngineConfig;
 
 use super::*;
@@ -38,7 +38,7 @@ fn by_place<T: std::fmt::Debug>(items: impl IntoIterator<Item = T>) -> BTreeMap<
         .collect()
 }
 
-const WALKS: [Walk; 8] = [
+const WALKS: [Walk; 9] = [
     Walk {
         name: "open files of every process",
         method: "engine: Kernel::open_files, kernel known",
@@ -168,6 +168,36 @@ const WALKS: [Walk; 8] = [
             Read {
                 workload: format!("{} system calls", hooks.checked.first().map_or(0, |c| c.1)),
                 items: by_place(checked.chain(outside)),
+            }
+        },
+    },
+    Walk {
+        name: "files from the page cache",
+        method: "engine: Kernel::cached_files and cached_file, kernel known",
+        keys: Keys::Items("files"),
+        // The list, then the pages of its largest file (by cached pages).
+        run: |kernel| {
+            let list = kernel.cached_files();
+            let largest = list.files.iter().max_by_key(|f| f.cached_pages);
+            let query = largest.map(|f| FileQuery::Inode {
+                number: f.inode,
+                device: Some(f.device),
+            });
+            let pages = query
+                .and_then(|q| kernel.cached_file(&q).ok())
+                .map(|c| c.pages)
+                .unwrap_or_default();
+            let bytes: usize = pages.iter().map(|p| p.1.len()).sum();
+            let files = list
+                .files
+                .iter()
+                .map(|f| format!("{:?}", (f.inode, f.device, &f.path, f.cached_pages)));
+            Read {
+                workload: format!(
+                    "{} files listed, the largest's {bytes} bytes",
+                    list.files.len()
+                ),
+                items: by_place(files.chain([format!("{pages:?}")])),
             }
         },
     },
