@@ -11,6 +11,7 @@
 mod common;
 
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -846,12 +847,17 @@ fn dump_until_signalled(
 
     // Interrupt once the kernel's text (physical 16 MiB + 2 MiB) is in the
     // file: its data starts a page after the headers, at about its
-    // physical address.
+    // physical address. Counted in the blocks the file holds, not its
+    // length: the dump sizes the file sparsely to its full length for a
+    // moment (to learn whether the file system can hold it) before it
+    // empties it and writes.
     let want = 0x1000 + 0x120_0000;
     let deadline = Instant::now() + RUN_LIMIT;
     let mut child = Some(child);
     loop {
-        let size = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+        let size = std::fs::metadata(out)
+            .map(|m| m.blocks() * 512)
+            .unwrap_or(0);
         if size >= want {
             break;
         }
