@@ -1,5 +1,5 @@
 # The project's commands. `make test` is what CI runs (.ci/run).
-.PHONY: setup test check unit plugin install
+.PHONY: deps setup test check unit plugin cli install
 
 CARGO ?= cargo
 # Where scripts/setup.sh installs Rust when the machine has none (or one too
@@ -7,8 +7,18 @@ CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 # memflow's default plugin folder; `make install MEMFLOW_PLUGINS=…` to change.
 MEMFLOW_PLUGINS ?= $(HOME)/.local/lib/memflow
+# Where `make install` and `make install-c` put the command line, the C
+# library and the headers; `make install PREFIX=…` to change.
+PREFIX ?= /usr/local
 
-## setup: install what the project needs (idempotent; run as root on Debian)
+## deps: install what the product needs to build and run, nothing more: the C
+## linker, libusb, Rust, LeechCore in target/leechcore/ (idempotent; as root on
+## Debian)
+deps:
+	@scripts/deps.sh
+
+## setup: deps, then what the tests, the demo and the benchmarks need: QEMU,
+## the guest kernels, gdb, valgrind, drgn, Rust nightly (idempotent; as root)
 setup:
 	@scripts/setup.sh
 
@@ -23,13 +33,20 @@ check:
 plugin:
 	$(CARGO) build --release -p memflow-leechcore
 
+## cli: the command line, release build: target/release/leechio
+cli:
+	$(CARGO) build --release -p leechio-cli
+
 ## unit: the whole test suite, without set-up
-unit: plugin ffi
+unit: plugin ffi cli
 	$(CARGO) test --workspace
 
-## install: the plugin with LeechCore beside it, where memflow looks
-install: setup plugin
-	scripts/install-plugin.sh "$(MEMFLOW_PLUGINS)"
+## install: the product and only what it needs (deps): the plugin with
+## LeechCore beside it where memflow looks (MEMFLOW_PLUGINS); the `leechio`
+## command line, its man pages, libleechio and its headers, and LeechCore
+## under PREFIX (bin, share/man, lib, include)
+install: deps plugin ffi cli
+	scripts/install.sh "$(MEMFLOW_PLUGINS)" "$(PREFIX)"
 
 ## test: set-up, then formatting, lints, every test, the unit tests under
 ## Miri (see `make miri`), and every fuzz target for a minute (see `make fuzz`)
@@ -81,8 +98,6 @@ fuzz:
 
 # The C and C++ API (ffi/): libleechio.so, libleechio.a, ffi/include/.
 .PHONY: ffi header install-c
-# `make install-c PREFIX=…` to change.
-PREFIX ?= /usr/local
 
 ## ffi: the C library, release build: target/release/libleechio.{so,a}
 ffi:
@@ -95,7 +110,7 @@ header:
 
 ## install-c: headers into PREFIX/include, libleechio and LeechCore into PREFIX/lib,
 ## valgrind suppressions into PREFIX/share/leechio
-install-c: setup ffi
+install-c: deps ffi
 	scripts/install-c.sh "$(PREFIX)"
 
 # The tour and the end-to-end benchmark table (both boot a QEMU guest).

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the README's two commands, `make test` then `make demo`, on a fresh
+# Runs `make install` (which must install the product and nothing of the
+# test set-up), then the README's two commands, `make test` then `make demo`, on a fresh
 # Debian in a chroot: the minimal base system plus make, git and
 # ca-certificates, no Rust, no Python, nothing the project installs. It
 # catches what a green run on a machine that already has it all hides: an
@@ -100,6 +101,18 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
 fi
 git clone -q "$PWD" "$root/root/leechio"
 
+say "make install (the product alone)"
+in_root bash -c 'cd /root/leechio && make install'
+# The product, and nothing of the test set-up.
+for pkg in qemu-system-x86 valgrind gdb busybox-static; do
+    if in_root dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        say "make install installed $pkg, which only the tests need"
+        exit 1
+    fi
+done
+in_root bash -c 'leechio --version >/dev/null && test -f /usr/local/share/man/man1/leechio-ps.1 &&
+    test -f /usr/local/lib/libleechio.so && test -f /root/.local/lib/memflow/libmemflow_leechcore.so' ||
+    { say "make install left out the command line, its man pages, libleechio or the plugin"; exit 1; }
 say "make test"
 in_root bash -c 'cd /root/leechio && make test'
 say "make demo"

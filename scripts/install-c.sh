@@ -2,7 +2,7 @@
 # Installs leechio's C and C++ API under a prefix:
 #   PREFIX/include/leechio.h, leechio.hpp
 #   PREFIX/lib/libleechio.so, libleechio.a
-#   PREFIX/lib/leechcore.so and its device plugins (from `make setup`), because
+#   PREFIX/lib/leechcore.so and its device plugins (from `make deps`), because
 #   libleechio.so looks for leechcore.so beside itself first.
 #   PREFIX/share/leechio/leechio.supp, valgrind's suppressions for
 #   libleechio's process-lifetime blocks (see ffi/README.md).
@@ -28,7 +28,7 @@ if [ -f target/leechcore/leechcore.so ]; then
 else
     # Not fatal: libleechio also finds LeechCore through LEECHCORE_LIB or
     # the dynamic linker.
-    echo "install-c: LeechCore is missing (run \`make setup\`); installing libleechio without it" >&2
+    echo "install-c: LeechCore is missing (run \`make deps\`); installing libleechio without it" >&2
     lc=
 fi
 echo "installed leechio.h, leechio.hpp, libleechio.so, libleechio.a, leechio.supp ${lc}into $prefix"

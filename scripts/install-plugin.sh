@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 dest=${1:-$HOME/.local/lib/memflow}
 plugin=target/release/libmemflow_leechcore.so
 [ -f "$plugin" ] || { echo "install: $plugin is missing; run \`make plugin\`" >&2; exit 1; }
-[ -f target/leechcore/leechcore.so ] || { echo "install: LeechCore is missing; run \`make setup\`" >&2; exit 1; }
+[ -f target/leechcore/leechcore.so ] || { echo "install: LeechCore is missing; run \`make deps\`" >&2; exit 1; }
 mkdir -p "$dest"
 install -m 0755 "$plugin" "$dest/"
 install -m 0644 target/leechcore/*.so "$dest/"

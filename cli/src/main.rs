@@ -13,6 +13,7 @@ mod dump;
 mod environment;
 mod files;
 mod hooks;
+mod manual;
 mod maps;
 mod modules;
 mod network;
@@ -41,7 +42,7 @@ use numbers::{parse_number, parse_size};
 /// Memory of a target behind LeechCore: PCILeech FPGA boards, memory
 /// images, live QEMU guests, remote agents.
 #[derive(Parser)]
-#[command(version, about, long_about = None, after_help = EXAMPLES)]
+#[command(name = "leechio", version, about, long_about = None, after_help = EXAMPLES)]
 struct Cli {
     /// LeechCore device string: fpga, file:///mem.raw, qemu://shm=NAME,qmp=SOCKET, …
     #[arg(long, short, global = true, env = "LEECHIO_DEVICE")]
@@ -49,7 +50,7 @@ struct Cli {
     /// LeechCore remote string (rpc://…, smb://…) for a device behind a LeechAgent
     #[arg(long, global = true)]
     remote: Option<String>,
-    /// Path of leechcore.so (default: LEECHCORE_LIB, beside this program, the system, make setup's folder)
+    /// Path of leechcore.so (default: LEECHCORE_LIB, beside this program, ../lib for an installed program, the system, make setup's folder)
     #[arg(long, global = true)]
     lib: Option<PathBuf>,
     /// How long a device that talks over sockets (rawtcp://, a remote agent) may send nothing in a call before it is cut off: seconds, e.g. 2.5 or 500ms [default: 5]
@@ -133,6 +134,12 @@ enum Command {
     Cache(cache::CacheArgs),
     /// Device calls and time of the same workloads through LeechCore, the engine, the memflow plugin and memflow's own stack
     Bench(bench::BenchArgs),
+    /// Writes the man pages (leechio.1, leechio-COMMAND.1) into DIR, made from these definitions; for `make install`
+    #[command(hide = true)]
+    Man {
+        /// Folder for the pages (created if missing)
+        dir: PathBuf,
+    },
     /// Puts back target memory saved in an undo file (which a `bench --chains-at` that could not restore it leaves), on the device it names (or --device)
     Restore {
         /// The undo file
@@ -244,6 +251,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Cache(args) => cache::cache(cli, args),
         Command::Bench(args) => bench::run(cli, args),
         Command::Restore { file } => undo::run(cli, file),
+        Command::Man { dir } => manual::write(dir),
     }
 }
 

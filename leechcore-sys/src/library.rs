@@ -136,7 +136,9 @@ impl Library {
     ///
     /// Search order: `explicit`; the `LEECHCORE_LIB` environment variable;
     /// `leechcore.so` in the folder of the module (executable or shared
-    /// library) this crate is linked into; the dynamic linker's search for
+    /// library) this crate is linked into; for a program in a `bin` folder,
+    /// `../lib/` (where `make install` puts LeechCore beside `libleechio`,
+    /// under the same prefix); the dynamic linker's search for
     /// `leechcore.so` and `libleechcore.so`; when that module is a build of
     /// this repository (it lies in a cargo target folder, `target/PROFILE/`
     /// or `target/PROFILE/deps/`), `target/leechcore/`, where `make setup`
@@ -153,6 +155,9 @@ impl Library {
         let module_dir = own_module_dir();
         if let Some(dir) = &module_dir {
             candidates.push((dir.join("leechcore.so").into(), "beside this module"));
+            if let Some(lib) = prefix_lib_folder(dir) {
+                candidates.push((lib.join("leechcore.so").into(), "the prefix's lib folder"));
+            }
         }
         for name in LINKER_NAMES {
             candidates.push((name.into(), "dynamic linker search"));
@@ -297,6 +302,15 @@ fn own_module_dir() -> Option<PathBuf> {
     module.parent().map(Path::to_path_buf)
 }
 
+/// `PREFIX/lib/` for a module in `PREFIX/bin/`: an installed program's
+/// libraries, as `make install` lays them out.
+fn prefix_lib_folder(module_dir: &Path) -> Option<PathBuf> {
+    if module_dir.file_name()? != "bin" {
+        return None;
+    }
+    Some(module_dir.parent()?.join("lib"))
+}
+
 /// `target/leechcore/` for a module in `target/PROFILE/` or in
 /// `target/PROFILE/deps/` (a program, library or test of a build of this
 /// repository), if that folder exists.
@@ -337,6 +351,16 @@ fn loaded_file(lib: &libloading::Library) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_program_in_a_bin_folder_looks_in_the_prefixs_lib_folder() {
+        assert_eq!(
+            prefix_lib_folder(Path::new("/usr/local/bin")),
+            Some(PathBuf::from("/usr/local/lib"))
+        );
+        assert_eq!(prefix_lib_folder(Path::new("/repo/target/release")), None);
+        assert_eq!(prefix_lib_folder(Path::new("/")), None);
+    }
 
     #[test]
     fn module_dir_is_the_test_binary_folder() {

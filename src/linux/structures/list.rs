@@ -82,6 +82,9 @@ impl Budget {
     }
 
     /// Allows `more` objects.
+    // `fetch_update` is `try_update` from Rust 1.96 on, which the crate's
+    // oldest Rust (rust-version) lacks.
+    #[allow(deprecated)]
     pub(crate) fn allow(&self, more: usize) {
         let add = |n: usize| Some(n.saturating_add(more));
         let _ = self
@@ -93,6 +96,7 @@ impl Budget {
     }
 
     /// Takes one object, if one is left.
+    #[allow(deprecated)] // (as in `allow`)
     fn take(&self) -> bool {
         self.left
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
