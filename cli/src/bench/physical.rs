@@ -76,14 +76,15 @@ pub(super) fn physical(
         let reference = Reference::read(device, &pas, size);
         let mut bufs = vec![vec![0u8; size]; READS];
         let mut batch = ideal_batch(addrs.iter().map(|&a| (a, size as u64)));
+        let mut limit = || {
+            let mut entries = scatter_entries(&mut batch);
+            Ok(timed(device, || device.read_scatter(&mut entries)))
+        };
         bench.row(
             workload,
             "limit: LeechCore scatter, one batch, each page once",
             bytes,
-            || {
-                let mut entries = scatter_entries(&mut batch);
-                Ok(timed(device, || device.read_scatter(&mut entries)))
-            },
+            &mut limit,
         )?;
         poison(&mut bufs);
         bench.row(workload, "engine: joined futures", bytes, || {
@@ -131,6 +132,7 @@ pub(super) fn physical(
             }))
         })?;
         bench.check_last(bufs.iter().map(Vec::as_slice), &reference);
+        bench.limit_again(workload, &mut limit)?;
     }
     Ok(())
 }
