@@ -244,7 +244,11 @@ fn every_path_the_docs_name_exists() {
                 .map(move |p| format!("{page}: {p}"))
         })
         .collect();
-    assert!(wrong.is_empty(), "paths that do not exist:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "paths that do not exist:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -319,7 +323,11 @@ fn the_checks_catch_wrong_paths_links_blocks_and_issues() {
     std::fs::create_dir_all(tree.path().join("src/engine")).unwrap();
     std::fs::write(tree.path().join("src/lib.rs"), "").unwrap();
     std::fs::create_dir_all(tree.path().join("docs")).unwrap();
-    std::fs::write(tree.path().join("docs/cli.md"), "# The command line\n## Exit codes\n").unwrap();
+    std::fs::write(
+        tree.path().join("docs/cli.md"),
+        "# The command line\n## Exit codes\n",
+    )
+    .unwrap();
 
     let text = "See `src/lib.rs`, [the engine](../src/engine/) and src/lib.rs. \
                 Not `src/targets.rs`, nor src/engine/queue/, nor cli/src/gone.rs; \
@@ -331,7 +339,10 @@ fn the_checks_catch_wrong_paths_links_blocks_and_issues() {
     );
     // From a page in docs/, a path may also be the folder's own.
     let own = "`docs/cli.md`, `cli.md`, src/lib.rs and src/cli.md";
-    assert_eq!(missing_paths(own, tree.path(), Path::new("docs")), ["src/cli.md"]);
+    assert_eq!(
+        missing_paths(own, tree.path(), Path::new("docs")),
+        ["src/cli.md"]
+    );
 
     let links = "[a](cli.md) [b](cli.md#exit-codes) [c](cli.md#signals) [d](gone.md) \
                  [e](#the-command-line) [f](https://example.com/x.md) [g](../src/lib.rs)";
