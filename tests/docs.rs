@@ -232,53 +232,41 @@ fn tracker_lines(text: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn every_path_the_docs_name_exists() {
-    let root = root();
-    let wrong: Vec<String> = pages()
+/// Asserts that `wrong` finds nothing in any page (it is given the page's
+/// path from the root and its text); else fails with `what`, then each
+/// finding after its page.
+fn assert_no_page_has<T: std::fmt::Display>(what: &str, wrong: impl Fn(&str, &str) -> Vec<T>) {
+    let found: Vec<String> = pages()
         .iter()
         .flat_map(|(page, text)| {
-            let folder = Path::new(page).parent().unwrap_or(Path::new(""));
-            missing_paths(text, &root, folder)
+            wrong(page, text)
                 .into_iter()
-                .map(move |p| format!("{page}: {p}"))
+                .map(move |w| format!("{page}: {w}"))
         })
         .collect();
-    assert!(
-        wrong.is_empty(),
-        "paths that do not exist:\n{}",
-        wrong.join("\n")
-    );
+    assert!(found.is_empty(), "{what}:\n{}", found.join("\n"));
+}
+
+#[test]
+fn every_path_the_docs_name_exists() {
+    assert_no_page_has("paths that do not exist", |page, text| {
+        let folder = Path::new(page).parent().unwrap_or(Path::new(""));
+        missing_paths(text, &root(), folder)
+    });
 }
 
 #[test]
 fn every_relative_link_leads_somewhere() {
-    let root = root();
-    let wrong: Vec<String> = pages()
-        .iter()
-        .flat_map(|(page, text)| {
-            broken_links(page, text, &root)
-                .into_iter()
-                .map(move |l| format!("{page}: {l}"))
-        })
-        .collect();
-    assert!(wrong.is_empty(), "broken links:\n{}", wrong.join("\n"));
+    assert_no_page_has("broken links", |page, text| {
+        broken_links(page, text, &root())
+    });
 }
 
 #[test]
 fn every_code_block_names_its_language() {
-    let wrong: Vec<String> = pages()
-        .iter()
-        .flat_map(|(page, text)| {
-            untagged_blocks(text)
-                .into_iter()
-                .map(move |n| format!("{page}:{n}"))
-        })
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "code blocks without a language (sh, text, rust, …):\n{}",
-        wrong.join("\n")
+    assert_no_page_has(
+        "code blocks without a language (sh, text, rust, …), by line",
+        |_, text| untagged_blocks(text),
     );
 }
 
@@ -301,18 +289,9 @@ fn every_page_with_rust_examples_is_compiled_as_doctests() {
 
 #[test]
 fn no_page_speaks_of_the_issue_tracker() {
-    let wrong: Vec<String> = pages()
-        .iter()
-        .flat_map(|(page, text)| {
-            tracker_lines(text)
-                .into_iter()
-                .map(move |l| format!("{page}: {l}"))
-        })
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "the docs speak of issues, which their readers cannot see:\n{}",
-        wrong.join("\n")
+    assert_no_page_has(
+        "the docs speak of issues, which their readers cannot see",
+        |_, text| tracker_lines(text),
     );
 }
 
