@@ -17,7 +17,7 @@
 # guest's process list: the engine's walk against memflow hop by hop and
 # against the OS plugin linux_btf's list.
 # BENCHMARKS.md gets both tables, the command, date, machine and versions,
-# and a reading of the numbers against the goals of the benchmark issue,
+# and a reading of the numbers against the benchmark's goals,
 # computed from the tables. The guest is stopped at the end, on Ctrl-C and
 # on failure. About 3 minutes on two cores once built.
 set -euo pipefail
@@ -292,7 +292,7 @@ w(live_md)
 w("")
 
 # The reading, from the numbers above.
-w("## Reading, against the goals of the benchmark issue")
+w("## Reading, against the benchmark's goals")
 w("")
 pages = "4 KiB random physical pages"
 for label, rows in (("image", image), ("emulated FPGA", live)):

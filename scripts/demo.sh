@@ -126,4 +126,4 @@ EOF
 
 announce "Stop the guest" "QEMU stops; its RAM file and sockets are removed."
 stop_guest
-echo "Done. Next: README.md for the Rust API and the memflow plugin; 'make bench' for the full benchmark table."
+echo "Done. Next: docs/cli.md for every command, docs/plugin.md for the memflow plugins, docs/rust.md for the Rust API (README.md links them all); 'make bench' for the full benchmark table."

@@ -40,3 +40,13 @@ pub use vm::{
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The examples of docs/rust.md (the engine from Rust), as doctests.
+#[doc = include_str!("../docs/rust.md")]
+#[cfg(doctest)]
+pub struct RustDocDoctests;
+
+/// The examples of docs/plugin.md (the memflow plugins), as doctests.
+#[doc = include_str!("../docs/plugin.md")]
+#[cfg(doctest)]
+pub struct PluginDocDoctests;

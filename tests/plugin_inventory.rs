@@ -452,7 +452,7 @@ fn help_and_target_list_come_through_the_inventory() {
         "max_address",
         "max_entries",
         "leechcore:fpga",
-        // The order Library::load follows (README, "Where leechcore.so is
+        // The order Library::load follows (docs/leechcore.md, "Where leechcore.so is
         // looked for").
         "default: LEECHCORE_LIB if set, else leechcore.so beside this plugin, then the system's",
     ] {

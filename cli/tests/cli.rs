@@ -1072,7 +1072,7 @@ fn restore_keeps_the_undo_file_until_the_bytes_are_back() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
     let undo = dir.path().join("hand-made.undo");
-    // The format as the README's section on signals describes it.
+    // The format as cli/src/undo.rs describes it.
     let saved = vec![0x5a; 0x2000];
     let mut file = format!(
         "{{\"leechio_undo\":1,\"device\":\"{}\",\"remote\":null,\"address\":\"0x3000\",\"length\":8192}}\n",
@@ -1740,7 +1740,7 @@ fn an_fpga_board_that_does_not_open_says_why() {
 }
 
 /// A number, size or range that does not parse is one line that names it,
-/// as the README promises for bad input, without clap's pointer to --help.
+/// as docs/cli.md promises for bad input, without clap's pointer to --help.
 #[test]
 fn a_bad_number_size_or_range_is_one_line() {
     let image = Image::new(16 * MIB);

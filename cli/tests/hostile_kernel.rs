@@ -5,7 +5,7 @@
 //! `ps`, `maps`, `spaces`, `dump`, `modules`, `system`, `dmesg`, `check`, `sockets`, `interfaces` and `cache` must end within a deadline and a
 //! memory cap, with a result that names what was cut or a one-line error,
 //! show no value that failed a check as fact, and escape every string of
-//! the target, as the README states.
+//! the target, as docs/linux.md states.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;

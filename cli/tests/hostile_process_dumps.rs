@@ -4,8 +4,8 @@
 //! first; 15 TiB with nothing mapped), the new tables and maple node in
 //! memory appended to the guest's RAM. `dump --pid` must finish within
 //! seconds and a memory cap, write the frame once however often it is
-//! mapped, read nothing for the holes, and say what it left out, as the
-//! README states.
+//! mapped, read nothing for the holes, and say what it left out, as
+//! docs/forensics.md states.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;

@@ -2,7 +2,7 @@
 //! entries point at itself, tables that point at each other, and memory
 //! where every page looks like a table. `leechio spaces`, `translate` and
 //! `dump --dtb` must finish within seconds, within a memory cap, with a
-//! result or a one-line error, as the README states.
+//! result or a one-line error, as docs/rust.md states.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -47,7 +47,7 @@ impl Image {
 }
 
 /// Time and memory every run here must stay within (a debug build on a
-/// loaded 2-core machine; the README's figures are a release build's).
+/// loaded 2-core machine; the figures of docs/rust.md are a release build's).
 const DEADLINE: Duration = Duration::from_secs(30);
 const MEMORY_CAP_KIB: i64 = 256 << 10;
 

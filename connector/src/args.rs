@@ -333,7 +333,7 @@ mod tests {
             "{err}"
         );
         // memflow's string parser keeps only the last of a repeated key
-        // before the plugin is called (as the README says).
+        // before the plugin is called (as docs/plugin.md says).
         assert_eq!(
             settings("fpga:verbosity=0,verbosity=4")
                 .unwrap()

@@ -756,7 +756,7 @@ void leechio_kernel_free(struct leechio_kernel *kernel);
 uint32_t leechio_kernel_levels(const struct leechio_kernel *kernel);
 
 // Lists the kernel's processes from its pid table (11 device calls on a
-// system whose pids stay under 4,096, 12 above: see the README), calling
+// system whose pids stay under 4,096, 12 above: see docs/linux.md), calling
 // `on_process` for each, by pid. Returns `LEECHIO_OK`, or
 // `LEECHIO_INCOMPLETE` when some structures could not be read or did not
 // hold together (a target that changed while it was read): the message

@@ -214,7 +214,7 @@ fn c_text(text: &str) -> CString {
 }
 
 /// Lists the kernel's processes from its pid table (11 device calls on a
-/// system whose pids stay under 4,096, 12 above: see the README), calling
+/// system whose pids stay under 4,096, 12 above: see docs/linux.md), calling
 /// `on_process` for each, by pid. Returns `LEECHIO_OK`, or
 /// `LEECHIO_INCOMPLETE` when some structures could not be read or did not
 /// hold together (a target that changed while it was read): the message
