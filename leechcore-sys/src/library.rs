@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// How to get LeechCore, shown with every load failure.
-pub const SETUP_HINT: &str = "get LeechCore with `make setup` (installs it into target/leechcore/), \
+pub const SETUP_HINT: &str = "get LeechCore with `make deps` or `make setup` (either installs it into target/leechcore/), \
 or run `pip download --no-deps leechcorepyc==2.23.3` and unzip the wheel; keep leechcore.so \
 beside its leechcore_device_*.so plugins and point LEECHCORE_LIB (or the lib= / --lib option) at it";
 
