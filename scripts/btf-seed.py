@@ -42,6 +42,7 @@ ROOTS = [
     # The modules' integrity (modules/, hooks.rs): parameters, sysfs,
     # ftrace callbacks, the system calls' count.
     b"kernel_param", b"kparam_string", b"kset", b"kobject", b"kernfs_node",
+    b"kernfs_node_type",
     b"kernfs_elem_dir", b"module_kobject", b"ftrace_ops", b"trace_array",
 ]
 EXTRA = {1: lambda v: 4, 3: lambda v: 12, 4: lambda v: 12 * v,

@@ -111,7 +111,8 @@
 #       those with permissions)
 #   leechio-oracle: param-given NAME PARAM VALUE   (what /init gave insmod)
 #   leechio-oracle: integrity-end taints=N params=N parmtypes=N sysmodule=N
-#       (how many lines of each; sysmodule: the entries of /sys/module)
+#       (how many lines of each; sysmodule: the directories of /sys/module,
+#       a module's or a built-in's)
 #   leechio-oracle: end tasks=N maps=N symbols=N modules=N fds=N   (how
 #       many lines of each)
 #   leechio-guest: ready
@@ -512,8 +513,9 @@ for module in /lib/modules/"$release"/*.ko; do
     done
     case "$name" in dummy) echo "leechio-oracle: param-given dummy numdummies 1" ;; esac
 done
+# (Directories only: 6.12 keeps a file there too, `compression`.)
 for entry in /sys/module/*; do
-    entries=$((entries + 1))
+    if [ -d "$entry" ]; then entries=$((entries + 1)); fi
 done
 echo "leechio-oracle: integrity-end taints=$taints params=$params parmtypes=$parmtypes sysmodule=$entries"
 echo "leechio-oracle: end tasks=$tasks maps=$maps symbols=$symbols modules=$modules fds=$fds"

@@ -28,6 +28,9 @@ pub(crate) struct SysfsModules {
     pub modules: BTreeSet<u64>,
     /// Entries of built-in modules (no `struct module`).
     pub built_in: usize,
+    /// Entries that are files, not a kobject's directory (6.12's
+    /// `compression`).
+    pub files: usize,
     pub failed: Vec<StructureFailure>,
 }
 
@@ -76,6 +79,10 @@ pub(crate) async fn walk(
     found.failed = failed;
     let mut kobjects = Vec::new();
     for (node, bytes) in &nodes {
+        if layout.kind.and_then(|k| k.is_dir(bytes)) == Some(false) {
+            found.files += 1;
+            continue;
+        }
         match bytes.u64_at(layout.private).unwrap_or(0) {
             k if k >= kmem.kernel_half() => kobjects.push(k),
             k => found.failed.push(StructureFailure::new(
@@ -139,7 +146,7 @@ pub(crate) async fn linked(
 mod tests {
     use super::*;
     use crate::linux::fake_memory::FakeMemory;
-    use crate::linux::offsets::RbLayout;
+    use crate::linux::offsets::{NodeKind, RbLayout};
 
     /// `kset`, `kernfs_node` and `module_kobject` as 6.1 lays them.
     const LAYOUT: SysfsLayout = SysfsLayout {
@@ -150,7 +157,15 @@ mod tests {
         rb: RbLayout { left: 16, right: 8 },
         module_of_kobj: 64,
         module_kobj: 80,
+        kind: Some(NodeKind {
+            flags: 112,
+            size: 2,
+            mask: 0xf,
+            dir: 1,
+        }),
     };
+    /// `KERNFS_FILE`.
+    const FILE: u16 = 2;
     const LINKS: ListLayout = ListLayout { next: 0, prev: 8 };
 
     /// A kset pointer (its address returned) whose kset's directory has
@@ -188,10 +203,19 @@ mod tests {
         f.put(stray + LAYOUT.module_of_kobj, module);
         f.put(nodes[2] + LAYOUT.private, stray);
         f.put(nodes[3] + LAYOUT.private, 0x40);
+        for &n in &nodes {
+            f.put_bytes(n + 112, &1u16.to_le_bytes());
+        }
+        // 3's right: a file (6.12's `compression`), whose `priv` is its
+        // attribute: neither a module nor a failure.
+        let file = f.alloc(128);
+        f.put(rb(nodes[3]) + 8, rb(file));
+        f.put_bytes(file + 112, &FILE.to_le_bytes());
+        f.put(file + LAYOUT.private, stray);
         let kset = sysfs(&mut f, nodes[0]);
         let (found, calls) = f.read(async |kmem| walk(kmem, &LAYOUT, kset, 100).await);
         assert_eq!(found.modules.into_iter().collect::<Vec<_>>(), [module]);
-        assert_eq!(found.built_in, 1);
+        assert_eq!((found.built_in, found.files), (1, 1));
         let reasons: Vec<&str> = found.failed.iter().map(|f| f.reason.as_str()).collect();
         assert_eq!(found.failed.len(), 3, "{reasons:?}");
         assert!(
@@ -202,8 +226,8 @@ mod tests {
             reasons.iter().any(|r| r.contains("does not hold it")),
             "{reasons:?}"
         );
-        // The pointer, the kset, the directory, three levels, the owners.
-        assert_eq!(calls, 7);
+        // The pointer, the kset, the directory, four levels, the owners.
+        assert_eq!(calls, 8);
         // A kset pointer that is garbage: said, nothing found.
         f.put(kset, 0x1234);
         let (found, _) = f.read(async |kmem| walk(kmem, &LAYOUT, kset, 100).await);

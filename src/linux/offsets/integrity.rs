@@ -70,6 +70,61 @@ pub(crate) struct SysfsLayout {
     pub(crate) module_of_kobj: u64,
     /// `module.mkobj.kobj`: a module's kobject in its `struct module`.
     pub(crate) module_kobj: u64,
+    /// How a kernfs node says it is a directory; `None` where BTF lacks
+    /// `kernfs_node.flags` or `KERNFS_DIR` (every entry is then
+    /// taken for a kobject's directory).
+    pub(crate) kind: Option<NodeKind>,
+}
+
+/// Where a kernfs node keeps its type: `kernfs_node.flags` (`size` bytes)
+/// masked with `KERNFS_TYPE_MASK` is `KERNFS_DIR` (of the enum
+/// `kernfs_node_type`) for a directory. Since
+/// 6.12 `/sys/module` also holds a file (`compression`), whose `priv` is
+/// its attribute, not a kobject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NodeKind {
+    pub(crate) flags: u64,
+    pub(crate) size: u64,
+    pub(crate) mask: u64,
+    pub(crate) dir: u64,
+}
+
+/// The bits of `kernfs_node.flags` that hold its type: a `#define`, so not in
+/// BTF, and the same since kernfs began (3.14).
+const KERNFS_TYPE_MASK: u64 = 0xf;
+
+impl NodeKind {
+    /// The offsets and values in `btf`, if it has them all; an answer a
+    /// warm start did not keep is an error (the kernel is then read the
+    /// slow way), not a kernel without them.
+    fn from_btf(btf: &Btf) -> Result<Option<NodeKind>, BtfError> {
+        let kept = |answer: Result<i64, BtfError>| match answer {
+            Err(e @ BtfError::NotKept(..)) => Err(e),
+            answer => Ok(answer.ok().and_then(|v| u64::try_from(v).ok())),
+        };
+        let signed = |r: Result<u64, BtfError>| r.map(|v| v as i64);
+        let size = kept(signed(btf.member_size("kernfs_node", "flags")))?;
+        let flags = kept(signed(btf.member_offset("kernfs_node", "flags")))?;
+        let dir = kept(btf.enumerator("KERNFS_DIR"))?;
+        Ok(match (size, flags, dir) {
+            (Some(size @ (1 | 2 | 4 | 8)), Some(flags), Some(dir)) => Some(NodeKind {
+                flags,
+                size,
+                mask: KERNFS_TYPE_MASK,
+                dir,
+            }),
+            _ => None,
+        })
+    }
+
+    /// Whether a node whose bytes are `node` (from its start) is a directory.
+    pub(crate) fn is_dir(&self, node: &[u8]) -> Option<bool> {
+        let at = self.flags as usize;
+        let bytes = node.get(at..at + self.size as usize)?;
+        let mut word = [0u8; 8];
+        word[..bytes.len()].copy_from_slice(bytes);
+        Some(u64::from_le_bytes(word) & self.mask == self.dir)
+    }
 }
 
 impl SysfsLayout {
@@ -89,13 +144,16 @@ impl SysfsLayout {
                 .checked_sub(kobj)
                 .ok_or_else(|| BtfError::Parse("module_kobject.mod lies before its kobj".into()))?,
             module_kobj: btf.member_offset("module", "mkobj.kobj")?,
+            kind: NodeKind::from_btf(btf)?,
         })
     }
 
-    /// Bytes read of each kernfs node: its links and its kobject pointer.
+    /// Bytes read of each kernfs node: its links, its kobject pointer and
+    /// its flags.
     pub(crate) fn node_span(&self) -> usize {
         let links = self.node + self.rb.left.max(self.rb.right) + 8;
-        links.max(self.private + 8) as usize
+        let flags = self.kind.map_or(0, |k| k.flags + k.size);
+        links.max(self.private + 8).max(flags) as usize
     }
 }
 
@@ -150,6 +208,14 @@ mod tests {
         // `module_kobject.mod` right after its kobject.
         assert_eq!(sysfs.module_of_kobj, btf.size_of("kobject").unwrap());
         assert_eq!(sysfs.module_kobj, at("module", "mkobj"));
+        // A directory's flags are KERNFS_DIR (1) under KERNFS_TYPE_MASK (0xf).
+        let kind = sysfs.kind.expect("kernfs_node.flags and KERNFS_*");
+        assert_eq!(kind.flags, at("kernfs_node", "flags"));
+        assert_eq!(
+            (kind.flags, kind.size, kind.mask, kind.dir),
+            (112, 2, 0xf, 1)
+        );
+        assert!(sysfs.node_span() >= (kind.flags + 2) as usize);
         let hooks = HooksLayout::from_btf(&btf);
         assert_eq!(hooks.ftrace, Some((0, 8)));
         // x86-64's NR_syscalls on 6.1 (`set_mempolicy_home_node`, 450, is

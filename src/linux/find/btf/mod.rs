@@ -413,7 +413,14 @@ impl Btf {
 
     /// The value of enumerator `name` (of any enum), e.g. `PIDTYPE_PID`.
     pub fn enum_value(&self, name: &str) -> Option<i64> {
-        self.ask(Query::Enum(name.into())).ok()
+        self.enumerator(name).ok()
+    }
+
+    /// [`Self::enum_value`], with why there is none: a warm start's
+    /// recorded answers tell "not asked before" (`NotKept`) from "not in
+    /// this kernel".
+    pub fn enumerator(&self, name: &str) -> Result<i64, BtfError> {
+        self.ask(Query::Enum(name.into()))
     }
 }
 

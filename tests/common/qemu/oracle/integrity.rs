@@ -19,7 +19,7 @@ pub struct GuestIntegrity {
     pub parmtypes: BTreeMap<(String, String), String>,
     /// What /init gave insmod, by (module, parameter).
     pub given: BTreeMap<(String, String), String>,
-    /// The entries of `/sys/module`.
+    /// The directories of `/sys/module` (a module's or a built-in's).
     pub sysfs_entries: usize,
 }
 
