@@ -34,7 +34,7 @@ use clap::{Parser, Subcommand};
 use leechio::join_all;
 use serde_json::json;
 
-use leechio::backend::time_limit::parse_timeout;
+use leechio::backend::leechcore::time_limit::parse_timeout;
 use leechio::vm::LEVEL_NAMES;
 use leechio::{AddressSpace, DeviceConfig, LeechCore, Memory, PageError, Verbosity};
 use numbers::{parse_number, parse_size};

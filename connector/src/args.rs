@@ -154,7 +154,7 @@ fn read_settings(args: &ConnectorArgs) -> Result<Settings, String> {
         config.max_address = Some(parse_hex(v).map_err(|e| format!("max_address `{v}`: {e}"))?);
     }
     if let Some(v) = get("timeout") {
-        config.timeout = Some(leechio::backend::time_limit::parse_timeout(v)?);
+        config.timeout = Some(leechio::backend::leechcore::time_limit::parse_timeout(v)?);
     }
     let max_entries = match get("max_entries") {
         Some(v) => Some(parse_count(v).map_err(|e| format!("max_entries `{v}`: {e}"))?),

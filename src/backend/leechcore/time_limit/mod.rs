@@ -39,8 +39,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::leechcore::DeviceString;
-use super::PageError;
+use super::device_string::DeviceString;
+use crate::backend::PageError;
 use sockets::{open_sockets, SigpipeBlocked, Socket};
 
 /// The time limit of a device when none is given: how long a call may hear
@@ -529,7 +529,7 @@ mod tests {
             assert_eq!(err, Some(Some(libc::EPIPE)));
             return;
         }
-        let name = "backend::time_limit::tests::a_sigpipe_inside_a_call_is_taken_back";
+        let name = "backend::leechcore::time_limit::tests::a_sigpipe_inside_a_call_is_taken_back";
         let run = |how: &str| {
             std::process::Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", name, "--test-threads=1"])
@@ -556,7 +556,7 @@ mod tests {
             assert_eq!(dog.opened(), Ok(false));
             return;
         }
-        let name = "backend::time_limit::tests::an_opening_that_makes_no_socket_needs_no_watchdog";
+        let name = "backend::leechcore::time_limit::tests::an_opening_that_makes_no_socket_needs_no_watchdog";
         let child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", name, "--test-threads=1"])
             .env(CHILD, "1")
