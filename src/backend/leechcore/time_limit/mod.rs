@@ -3,7 +3,7 @@
 //! LeechCore reads and writes its sockets with no time limit: a remote end
 //! that accepts the connection and then says nothing (a `rawtcp://` server,
 //! a LeechAgent, a hung QEMU monitor) blocks the call, and its caller, for
-//! ever. A [`Watchdog`] thread per device cuts the device's sockets
+//! ever. A `Watchdog` thread per device cuts the device's sockets
 //! (`shutdown(2)`) once a call has heard nothing for the limit: the `recv`
 //! or `connect` blocked inside LeechCore returns, LeechCore fails the call,
 //! and the device refuses every later read and write, as its stream may
