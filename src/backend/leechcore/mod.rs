@@ -15,7 +15,7 @@ mod diagnosis;
 mod ffi;
 mod fpga;
 mod memory_map;
-mod qemu;
+pub mod qemu;
 mod scatter;
 pub mod time_limit;
 

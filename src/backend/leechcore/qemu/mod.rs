@@ -2,9 +2,11 @@
 //! before LeechCore connects (a QEMU serves its RAM file, its QMP socket
 //! answers), its memory map is taken from QEMU itself, and once open, a
 //! guest that is gone fails every read and write instead of serving stale
-//! or vanished memory. FPGA emulation delays are made exact ([`delay`]).
+//! or vanished memory. FPGA emulation delays are made exact (`delay`).
+//! [`guests`] lists the running guests such a device can open.
 
 mod delay;
+pub mod guests;
 mod process;
 mod qmp;
 
@@ -173,10 +175,7 @@ fn ram_map_of(params: &QemuParams, timeout: Duration) -> Option<Result<MemoryMap
 /// a device is refused: no QEMU serves the file and its QMP socket does not
 /// answer.
 fn watch(shm: &str, qmp: Option<&Path>) -> Result<Option<ProcessWatch>, String> {
-    if let Some(guest) = crate::targets::qemu_guests()
-        .into_iter()
-        .find(|g| g.shm == shm)
-    {
+    if let Some(guest) = guests::qemu_guests().into_iter().find(|g| g.shm == shm) {
         return Ok(ProcessWatch::new(guest.pid));
     }
     // No file at all is a wrong name (or a guest not started yet), not a
@@ -202,7 +201,7 @@ fn watch(shm: &str, qmp: Option<&Path>) -> Result<Option<ProcessWatch>, String> 
 /// The message for a `shm=` name with no file in /dev/shm, with the guests
 /// that can be opened instead.
 fn missing_ram_file(ram: &Path) -> String {
-    let running: Vec<String> = crate::targets::qemu_guests()
+    let running: Vec<String> = guests::qemu_guests()
         .iter()
         .flat_map(|g| g.device_strings())
         .collect();
