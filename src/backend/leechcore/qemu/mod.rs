@@ -7,6 +7,7 @@
 
 mod delay;
 pub mod guests;
+mod params;
 mod process;
 mod qmp;
 
@@ -14,11 +15,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+// (For device_string's tests, which compare the delays it reads.)
+#[cfg(test)]
 pub(crate) use delay::EmulatedDelay;
+pub(crate) use params::QemuParams;
 use process::ProcessWatch;
 use qmp::{qemu_ram_map, QmpError};
 
-use super::device_string::QemuParams;
 use super::LeechCore;
 use crate::{MemoryMap, PageError};
 
@@ -236,16 +239,18 @@ pub(super) fn diagnose_open_failure(params: &QemuParams, generic: &str) -> Strin
 
 #[cfg(test)]
 mod tests {
-    use super::super::device_string::DeviceString;
     use super::*;
 
     #[test]
     #[cfg_attr(miri, ignore)] // Miri: /dev/shm and /proc
     fn a_missing_ram_file_is_not_called_a_gone_guest() {
-        let device = DeviceString::parse(
-            "qemu://shm=leechio-none-such-guest,qmp=/tmp/leechio-none-such.qmp",
-        );
-        let err = Found::look(device.qemu().unwrap()).err().unwrap();
+        // `qemu://shm=leechio-none-such-guest,qmp=/tmp/leechio-none-such.qmp`
+        let params = QemuParams {
+            shm: Some("leechio-none-such-guest".into()),
+            qmp: Some("/tmp/leechio-none-such.qmp".into()),
+            delay: None,
+        };
+        let err = Found::look(&params).err().unwrap();
         assert!(
             err.starts_with("guest RAM file /dev/shm/leechio-none-such-guest does not exist")
                 && !err.contains("gone"),
