@@ -14,6 +14,7 @@ mod device_string;
 mod diagnosis;
 mod ffi;
 mod fpga;
+mod handle;
 mod memory_map;
 pub mod qemu;
 mod scatter;
@@ -34,7 +35,7 @@ use config::check_max_address;
 use device_string::DeviceString;
 use diagnosis::{check_image_file, diagnose_open_failure, remote_failure};
 use ffi::{c_string, copy_c_string, create};
-use scatter::{Checked, Handle};
+use handle::{Checked, Handle};
 use time_limit::{Lost, Watchdog, DEFAULT_TIMEOUT};
 
 /// An open LeechCore device. Closed (`LcClose`) on drop.
