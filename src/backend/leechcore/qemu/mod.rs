@@ -22,7 +22,6 @@ pub(crate) use params::QemuParams;
 use process::ProcessWatch;
 use qmp::{qemu_ram_map, QmpError};
 
-use super::LeechCore;
 use crate::{MemoryMap, PageError};
 
 /// How long QEMU gets to answer a QMP command when the memory map is
@@ -45,7 +44,7 @@ impl Found {
     ///
     /// The map is asked before LeechCore connects: QMP serves one client
     /// at a time, and after LeechCore's hurried read QEMU may still be
-    /// answering it (see [`LeechCore::check_qemu_memory_map`]).
+    /// answering it (see `check_qemu_memory_map` in `memory_map.rs`).
     pub(super) fn look(params: &QemuParams) -> Result<Option<Found>, String> {
         let Some(shm) = &params.shm else {
             return Ok(None);
@@ -64,6 +63,27 @@ impl Found {
             process,
             map,
         }))
+    }
+
+    /// QEMU's own map of the guest's RAM, to check LeechCore's against:
+    /// the one asked before LeechCore connected, or, if that failed, asked
+    /// again now. `None` without a QMP socket, or (with a warning) when
+    /// QEMU did not give it either time.
+    pub(super) fn ram_map(self) -> Option<MemoryMap> {
+        match self.map? {
+            Ok(map) => Some(map),
+            Err(first) => match ram_map_of(&self.params, 2 * QMP_TIMEOUT) {
+                Some(Ok(map)) => Some(map),
+                Some(Err(e)) => {
+                    log::warn!(
+                        "could not check LeechCore's memory map of the guest with QEMU \
+                         (before opening: {first}; after: {e}); it may miss RAM ranges"
+                    );
+                    None
+                }
+                None => None,
+            },
+        }
     }
 }
 
@@ -123,44 +143,6 @@ impl Guest {
             *r = Err(PageError::TargetGone);
         }
         true
-    }
-}
-
-impl LeechCore {
-    /// LeechCore reads a QEMU guest's memory map with a race (one read of
-    /// QEMU's answer after a 1 s wait, which a busy QEMU has not finished
-    /// by then: the map then ends early, silently) and drops a RAM range
-    /// when QEMU lists its views in another order. QEMU's own map, asked
-    /// before LeechCore connected (or now, if that failed), replaces it
-    /// when they differ.
-    pub(super) fn check_qemu_memory_map(&self, found: Found) {
-        let Some(before) = found.map else {
-            return;
-        };
-        let theirs = match before {
-            Ok(map) => map,
-            Err(first) => match ram_map_of(&found.params, 2 * QMP_TIMEOUT) {
-                Some(Ok(map)) => map,
-                Some(Err(e)) => {
-                    log::warn!(
-                        "could not check LeechCore's memory map of the guest with QEMU \
-                         (before opening: {first}; after: {e}); it may miss RAM ranges"
-                    );
-                    return;
-                }
-                None => return,
-            },
-        };
-        match self.leechcore_memory_map() {
-            Ok(ours) if ours == theirs => {}
-            ours => {
-                // Put right at once: a note, not a warning.
-                log::info!("LeechCore's memory map of the guest ({ours:?}) is not QEMU's; using QEMU's ({theirs:?})");
-                if let Err(e) = self.set_memory_map(&theirs) {
-                    log::warn!("could not set QEMU's memory map: {e}");
-                }
-            }
-        }
     }
 }
 
