@@ -18,11 +18,11 @@ mod plan;
 
 use rustc_hash::FxHashMap;
 
-use super::lent::LentBuffer;
 use super::outcome::{Failure, Fragment};
-use super::queue::{Kind, Queue, Req};
-use super::slot::State;
-use super::staging::Staging;
+use super::request::lent::LentBuffer;
+use super::request::queue::{Kind, Queue, Req};
+use super::request::slot::State;
+use super::request::staging::Staging;
 use crate::backend::{Backend, EntryRule, Limits, PageError, ScatterEntry, WriteEntry};
 use plan::*;
 
