@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use engine::PageError;
+use leechio_rs::PageError;
 
 /// The status of a call, and the reason of each failed byte range.
 ///
@@ -255,14 +255,14 @@ leechcore_device_*.so plugins beside libleechio.so, where libleechio finds it (g
 the `library` argument of leechio_device_open, or set the environment variable LEECHCORE_LIB to \
 that path";
 
-impl From<engine::Error> for Fail {
-    fn from(e: engine::Error) -> Self {
-        if let engine::Error::Load(load) = &e {
+impl From<leechio_rs::Error> for Fail {
+    fn from(e: leechio_rs::Error) -> Self {
+        if let leechio_rs::Error::Load(load) = &e {
             return Fail::new(LEECHIO_LOAD_FAILED, load.message_with_hint(C_LOAD_HINT));
         }
         let status = match &e {
-            engine::Error::InvalidConfig(_) => LEECHIO_INVALID_ARGUMENT,
-            engine::Error::Open { .. } => LEECHIO_OPEN_FAILED,
+            leechio_rs::Error::InvalidConfig(_) => LEECHIO_INVALID_ARGUMENT,
+            leechio_rs::Error::Open { .. } => LEECHIO_OPEN_FAILED,
             _ => LEECHIO_DEVICE_ERROR,
         };
         Fail::new(status, e.to_string())
@@ -478,7 +478,7 @@ mod tests {
 
     #[test]
     fn every_reason_of_the_engine_has_a_status_of_its_own() {
-        use engine::EntryRule;
+        use leechio_rs::EntryRule;
         let reasons = [
             PageError::UnsupportedRequest,
             PageError::CompleterAbort,

@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use engine::{Memory, PartialError};
+use leechio_rs::{Memory, PartialError};
 
 use crate::device::leechio_device;
 use crate::error::{guard, guard_value, non_null, Fail};
@@ -247,7 +247,7 @@ fn poll_all(reads: Vec<Pending>, done: &mut Vec<Done>) -> Vec<Pending> {
 
 /// Copies the bytes that were read from the engine's buffer into the
 /// caller's, leaving failed bytes untouched.
-fn copy_read(read: &Target, data: &[u8], failed: &[engine::Failure]) {
+fn copy_read(read: &Target, data: &[u8], failed: &[leechio_rs::Failure]) {
     for f in fragments(0, read.length, failed) {
         if f.status == LEECHIO_OK {
             // SAFETY: `buffer` holds `length` bytes (the caller's contract)

@@ -9,9 +9,9 @@ use crate::handle::Handle;
 use std::ffi::c_void;
 use std::time::Duration;
 
-use engine::join_all;
-use engine::vm::{detect_paging, CacheConfig};
-use engine::{AddressSpace, Memory, Paging, VmConfig, WalkError};
+use leechio_rs::join_all;
+use leechio_rs::vm::{detect_paging, CacheConfig};
+use leechio_rs::{AddressSpace, Memory, Paging, VmConfig, WalkError};
 
 use crate::device::leechio_device;
 use crate::error::{guard, guard_value, non_null, Fail};
@@ -151,7 +151,7 @@ impl Handle for leechio_space {
 }
 
 /// `access` as `LEECHIO_ACCESS_*` bits.
-fn access_bits(access: engine::Access) -> u32 {
+fn access_bits(access: leechio_rs::Access) -> u32 {
     (if access.write {
         LEECHIO_ACCESS_WRITE
     } else {
@@ -316,7 +316,7 @@ pub unsafe extern "C" fn leechio_space_invalidate(space: *const leechio_space) -
 fn translation(
     va: u64,
     paging: Paging,
-    result: Result<engine::Translation, WalkError>,
+    result: Result<leechio_rs::Translation, WalkError>,
 ) -> leechio_translation {
     let (entries_read, status, pa, page_size, failed_level) = match result {
         Ok(t) => (t.entries, LEECHIO_OK, t.pa, t.page_size.bytes(), -1),
@@ -595,12 +595,12 @@ pub unsafe extern "C" fn leechio_space_mappings(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engine::{PageError, PageSize};
+    use leechio_rs::{PageError, PageSize};
 
     #[test]
     fn entries_keep_their_level_in_both_modes() {
         // A 2 MiB page in a 4-level walk: PML4E, PDPTE, PDE read.
-        let four = engine::Translation {
+        let four = leechio_rs::Translation {
             va: 0xffff_ffff_8100_0000,
             pa: 0x100_0000,
             page_size: PageSize::Size2M,
