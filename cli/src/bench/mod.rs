@@ -269,7 +269,7 @@ impl Bench {
 }
 
 pub fn run(cli: &super::Cli, args: &BenchArgs) -> Result<ExitCode, Failure> {
-    let device = super::device_config(cli)?;
+    let device = crate::device::device_config(cli)?;
     // LeechCore as --lib names it, checked first: through the plugin, a
     // library that does not load would only read as a device that did not
     // open.
