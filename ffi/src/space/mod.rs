@@ -11,11 +11,11 @@
 // Declared apart, so rustfmt keeps this order: cbindgen writes the header
 // in the order it parses (this file's items, then each module's as
 // declared), the order the header had when this was one file.
-mod translate;
+pub mod translate;
 
 mod read_write;
 
-mod mappings;
+pub mod mappings;
 
 use crate::handle::Handle;
 use std::time::Duration;
@@ -26,12 +26,6 @@ use leechio_rs::{AddressSpace, Memory, Paging, VmConfig};
 use crate::device::leechio_device;
 use crate::error::{guard, guard_value, non_null, Fail};
 use crate::leechio_status::{self, *};
-
-pub use mappings::{leechio_mapping, leechio_mapping_fn};
-pub use translate::{
-    leechio_translation, LEECHIO_LEVELS, LEECHIO_LEVEL_PDE, LEECHIO_LEVEL_PDPTE,
-    LEECHIO_LEVEL_PML4E, LEECHIO_LEVEL_PML5E, LEECHIO_LEVEL_PTE,
-};
 
 /// The virtual address space of one page-table root (x86-64, 4-level or
 /// 5-level paging: `leechio_space_levels`), with caches of translations

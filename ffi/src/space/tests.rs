@@ -1,6 +1,6 @@
 //! A walk's C record in both paging modes, and the modes `levels` names.
 
-use super::translate::translation;
+use super::translate::{translation, LEECHIO_LEVELS, LEECHIO_LEVEL_PDE};
 use super::*;
 use leechio_rs::{PageError, PageSize, WalkError};
 
