@@ -22,11 +22,15 @@ deps:
 setup:
 	@scripts/setup.sh
 
-## check: formatting and lints
+## check: formatting, lints, and no Rust file over 500 lines outside tests
+## (tests.rs files and tests/ folders): a longer one is split by concern
 check:
 	$(CARGO) fmt --all --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@find . -name '*.rs' -not -path './target/*' -not -path './fuzz/target/*' \
+	  -not -path '*/tests/*' -not -name tests.rs -exec wc -l {} + | \
+	  awk '$$2 != "total" && $$1 > 500 { print $$2 ": " $$1 " lines, over 500: split it by concern"; long = 1 } END { exit long }'
 
 ## plugin: the memflow plugin, built on its own so no test-only feature
 ## (memflow's dummy_mem) leaks into it: target/release/libmemflow_leechcore.so

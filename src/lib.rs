@@ -18,7 +18,6 @@ mod lock;
 #[cfg(feature = "memflow")]
 pub mod memflow;
 mod memmap;
-pub mod targets;
 pub mod user_file;
 pub mod vm;
 

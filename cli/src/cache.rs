@@ -10,9 +10,11 @@ use std::process::ExitCode;
 use leechio::linux::{CacheFailure, CachedFile, FileContents, FileQuery};
 use serde_json::json;
 
+use crate::device::open;
+use crate::numbers::hex;
 use crate::output::escape;
 use crate::processes::KernelArgs;
-use crate::{hex, open, Cli, Failure};
+use crate::{Cli, Failure};
 
 /// Bytes of a page.
 const PAGE: u64 = 4096;

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use leechio::linux::DetailsAsked;
 use serde_json::json;
 
+use crate::device::open;
 use crate::output::escape;
 use crate::processes::KernelArgs;
-use crate::{open, Cli, Failure};
+use crate::{Cli, Failure};
 
 /// `leechio env`.
 #[derive(clap::Args, Debug)]

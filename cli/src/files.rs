@@ -7,9 +7,11 @@ use std::process::ExitCode;
 use leechio::linux::{OpenFile, OpenFiles, ProcessFiles};
 use serde_json::json;
 
+use crate::device::open;
+use crate::numbers::hex;
 use crate::output::escape;
 use crate::processes::KernelArgs;
-use crate::{hex, open, Cli, Failure};
+use crate::{Cli, Failure};
 
 /// `leechio files`.
 #[derive(clap::Args, Debug)]

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 use leechio::linux::{Hook, Hooks};
 use serde_json::json;
 
+use crate::device::open;
+use crate::numbers::hex;
 use crate::output::escape;
 use crate::processes::KernelArgs;
-use crate::{hex, open, Cli, Failure};
+use crate::{Cli, Failure};
 
 /// `leechio hooks`.
 #[derive(clap::Args, Debug)]

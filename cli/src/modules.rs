@@ -10,9 +10,11 @@ use leechio::linux::{
 };
 use serde_json::json;
 
+use crate::device::open;
+use crate::numbers::hex;
 use crate::output::escape;
 use crate::processes::KernelArgs;
-use crate::{hex, open, Cli, Failure};
+use crate::{Cli, Failure};
 
 /// `leechio modules`.
 #[derive(clap::Args, Debug)]

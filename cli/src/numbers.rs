@@ -1,7 +1,12 @@
 //! Numbers as people type them: hex (`0x…`) or decimal, `_` separators,
-//! sizes with `k`/`m`/`g`, ranges as `START-END`.
+//! sizes with `k`/`m`/`g`, ranges as `START-END`; and as they are shown.
 
 use std::ops::RangeInclusive;
+
+/// `0x…`: how every command shows an address or a raw value.
+pub fn hex(v: impl std::fmt::LowerHex) -> String {
+    format!("{v:#x}")
+}
 
 /// A hex (`0x…`) or decimal number.
 pub fn parse_number(text: &str) -> Result<u64, String> {

@@ -8,9 +8,11 @@ use leechio::linux::{CacheLocation, Hints, Kernel, Process, ProcessList, TaskDet
 use leechio::Memory;
 use serde_json::json;
 
+use crate::device::open;
+use crate::numbers::hex;
 use crate::numbers::parse_number;
 use crate::output::escape;
-use crate::{hex, open, Cli, Failure};
+use crate::{Cli, Failure};
 
 mod tree;
 

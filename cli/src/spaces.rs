@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use crate::{device_lost, dump, hex, open, paging, processes, Cli, Failure};
+use crate::device::{device_lost, open};
+use crate::numbers::hex;
+use crate::{dump, paging, processes, Cli, Failure};
 
 /// Lists the candidate address spaces: a table, or one JSON object a
 /// line.

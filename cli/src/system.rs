@@ -8,9 +8,10 @@ use std::time::Duration;
 use leechio::linux::System;
 use serde_json::{json, Map, Value};
 
+use crate::device::open;
 use crate::output::escape;
 use crate::processes::KernelArgs;
-use crate::{open, Cli, Failure};
+use crate::{Cli, Failure};
 
 /// `leechio system`.
 #[derive(clap::Args, Debug)]

@@ -176,7 +176,7 @@ pub fn run(cli: &super::Cli, file: &Path) -> Result<ExitCode, Failure> {
         Some(device) => (device.clone(), cli.remote.clone()),
         None => (undo.device.clone(), undo.remote.clone()),
     };
-    let config = super::config_of(cli, device, remote);
+    let config = crate::device::config_of(cli, device, remote);
     let mem = Memory::new(LeechCore::open(&config)?);
     undo.put_back(&mem)?;
     outln!(

@@ -176,7 +176,7 @@ pub fn help() -> String {
 /// in /dev/shm and a QMP socket.
 pub fn target_list() -> Result<Vec<TargetInfo>> {
     guarded_connector("target_list", || {
-        Ok(leechio::targets::qemu_guests()
+        Ok(leechio::backend::leechcore::qemu::guests::qemu_guests()
             .iter()
             .flat_map(|g| g.device_strings())
             .map(|name| TargetInfo { name: name.into() })

@@ -5,7 +5,7 @@ use std::ffi::{c_char, CStr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use engine::{Call, DeviceConfig, EngineConfig, LeechCore, Memory};
+use leechio_rs::{Call, DeviceConfig, EngineConfig, LeechCore, Memory};
 
 use crate::error::{copy_string, guard, non_null, Fail};
 use crate::leechio_status::{self, *};

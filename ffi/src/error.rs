@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use engine::PageError;
+use leechio_rs::PageError;
 
 /// The status of a call, and the reason of each failed byte range.
 ///
@@ -255,14 +255,14 @@ leechcore_device_*.so plugins beside libleechio.so, where libleechio finds it (g
 the `library` argument of leechio_device_open, or set the environment variable LEECHCORE_LIB to \
 that path";
 
-impl From<engine::Error> for Fail {
-    fn from(e: engine::Error) -> Self {
-        if let engine::Error::Load(load) = &e {
+impl From<leechio_rs::Error> for Fail {
+    fn from(e: leechio_rs::Error) -> Self {
+        if let leechio_rs::Error::Load(load) = &e {
             return Fail::new(LEECHIO_LOAD_FAILED, load.message_with_hint(C_LOAD_HINT));
         }
         let status = match &e {
-            engine::Error::InvalidConfig(_) => LEECHIO_INVALID_ARGUMENT,
-            engine::Error::Open { .. } => LEECHIO_OPEN_FAILED,
+            leechio_rs::Error::InvalidConfig(_) => LEECHIO_INVALID_ARGUMENT,
+            leechio_rs::Error::Open { .. } => LEECHIO_OPEN_FAILED,
             _ => LEECHIO_DEVICE_ERROR,
         };
         Fail::new(status, e.to_string())
@@ -429,98 +429,4 @@ pub unsafe extern "C" fn leechio_last_error_message(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn last_message() -> String {
-        let mut buf = [0 as c_char; 256];
-        // SAFETY: a local buffer of the given size.
-        let status =
-            unsafe { leechio_last_error_message(buf.as_mut_ptr(), 256, std::ptr::null_mut()) };
-        assert_eq!(status, LEECHIO_OK);
-        // SAFETY: copy_string NUL-terminates.
-        unsafe { CStr::from_ptr(buf.as_ptr()) }
-            .to_string_lossy()
-            .into_owned()
-    }
-
-    #[test]
-    fn panics_become_a_status_and_a_message() {
-        let status = guard("leechio_test", || panic!("boom {}", 7));
-        assert_eq!(status, LEECHIO_PANIC);
-        assert_eq!(last_message(), "leechio_test: panicked: boom 7");
-        // A success leaves the last message as it was.
-        assert_eq!(guard("leechio_other", || Ok(())), LEECHIO_OK);
-        assert_eq!(last_message(), "leechio_test: panicked: boom 7");
-    }
-
-    #[test]
-    fn strings_are_truncated_terminated_and_measured() {
-        let mut buf = [0x7f as c_char; 4];
-        let mut len = 0usize;
-        // SAFETY: a local buffer of the given size.
-        let r = unsafe { copy_string(b"hello", buf.as_mut_ptr(), 4, &mut len) };
-        assert_eq!(r.unwrap_err().status, LEECHIO_BUFFER_TOO_SMALL);
-        assert_eq!(len, 5);
-        assert_eq!(buf.map(|c| c as u8), *b"hel\0");
-        // SAFETY: a length query with no buffer.
-        let r = unsafe { copy_string(b"hello!", std::ptr::null_mut(), 0, &mut len) };
-        assert!(r.is_ok());
-        assert_eq!(len, 6);
-        // SAFETY: as above; NULL with a length is refused before any write.
-        let r = unsafe { copy_string(b"x", std::ptr::null_mut(), 3, &mut len) };
-        assert_eq!(r.unwrap_err().status, LEECHIO_NULL_ARGUMENT);
-        let mut buf = [0 as c_char; 6];
-        // SAFETY: a local buffer of the given size.
-        unsafe { copy_string(b"hello", buf.as_mut_ptr(), 6, std::ptr::null_mut()) }.unwrap();
-        assert_eq!(buf.map(|c| c as u8), *b"hello\0");
-    }
-
-    #[test]
-    fn every_reason_of_the_engine_has_a_status_of_its_own() {
-        use engine::EntryRule;
-        let reasons = [
-            PageError::UnsupportedRequest,
-            PageError::CompleterAbort,
-            PageError::NoCompletion,
-            PageError::Partial,
-            PageError::TransportError,
-            PageError::ProtocolError,
-            PageError::Unspecified,
-            PageError::NotIssued,
-            PageError::WriteFailed,
-            PageError::ReadOnly,
-            PageError::InvalidEntry(EntryRule::TooLong),
-            PageError::OutOfRange,
-            PageError::AddressOverflow,
-            PageError::TargetGone,
-            PageError::TimedOut,
-            PageError::Disconnected,
-            PageError::NotMapped,
-            PageError::NonCanonical,
-            PageError::ReservedBits,
-        ];
-        let statuses: std::collections::HashSet<_> = reasons
-            .iter()
-            .map(|&r| leechio_status::from_page_error(r) as u32)
-            .collect();
-        assert_eq!(statuses.len(), reasons.len());
-        assert!(!statuses.contains(&(LEECHIO_UNKNOWN_REASON as u32)));
-    }
-
-    #[test]
-    fn every_status_has_its_own_description() {
-        let mut seen = std::collections::HashSet::new();
-        for s in ALL_STATUSES {
-            // SAFETY: the function returns static NUL-terminated strings.
-            let text = unsafe { CStr::from_ptr(leechio_status_message(s as u32)) };
-            assert!(
-                seen.insert(text.to_bytes().to_vec()),
-                "{s:?} repeats a description"
-            );
-        }
-        // SAFETY: as above.
-        let unknown = unsafe { CStr::from_ptr(leechio_status_message(12345)) };
-        assert_eq!(unknown.to_bytes(), b"unknown status");
-    }
-}
+mod tests;

@@ -46,11 +46,12 @@ pub use modules::{leechio_module, leechio_module_fn};
 pub use ops::{leechio_fragment, leechio_fragment_fn, leechio_read_op, leechio_write_op};
 pub use processes::{leechio_kernel, leechio_kernel_hints, leechio_process, leechio_process_fn};
 pub use queue::{leechio_completion, leechio_completion_fn, leechio_queue};
-pub use space::{
-    leechio_cache_options, leechio_mapping, leechio_mapping_fn, leechio_space, leechio_translation,
-    LEECHIO_LEVELS, LEECHIO_LEVEL_PDE, LEECHIO_LEVEL_PDPTE, LEECHIO_LEVEL_PML4E,
-    LEECHIO_LEVEL_PML5E, LEECHIO_LEVEL_PTE, LEECHIO_PAGING_DETECT,
+pub use space::mappings::{leechio_mapping, leechio_mapping_fn};
+pub use space::translate::{
+    leechio_translation, LEECHIO_LEVELS, LEECHIO_LEVEL_PDE, LEECHIO_LEVEL_PDPTE,
+    LEECHIO_LEVEL_PML4E, LEECHIO_LEVEL_PML5E, LEECHIO_LEVEL_PTE,
 };
+pub use space::{leechio_cache_options, leechio_space, LEECHIO_PAGING_DETECT};
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_void, CString};
 
-use engine::linux::{Module, ModuleList};
+use leechio_rs::linux::{Module, ModuleList};
 
 use crate::error::{guard, Fail};
 use crate::handle::Handle;

@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use engine::{Failure, PartialError};
+use leechio_rs::{Failure, PartialError};
 
 use crate::error::{non_null, Fail};
 use crate::leechio_status::{self, *};
@@ -256,7 +256,7 @@ pub(crate) unsafe fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engine::PageError;
+    use leechio_rs::PageError;
 
     #[test]
     fn fragments_cover_the_operation_in_order() {

@@ -4,8 +4,8 @@
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::PathBuf;
 
-use engine::linux::{CacheLocation, FindError, Hints, Kernel, Process, ProcessList};
-use engine::AddressSpace;
+use leechio_rs::linux::{CacheLocation, FindError, Hints, Kernel, Process, ProcessList};
+use leechio_rs::AddressSpace;
 
 use crate::device::leechio_device;
 use crate::error::{guard, guard_value, non_null, Fail};

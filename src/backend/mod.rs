@@ -5,7 +5,6 @@
 
 pub mod leechcore;
 pub mod memory;
-pub mod time_limit;
 
 use leechcore_sys as sys;
 

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 
-use super::queue;
-use super::staging::Staging;
+use super::request::queue;
+use super::request::staging::Staging;
 use super::{Memory, Shared};
 use crate::lock::LockRecovering;
 

@@ -12,19 +12,14 @@
 //! future polled by a driver on the driver's own thread queues its request
 //! in the driver's staging (slots reserved in advance), which joins the
 //! queue, in order, before the driver flushes; and a future collects its
-//! finished request through the slot's atomic state (see `queue`).
+//! finished request through the slot's atomic state (see `request::queue`).
 
-mod buffers;
 mod driver;
 mod flush;
 mod join;
-mod lent;
 mod outcome;
-mod queue;
 mod request;
 mod scope;
-mod slot;
-mod staging;
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,10 +41,10 @@ pub use scope::Scope;
 
 use crate::backend::Backend;
 use flush::Flusher;
-use lent::LentBuffer;
-use queue::{Kind, NewRequest, Queue};
-use slot::SlotRef;
-use staging::Staging;
+use request::lent::LentBuffer;
+use request::queue::{self, Kind, NewRequest, Queue};
+use request::slot::SlotRef;
+use request::staging::Staging;
 
 /// What a synchronous batch ([`Memory::read_now`], [`Memory::write_now`])
 /// did: the failed byte ranges of each operation, and the calls it made.

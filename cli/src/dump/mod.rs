@@ -23,8 +23,9 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
+use super::device::open;
 use super::numbers::{parse_number, parse_range};
-use super::Failure;
+use super::{Cli, Failure};
 use leechio::{AddressSpace, Alias, FailedRange, Memory, PageError};
 
 use elf::*;
@@ -92,9 +93,22 @@ pub fn progress_bar(total: u64, visible: bool) -> ProgressBar {
     bar
 }
 
+/// `leechio dump`: opens the device and writes the dump of `args`.
+pub fn dump(cli: &Cli, args: &DumpArgs) -> Result<ExitCode, Failure> {
+    // The files LeechCore holds open are the device's own (its image,
+    // whatever the device string's syntax): the dump must not write over
+    // them.
+    let before = open_files();
+    let mem = open(cli)?;
+    let mut sources = open_files();
+    sources.retain(|f| !before.contains(f));
+    let device = cli.device.as_deref().unwrap_or_default();
+    run(&mem, device, &sources, args, cli.json)
+}
+
 /// Writes the dump of `args` from `mem`; `device` and `sources` (the
 /// files the device holds open) are what the output must not be.
-pub fn run(
+fn run(
     mem: &Memory,
     device: &str,
     sources: &[OpenFile],

@@ -72,7 +72,7 @@ pub struct DeviceConfig {
     /// that talks over sockets (`rawtcp://`, a remote agent, QEMU's QMP)
     /// before its connection is cut and the call fails; the device then
     /// fails every later read and write. `None`:
-    /// [`DEFAULT_TIMEOUT`](crate::backend::time_limit::DEFAULT_TIMEOUT), 5 s.
+    /// [`DEFAULT_TIMEOUT`](crate::backend::leechcore::time_limit::DEFAULT_TIMEOUT), 5 s.
     /// Devices without sockets (files, boards on USB) have no limit.
     pub timeout: Option<std::time::Duration>,
 }

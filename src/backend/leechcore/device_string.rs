@@ -10,7 +10,7 @@
 use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
 
-use super::qemu::EmulatedDelay;
+use super::qemu::QemuParams;
 
 /// Device types compiled into LeechCore; any other type is looked up as a
 /// `leechcore_device_<type>.so` plugin beside `leechcore.so`.
@@ -48,26 +48,6 @@ pub(crate) struct DeviceString {
     rawtcp: Option<SocketAddrV4>,
 }
 
-/// The parameters of a `qemu://` device string.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct QemuParams {
-    /// `shm=NAME`: the guest's RAM is `/dev/shm/NAME`.
-    pub(crate) shm: Option<String>,
-    /// `qmp=SOCKET`, as the device resolves it: a name that does not start
-    /// with `/` is in `/tmp`.
-    pub(crate) qmp: Option<PathBuf>,
-    /// `delay-latency-ns=N`, `delay-readpage-ns=M`: FPGA-like delays, when
-    /// either is nonzero.
-    pub(crate) delay: Option<EmulatedDelay>,
-}
-
-impl QemuParams {
-    /// The guest's RAM file, `/dev/shm/NAME`.
-    pub(crate) fn ram_file(&self) -> Option<PathBuf> {
-        self.shm.as_ref().map(|shm| Path::new("/dev/shm").join(shm))
-    }
-}
-
 impl DeviceString {
     /// Reads `text`. Every string is a device string to LeechCore (one it
     /// cannot open fails when opened), so this cannot fail.
@@ -86,17 +66,7 @@ impl DeviceString {
                 .map(|(_, v)| v)
         };
         let is = |name: &str| rest.is_some() && kind == name;
-        let qemu = is("qemu").then(|| QemuParams {
-            shm: param("shm").map(String::from),
-            qmp: param("qmp").map(|q| match q.starts_with('/') {
-                true => PathBuf::from(q),
-                false => Path::new("/tmp").join(q),
-            }),
-            delay: EmulatedDelay::new(
-                numeric(param("delay-latency-ns")),
-                numeric(param("delay-readpage-ns")),
-            ),
-        });
+        let qemu = is("qemu").then(|| QemuParams::read(param));
         DeviceString {
             file_image: is("file").then(|| param("file").unwrap_or(params).to_string()),
             rawtcp: is("rawtcp").then(|| rawtcp_address(params)).flatten(),
@@ -159,20 +129,6 @@ pub(super) fn is_device_type(kind: &str, library: &Path) -> bool {
     BUILT_IN_DEVICES.contains(&kind) || dir.join(format!("leechcore_device_{kind}.so")).exists()
 }
 
-/// A parameter's number as LeechCore reads it: hexadecimal after `0x`,
-/// else decimal, up to the first other character; 0 without one.
-fn numeric(value: Option<&str>) -> u64 {
-    let Some(value) = value else { return 0 };
-    let (digits, radix) = match value.get(..2) {
-        Some("0x" | "0X") => (&value[2..], 16),
-        _ => (value, 10),
-    };
-    let end = digits
-        .find(|c: char| !c.is_digit(radix))
-        .unwrap_or(digits.len());
-    u64::from_str_radix(&digits[..end], radix).unwrap_or(if end == 0 { 0 } else { u64::MAX })
-}
-
 /// The address after `rawtcp://`, read as LeechCore's rawtcp plugin reads
 /// it (IPv4 only; port 8888 when none).
 fn rawtcp_address(rest: &str) -> Option<SocketAddrV4> {
@@ -197,6 +153,7 @@ pub fn device_file(device: &str) -> Option<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::qemu::EmulatedDelay;
     use super::*;
 
     #[test]
@@ -265,17 +222,5 @@ mod tests {
         // Without `://` there are no parameters.
         let bare = DeviceString::parse("qemu:shm=g");
         assert_eq!((bare.kind(), bare.qemu()), ("qemu", None));
-    }
-
-    #[test]
-    fn numbers_are_decimal_or_hexadecimal_up_to_the_first_other_character() {
-        assert_eq!(numeric(None), 0);
-        assert_eq!(numeric(Some("")), 0);
-        assert_eq!(numeric(Some("150000")), 150_000);
-        assert_eq!(numeric(Some("0x10")), 16);
-        assert_eq!(numeric(Some("0X1f")), 31);
-        assert_eq!(numeric(Some("12abc")), 12);
-        assert_eq!(numeric(Some("abc")), 0);
-        assert_eq!(numeric(Some("99999999999999999999999")), u64::MAX);
     }
 }

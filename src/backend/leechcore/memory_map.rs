@@ -1,12 +1,14 @@
 //! The device's memory map: read and set as LeechCore's structs, cut at
-//! the user's max address, and fitted to an image that is not whole pages;
-//! and `LcCommand`, which carries them.
+//! the user's max address, fitted to an image that is not whole pages and
+//! put right from QEMU's own for a guest; and `LcCommand`, which carries
+//! them.
 
 use std::path::Path;
 use std::ptr;
 
 use leechcore_sys::{self as sys, HANDLE};
 
+use super::qemu::Found;
 use super::LeechCore;
 use crate::{Error, MemoryMap};
 
@@ -170,6 +172,28 @@ impl LeechCore {
                 "could not cut the memory map at the end of {}: {e}",
                 path.display()
             );
+        }
+    }
+
+    /// LeechCore reads a QEMU guest's memory map with a race (one read of
+    /// QEMU's answer after a 1 s wait, which a busy QEMU has not finished
+    /// by then: the map then ends early, silently) and drops a RAM range
+    /// when QEMU lists its views in another order. QEMU's own map, asked
+    /// before LeechCore connected (or now, if that failed), replaces it
+    /// when they differ.
+    pub(super) fn check_qemu_memory_map(&self, found: Found) {
+        let Some(theirs) = found.ram_map() else {
+            return;
+        };
+        match self.leechcore_memory_map() {
+            Ok(ours) if ours == theirs => {}
+            ours => {
+                // Put right at once: a note, not a warning.
+                log::info!("LeechCore's memory map of the guest ({ours:?}) is not QEMU's; using QEMU's ({theirs:?})");
+                if let Err(e) = self.set_memory_map(&theirs) {
+                    log::warn!("could not set QEMU's memory map: {e}");
+                }
+            }
         }
     }
 }

@@ -1,8 +1,8 @@
 //! A LeechCore device: the only code that calls into `leechcore.so`. This
 //! file opens and closes the device and implements [`Backend`] for it; the
 //! scatter calls, the memory map, the device string, the diagnosis of a
-//! failed opening and what is particular to QEMU guests each have a file
-//! of their own.
+//! failed opening, the time limits of devices over sockets ([`time_limit`])
+//! and what is particular to QEMU guests each have a file of their own.
 //!
 //! Two LeechCore bugs shape it: `LcRead` fails for reads that stay inside a
 //! page without reaching its end, and `LcWrite` reports success when nothing
@@ -14,9 +14,11 @@ mod device_string;
 mod diagnosis;
 mod ffi;
 mod fpga;
+mod handle;
 mod memory_map;
-mod qemu;
+pub mod qemu;
 mod scatter;
+pub mod time_limit;
 
 use crate::lock::LockRecovering;
 use std::path::Path;
@@ -27,14 +29,14 @@ use leechcore_sys::{self as sys, Library, LC_CONFIG, MEM_SCATTER};
 pub use config::{Call, DeviceConfig, DeviceInfo, Verbosity, Version};
 pub use device_string::device_file;
 
-use super::time_limit::{Lost, Watchdog, DEFAULT_TIMEOUT};
 use super::{Backend, Limits, PageError, ScatterEntry, WriteEntry};
 use crate::{Error, MemoryMap};
 use config::check_max_address;
-pub(crate) use device_string::DeviceString;
+use device_string::DeviceString;
 use diagnosis::{check_image_file, diagnose_open_failure, remote_failure};
 use ffi::{c_string, copy_c_string, create};
-use scatter::{Checked, Handle};
+use handle::{Checked, Handle};
+use time_limit::{Lost, Watchdog, DEFAULT_TIMEOUT};
 
 /// An open LeechCore device. Closed (`LcClose`) on drop.
 ///

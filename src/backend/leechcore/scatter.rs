@@ -8,129 +8,18 @@ use std::ptr;
 use std::sync::MutexGuard;
 use std::time::Instant;
 
-use leechcore_sys::{self as sys, HANDLE, MEM_SCATTER};
+use leechcore_sys as sys;
 
 use super::ffi::create;
+use super::handle::{Checked, Entry, Handle};
 use super::LeechCore;
-use crate::backend::{Limits, PageError, ScatterEntry, WriteEntry};
-
-/// The raw handle and the scratch arrays of one scatter call, reused so a
-/// call allocates nothing once they have grown.
-pub(super) struct Handle {
-    /// Null only when reopening failed; no call is made then.
-    pub(super) raw: HANDLE,
-    /// LeechCore's file device holds each write in the stdio buffer of one
-    /// of its several handles on the file until it is closed: its other
-    /// handles read the old bytes, two writes of the same bytes reach the
-    /// file in handle order, not in write order, and no other reader of
-    /// the file sees them. So right after a write the device is closed
-    /// (which writes the bytes out) and opened again.
-    unflushed: bool,
-    /// Call counts of the handles closed by reopening, by statistics id.
-    pub(super) retired_calls: [u64; 8],
-    /// The memory map set by the caller (`LC_MEMMAP_ENTRY`s), set again
-    /// after reopening.
-    pub(super) map: Option<Vec<u8>>,
-    mems: Vec<MEM_SCATTER>,
-    ptrs: Vec<*mut MEM_SCATTER>,
-    codes: Vec<u32>,
-    /// For each entry of `mems`, the index of the caller's entry.
-    owners: Vec<usize>,
-}
-
-// SAFETY: a LeechCore handle is not tied to the thread that opened it, and
-// the raw pointers in the scratch arrays are only dereferenced by LeechCore
-// during a call made under the lock, after being rewritten for that call.
-unsafe impl Send for Handle {}
-
-impl Handle {
-    /// The state of a device just opened as `raw`.
-    pub(super) fn new(raw: HANDLE) -> Handle {
-        Handle {
-            raw,
-            unflushed: false,
-            retired_calls: [0; 8],
-            map: None,
-            mems: Vec::new(),
-            ptrs: Vec::new(),
-            codes: Vec::new(),
-            owners: Vec::new(),
-        }
-    }
-
-    /// Fills the scratch arrays with the legal entries below `limit`;
-    /// the others get their error at once.
-    fn prepare<E: Entry>(&mut self, limit: u64, rules: Limits, entries: &mut [E]) {
-        self.mems.clear();
-        self.owners.clear();
-        for (i, entry) in entries.iter_mut().enumerate() {
-            let (addr, pb, len) = entry.raw();
-            // A legal entry stays inside one page and the limit is a page
-            // boundary, so an entry is wholly below it or wholly past it.
-            let checked = match rules.check(addr, len) {
-                Ok(()) if addr >= limit => Err(PageError::OutOfRange),
-                other => other,
-            };
-            match checked {
-                Ok(()) => {
-                    *entry.result() = Err(PageError::NotIssued);
-                    self.mems.push(MEM_SCATTER::new(addr, pb, len as u32));
-                    self.owners.push(i);
-                }
-                Err(e) => *entry.result() = Err(e),
-            }
-        }
-        // Taken after all pushes: `mems` does not move again until the call.
-        self.ptrs.clear();
-        self.ptrs
-            .extend(self.mems.iter_mut().map(|m| m as *mut MEM_SCATTER));
-    }
-}
-
-/// Who looked at the target's liveness (a QEMU guest's process and RAM
-/// file, two system calls) for a scatter call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Checked {
-    /// The caller, just before ([`crate::Backend::check_target`]).
-    Before,
-    /// Nobody yet: the call does.
-    Here,
-}
-
-/// A read or a write entry, as a scatter call takes it.
-trait Entry {
-    /// Address, buffer and length for `MEM_SCATTER`.
-    fn raw(&mut self) -> (u64, *mut u8, usize);
-    /// Where the entry's result goes.
-    fn result(&mut self) -> &mut Result<(), PageError>;
-}
-
-impl Entry for ScatterEntry<'_> {
-    fn raw(&mut self) -> (u64, *mut u8, usize) {
-        (self.addr, self.buf.as_mut_ptr(), self.buf.len())
-    }
-
-    fn result(&mut self) -> &mut Result<(), PageError> {
-        &mut self.result
-    }
-}
-
-impl Entry for WriteEntry<'_> {
-    /// LeechCore's write path only reads from `pb`.
-    fn raw(&mut self) -> (u64, *mut u8, usize) {
-        (self.addr, self.data.as_ptr() as *mut u8, self.data.len())
-    }
-
-    fn result(&mut self) -> &mut Result<(), PageError> {
-        &mut self.result
-    }
-}
+use crate::backend::{PageError, ScatterEntry, WriteEntry};
 
 impl LeechCore {
     /// Reads every entry in one LeechCore scatter call; each entry's
     /// `result` says whether its buffer was filled.
     ///
-    /// Entries that break the device's [`Limits`] fail with
+    /// Entries that break the device's [`Limits`](crate::Limits) fail with
     /// [`PageError::InvalidEntry`], and entries at or past the user's max
     /// address with [`PageError::OutOfRange`], without reaching the device.
     /// No call is made when no entry is left.

@@ -3,7 +3,7 @@
 //! device's entry limit allows.
 
 use super::*;
-use crate::engine::lent::LentBuffer;
+use crate::engine::request::lent::LentBuffer;
 
 impl Flusher {
     /// The usual flush, planned in one pass: reads only, each a legal entry

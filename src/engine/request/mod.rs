@@ -1,4 +1,17 @@
-//! The futures and streams of single reads and writes.
+//! A request's life on the caller's side of the engine, from the future
+//! that makes it to the slot a flush fills and the future collects: the
+//! protocol between futures and flushes, in one folder so that it reads as
+//! one. (The flush, the device's side, is `flush/`.)
+//!
+//! - the futures and streams of single reads and writes: `borrowed`,
+//!   `owned`, `scoped`, `fragments`, and here what they share;
+//! - `queue`: the requests waiting for a flush, in program order;
+//! - `slot`: a request's slot, and the states that hand it between the
+//!   engine and the request's future;
+//! - `staging`: a driver's requests, queued without the queue lock;
+//! - `buffers`: spare engine buffers, so a request allocates nothing;
+//! - `lent`: bytes lent to a flush, the one type through which the engine
+//!   reaches bytes it does not own.
 //!
 //! Soundness when a future is dropped or leaked: the engine never holds a
 //! pointer to a caller's borrowed buffer. A borrowed read buffer is filled
@@ -11,9 +24,14 @@
 //! keeps them safe (see `scope`).
 
 mod borrowed;
+mod buffers;
 mod fragments;
+pub(super) mod lent;
 mod owned;
+pub(super) mod queue;
 mod scoped;
+pub(super) mod slot;
+pub(super) mod staging;
 
 pub use borrowed::{Read, ReadVal, Write};
 pub use fragments::Fragments;
@@ -27,11 +45,11 @@ use std::task::{Context, Poll};
 use bytemuck::Pod;
 use futures::Stream;
 
-use super::lent::LentBuffer;
 use super::outcome::{for_each_success, Fragment, PartialError};
-use super::queue::{Buffer, Kind, Lent, NewRequest, Submission};
-use super::slot::{Body, SlotRef};
 use super::Memory;
+use lent::LentBuffer;
+use queue::{Buffer, Kind, Lent, NewRequest, Submission};
+use slot::{Body, SlotRef};
 
 /// A request's link to its slot in the queue.
 #[derive(Debug, Clone, Copy)]

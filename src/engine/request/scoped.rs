@@ -69,7 +69,7 @@ impl<'s> Requesting<'s> for LentRequest<'s> {
 }
 
 /// A read straight into a buffer borrowed for a scope; see
-/// [`Scope::read`](super::Scope::read).
+/// [`Scope::read`](crate::engine::Scope::read).
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
 pub struct ScopedRead<'s> {
@@ -108,7 +108,7 @@ impl std::future::Future for ScopedRead<'_> {
 }
 
 /// A write straight from a buffer borrowed for a scope; see
-/// [`Scope::write`](super::Scope::write).
+/// [`Scope::write`](crate::engine::Scope::write).
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
 pub struct ScopedWrite<'s> {

@@ -2,9 +2,12 @@
 //! before LeechCore connects (a QEMU serves its RAM file, its QMP socket
 //! answers), its memory map is taken from QEMU itself, and once open, a
 //! guest that is gone fails every read and write instead of serving stale
-//! or vanished memory. FPGA emulation delays are made exact ([`delay`]).
+//! or vanished memory. FPGA emulation delays are made exact (`delay`).
+//! [`guests`] lists the running guests such a device can open.
 
 mod delay;
+pub mod guests;
+mod params;
 mod process;
 mod qmp;
 
@@ -12,12 +15,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+// (For device_string's tests, which compare the delays it reads.)
+#[cfg(test)]
 pub(crate) use delay::EmulatedDelay;
+pub(crate) use params::QemuParams;
 use process::ProcessWatch;
 use qmp::{qemu_ram_map, QmpError};
 
-use super::device_string::QemuParams;
-use super::LeechCore;
 use crate::{MemoryMap, PageError};
 
 /// How long QEMU gets to answer a QMP command when the memory map is
@@ -40,7 +44,7 @@ impl Found {
     ///
     /// The map is asked before LeechCore connects: QMP serves one client
     /// at a time, and after LeechCore's hurried read QEMU may still be
-    /// answering it (see [`LeechCore::check_qemu_memory_map`]).
+    /// answering it (see `check_qemu_memory_map` in `memory_map.rs`).
     pub(super) fn look(params: &QemuParams) -> Result<Option<Found>, String> {
         let Some(shm) = &params.shm else {
             return Ok(None);
@@ -59,6 +63,27 @@ impl Found {
             process,
             map,
         }))
+    }
+
+    /// QEMU's own map of the guest's RAM, to check LeechCore's against:
+    /// the one asked before LeechCore connected, or, if that failed, asked
+    /// again now. `None` without a QMP socket, or (with a warning) when
+    /// QEMU did not give it either time.
+    pub(super) fn ram_map(self) -> Option<MemoryMap> {
+        match self.map? {
+            Ok(map) => Some(map),
+            Err(first) => match ram_map_of(&self.params, 2 * QMP_TIMEOUT) {
+                Some(Ok(map)) => Some(map),
+                Some(Err(e)) => {
+                    log::warn!(
+                        "could not check LeechCore's memory map of the guest with QEMU \
+                         (before opening: {first}; after: {e}); it may miss RAM ranges"
+                    );
+                    None
+                }
+                None => None,
+            },
+        }
     }
 }
 
@@ -121,44 +146,6 @@ impl Guest {
     }
 }
 
-impl LeechCore {
-    /// LeechCore reads a QEMU guest's memory map with a race (one read of
-    /// QEMU's answer after a 1 s wait, which a busy QEMU has not finished
-    /// by then: the map then ends early, silently) and drops a RAM range
-    /// when QEMU lists its views in another order. QEMU's own map, asked
-    /// before LeechCore connected (or now, if that failed), replaces it
-    /// when they differ.
-    pub(super) fn check_qemu_memory_map(&self, found: Found) {
-        let Some(before) = found.map else {
-            return;
-        };
-        let theirs = match before {
-            Ok(map) => map,
-            Err(first) => match ram_map_of(&found.params, 2 * QMP_TIMEOUT) {
-                Some(Ok(map)) => map,
-                Some(Err(e)) => {
-                    log::warn!(
-                        "could not check LeechCore's memory map of the guest with QEMU \
-                         (before opening: {first}; after: {e}); it may miss RAM ranges"
-                    );
-                    return;
-                }
-                None => return,
-            },
-        };
-        match self.leechcore_memory_map() {
-            Ok(ours) if ours == theirs => {}
-            ours => {
-                // Put right at once: a note, not a warning.
-                log::info!("LeechCore's memory map of the guest ({ours:?}) is not QEMU's; using QEMU's ({theirs:?})");
-                if let Err(e) = self.set_memory_map(&theirs) {
-                    log::warn!("could not set QEMU's memory map: {e}");
-                }
-            }
-        }
-    }
-}
-
 /// QEMU's own map of the guest's RAM, for a `qemu://` device with a QMP
 /// socket.
 fn ram_map_of(params: &QemuParams, timeout: Duration) -> Option<Result<MemoryMap, QmpError>> {
@@ -173,10 +160,7 @@ fn ram_map_of(params: &QemuParams, timeout: Duration) -> Option<Result<MemoryMap
 /// a device is refused: no QEMU serves the file and its QMP socket does not
 /// answer.
 fn watch(shm: &str, qmp: Option<&Path>) -> Result<Option<ProcessWatch>, String> {
-    if let Some(guest) = crate::targets::qemu_guests()
-        .into_iter()
-        .find(|g| g.shm == shm)
-    {
+    if let Some(guest) = guests::qemu_guests().into_iter().find(|g| g.shm == shm) {
         return Ok(ProcessWatch::new(guest.pid));
     }
     // No file at all is a wrong name (or a guest not started yet), not a
@@ -202,7 +186,7 @@ fn watch(shm: &str, qmp: Option<&Path>) -> Result<Option<ProcessWatch>, String> 
 /// The message for a `shm=` name with no file in /dev/shm, with the guests
 /// that can be opened instead.
 fn missing_ram_file(ram: &Path) -> String {
-    let running: Vec<String> = crate::targets::qemu_guests()
+    let running: Vec<String> = guests::qemu_guests()
         .iter()
         .flat_map(|g| g.device_strings())
         .collect();
@@ -237,16 +221,18 @@ pub(super) fn diagnose_open_failure(params: &QemuParams, generic: &str) -> Strin
 
 #[cfg(test)]
 mod tests {
-    use super::super::device_string::DeviceString;
     use super::*;
 
     #[test]
     #[cfg_attr(miri, ignore)] // Miri: /dev/shm and /proc
     fn a_missing_ram_file_is_not_called_a_gone_guest() {
-        let device = DeviceString::parse(
-            "qemu://shm=leechio-none-such-guest,qmp=/tmp/leechio-none-such.qmp",
-        );
-        let err = Found::look(device.qemu().unwrap()).err().unwrap();
+        // `qemu://shm=leechio-none-such-guest,qmp=/tmp/leechio-none-such.qmp`
+        let params = QemuParams {
+            shm: Some("leechio-none-such-guest".into()),
+            qmp: Some("/tmp/leechio-none-such.qmp".into()),
+            delay: None,
+        };
+        let err = Found::look(&params).err().unwrap();
         assert!(
             err.starts_with("guest RAM file /dev/shm/leechio-none-such-guest does not exist")
                 && !err.contains("gone"),

@@ -13,8 +13,8 @@ use std::task::Waker;
 
 use super::buffers::{SpareBuffers, LARGE_BUFFER};
 use super::lent::LentBuffer;
-use super::outcome::{Failure, Fragment};
 use super::queue::{Buffer, NewRequest, Req};
+use crate::engine::outcome::{Failure, Fragment};
 
 /// Where a request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub(crate) enum State {
 
 impl State {
     #[inline]
-    pub(super) fn from_u8(v: u8) -> State {
+    pub(in crate::engine) fn from_u8(v: u8) -> State {
         debug_assert!(v <= State::Collected as u8);
         // SAFETY: slot states are only ever stored from a `State` (see
         // `Slot::set_state` and `Slot::empty`), so `v` is one of its values.
@@ -97,12 +97,12 @@ impl Body {
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Slot {
-    pub(super) state: AtomicU8,
-    pub(super) body: UnsafeCell<Body>,
+    pub(in crate::engine) state: AtomicU8,
+    pub(in crate::engine) body: UnsafeCell<Body>,
 }
 
 impl Slot {
-    pub(super) fn empty() -> Slot {
+    pub(in crate::engine) fn empty() -> Slot {
         Slot {
             state: AtomicU8::new(State::Free as u8),
             body: UnsafeCell::new(Body {
@@ -122,12 +122,12 @@ impl Slot {
     }
 
     #[inline]
-    pub(super) fn state(&self) -> State {
+    pub(in crate::engine) fn state(&self) -> State {
         State::from_u8(self.state.load(Ordering::Acquire))
     }
 
     #[inline]
-    pub(super) fn set_state(&self, state: State) {
+    pub(in crate::engine) fn set_state(&self, state: State) {
         self.state.store(state as u8, Ordering::Release);
     }
 }
@@ -135,12 +135,12 @@ impl Slot {
 /// A handle on a slot: the future's, and the queue's own in its lists.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SlotRef {
-    pub(super) slot: NonNull<Slot>,
+    pub(in crate::engine) slot: NonNull<Slot>,
 }
 
 impl SlotRef {
     #[inline]
-    pub(super) fn slot(&self) -> &Slot {
+    pub(in crate::engine) fn slot(&self) -> &Slot {
         // SAFETY: the slot outlives every future of its queue (chunks are
         // freed only with the queue, which the future's `Memory` keeps).
         unsafe { self.slot.as_ref() }
@@ -182,7 +182,7 @@ impl SlotRef {
     // `Memory::submit`): through a call, the request is passed in memory
     // and the poll costs a third more.
     #[inline(always)]
-    pub(super) unsafe fn prepare(
+    pub(in crate::engine) unsafe fn prepare(
         self,
         req: NewRequest<'_>,
         spare: &mut SpareBuffers,
@@ -276,7 +276,7 @@ impl SlotRef {
 }
 
 /// The waker of an unfinished request whose future is still there.
-pub(super) fn waker<'a>(slot: SlotRef) -> &'a Waker {
+pub(in crate::engine) fn waker<'a>(slot: SlotRef) -> &'a Waker {
     // SAFETY: an unfinished slot whose future is still there belongs to the
     // engine, which changes it only through `&mut Queue`; the caller holds
     // it, and lets go of the waker before handing the slot over.

@@ -12,7 +12,7 @@
 //! one is safe; reaching its bytes is `unsafe`, and each caller says which
 //! part of the protocol makes it sound.
 //!
-//! [`Memory::scope`]: super::Memory::scope
+//! [`Memory::scope`]: crate::engine::Memory::scope
 
 use std::ptr::NonNull;
 

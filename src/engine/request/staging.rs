@@ -17,25 +17,25 @@ use super::slot::SlotRef;
 #[derive(Debug, Default)]
 pub(crate) struct Staging {
     /// Free slots reserved for this staging.
-    pub(super) reserved: Vec<SlotRef>,
+    pub(in crate::engine) reserved: Vec<SlotRef>,
     /// Queued requests not yet in `Queue::pending`, in program order.
-    pub(super) staged: Vec<Req>,
+    pub(in crate::engine) staged: Vec<Req>,
     /// Buffers replaced by moved-in ones or by better-fitting ones.
-    pub(super) spare: SpareBuffers,
+    pub(in crate::engine) spare: SpareBuffers,
     /// Requests submitted since its driver last flushed, and in the batch
     /// before: a driver's batches tend to repeat their size, so slots are
     /// reserved for a whole batch at once.
-    pub(super) batch: usize,
-    pub(super) last_batch: usize,
+    pub(in crate::engine) batch: usize,
+    pub(in crate::engine) last_batch: usize,
     /// Other engines its driver's futures queued requests on since the
     /// last flush (see `Memory::note_other_engine`).
-    pub others: Vec<super::Memory>,
+    pub others: Vec<crate::engine::Memory>,
 }
 
 /// Slots a staging reserves at least at a time. Few, so that a driver of
 /// single requests keeps reusing the same slots (and their buffers stay
 /// in the cache); larger batches reserve as many as they have staged.
-pub(super) const RESERVE: usize = 8;
+pub(in crate::engine) const RESERVE: usize = 8;
 
 impl Staging {
     /// Whether requests wait in it.
@@ -71,7 +71,7 @@ impl Staging {
     /// Takes from the queue what `req` needs and the staging lacks: free
     /// slots, a large buffer.
     #[inline(never)] // once per batch at most, usually
-    pub(super) fn stock(&mut self, queue: &Mutex<Queue>, req: &NewRequest<'_>) {
+    pub(in crate::engine) fn stock(&mut self, queue: &Mutex<Queue>, req: &NewRequest<'_>) {
         let mut queue = lock(queue);
         if self.reserved.is_empty() {
             // The rest of a batch like the last one, or as many again as

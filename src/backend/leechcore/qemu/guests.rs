@@ -1,7 +1,7 @@
 //! Targets that can be opened without hardware: running QEMU guests whose
 //! RAM is a file in `/dev/shm`, found from their command lines. (What the
-//! `qemu` device checks and watches of a guest once opened lives with the
-//! device, in `backend::leechcore::qemu`.)
+//! `qemu` device checks and watches of a guest once opened is the rest of
+//! [`qemu`](super).)
 
 use std::path::{Path, PathBuf};
 

@@ -3,23 +3,23 @@
 
 /// A buffer above this size is not left under a request of a quarter of
 /// its size.
-pub(super) const LARGE_BUFFER: usize = 64 << 10;
+pub(in crate::engine) const LARGE_BUFFER: usize = 64 << 10;
 
 /// Most spare buffers kept; more are freed.
-pub(super) const MAX_SPARE: usize = 4096;
+pub(in crate::engine) const MAX_SPARE: usize = 4096;
 
 /// Spare engine buffers by size class (a buffer of capacity `c` is in
 /// class `log2(c)`), so that finding one that fits costs a few steps
 /// however many are kept.
 #[derive(Debug, Default)]
 pub(crate) struct SpareBuffers {
-    pub(super) classes: Vec<Vec<Vec<u8>>>,
-    pub(super) count: usize,
+    pub(in crate::engine) classes: Vec<Vec<Vec<u8>>>,
+    pub(in crate::engine) count: usize,
 }
 
 impl SpareBuffers {
     /// Keeps `buf` (unless it is empty or enough are kept already).
-    pub(super) fn put(&mut self, buf: Vec<u8>) {
+    pub(in crate::engine) fn put(&mut self, buf: Vec<u8>) {
         if buf.capacity() == 0 || self.count >= MAX_SPARE {
             return;
         }
@@ -33,7 +33,7 @@ impl SpareBuffers {
 
     /// A buffer of at least `len` bytes' capacity, from the smallest class
     /// whose every buffer is large enough.
-    pub(super) fn take_fit(&mut self, len: usize) -> Option<Vec<u8>> {
+    pub(in crate::engine) fn take_fit(&mut self, len: usize) -> Option<Vec<u8>> {
         let buf = self
             .classes
             .get_mut(fit_class(len)..)?
@@ -44,14 +44,14 @@ impl SpareBuffers {
     }
 
     /// Whether a buffer of `len` bytes' capacity would be found.
-    pub(super) fn has_fit(&self, len: usize) -> bool {
+    pub(in crate::engine) fn has_fit(&self, len: usize) -> bool {
         self.classes
             .get(fit_class(len)..)
             .is_some_and(|c| c.iter().any(|class| !class.is_empty()))
     }
 
     /// Moves `other`'s buffers here.
-    pub(super) fn take_all(&mut self, other: &mut SpareBuffers) {
+    pub(in crate::engine) fn take_all(&mut self, other: &mut SpareBuffers) {
         for class in &mut other.classes {
             for buf in class.drain(..) {
                 self.put(buf);
@@ -62,6 +62,6 @@ impl SpareBuffers {
 }
 
 /// The first size class whose every buffer holds `len` bytes.
-pub(super) fn fit_class(len: usize) -> usize {
+pub(in crate::engine) fn fit_class(len: usize) -> usize {
     len.max(1).next_power_of_two().ilog2() as usize
 }

@@ -81,7 +81,7 @@ pub(crate) enum Buffer {
 impl NewRequest<'_> {
     /// Whether it needs a large engine buffer that `spare` does not have.
     #[inline]
-    pub(super) fn needs_large_buffer(&self, spare: &SpareBuffers) -> bool {
+    pub(in crate::engine) fn needs_large_buffer(&self, spare: &SpareBuffers) -> bool {
         self.sub.len > LARGE_BUFFER
             && matches!(self.buffer, Buffer::Engine)
             && !spare.has_fit(self.sub.len)
@@ -129,7 +129,7 @@ pub(crate) struct Queue {
     /// Queued requests, in program order.
     pub pending: Vec<Req>,
     /// Buffers left by finished requests, for the next ones.
-    pub(super) spare: SpareBuffers,
+    pub(in crate::engine) spare: SpareBuffers,
     /// The background drivers' wakers, by driver id: each is woken when a
     /// request is queued.
     pub drivers: Vec<(u64, Waker)>,
@@ -199,7 +199,7 @@ impl Queue {
     }
 
     /// Takes back the slots whose futures collected them.
-    pub(super) fn reclaim(&mut self) {
+    pub(in crate::engine) fn reclaim(&mut self) {
         let mut done = std::mem::take(&mut self.done);
         done.retain(|&slot| {
             if self.state(slot) != State::Collected {
@@ -274,7 +274,7 @@ impl Queue {
     }
 
     /// Publishes `staging` and reserves it `n` more free slots.
-    pub(super) fn refill(&mut self, staging: &mut Staging, n: usize) {
+    pub(in crate::engine) fn refill(&mut self, staging: &mut Staging, n: usize) {
         self.publish(staging);
         // Collected slots first: the most recent ones, whose buffers are
         // still in the cache, end up at the tail taken below.
