@@ -27,10 +27,13 @@ fn peak_kib(pid: &str) -> Option<i64> {
 
 /// Runs `program ARGS`, killing it and failing the test when it has not
 /// ended within `deadline`; reports its peak memory. Linux counts in a
-/// program's `ru_maxrss` the peak of the process that started it (`exec`
-/// keeps it), so when that is not below this process's own peak, the
-/// program's peak is the largest `VmHWM` seen while it ran (sampled every
-/// 20 ms; its own address space's). Output that is not
+/// program's `ru_maxrss` the resident memory of the process that started
+/// it (`exec` keeps it), so when that is not above this process's own
+/// peak, the program's peak is the largest `VmHWM` seen while it ran
+/// (sampled every 20 ms; its own address space's). This process's peak is
+/// read before the start as well as after: the kernel updates a peak
+/// lazily, so memory freed in between (another thread's) can leave the
+/// later reading below what the program inherited. Output that is not
 /// UTF-8 is kept lossily (U+FFFD), as a check for raw bytes needs only
 /// to see that they are gone.
 // The child is reaped with wait4, which std's `wait` does not offer, for
@@ -39,6 +42,7 @@ fn peak_kib(pid: &str) -> Option<i64> {
 pub fn run_bounded(program: &Path, args: &[&str], deadline: Duration) -> Run {
     // A cache of its own, empty: the user's is neither read nor written.
     let cache = tempfile::tempdir().unwrap();
+    let own_before = peak_kib("self").unwrap_or(i64::MAX);
     let mut child = Command::new(program)
         .args(args)
         .env_remove("LEECHIO_DEVICE")
@@ -57,7 +61,8 @@ pub fn run_bounded(program: &Path, args: &[&str], deadline: Duration) -> Run {
     let out = drain(Box::new(child.stdout.take().unwrap()));
     let err = drain(Box::new(child.stderr.take().unwrap()));
     let pid = child.id() as libc::pid_t;
-    let (mut seen, own) = (0, peak_kib("self").unwrap_or(i64::MAX));
+    let own = own_before.max(peak_kib("self").unwrap_or(i64::MAX));
+    let mut seen = 0;
     let start = Instant::now();
     let (status, usage) = loop {
         let mut status = 0;
