@@ -149,9 +149,10 @@ const WALKS: [Walk; 9] = [
             });
             Read {
                 workload: format!(
-                    "{} modules, {} built-in in /sys/module",
+                    "{} modules, {} built-in in /sys/module (its tree {} levels deep)",
                     views.list.modules.len(),
-                    views.built_in
+                    views.built_in,
+                    views.sysfs_levels
                 ),
                 items: by_place(items),
             }

@@ -78,8 +78,12 @@ pub(crate) async fn read(
                 size: vma_size,
                 what: "VMA",
             };
-            let (found, cut, at_limit) =
-                rbtree::objects(kmem, rb, objects, field(*root), max_vmas.count).await;
+            let rbtree::Walked {
+                objects: found,
+                failed: cut,
+                more: at_limit,
+                ..
+            } = rbtree::objects(kmem, rb, objects, field(*root), max_vmas.count).await;
             if at_limit {
                 failed.push(MapsFailure::new(mm, max_vmas.why()));
             }

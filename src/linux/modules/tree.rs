@@ -65,13 +65,14 @@ pub(crate) async fn walk(
         size: layout.span(),
         what: "module tree node",
     };
-    let (nodes, failed, _) = rbtree::objects(kmem, &layout.rb, objects, top, max).await;
-    let modules = nodes
+    let walked = rbtree::objects(kmem, &layout.rb, objects, top, max).await;
+    let modules = walked
+        .objects
         .iter()
         .filter_map(|(_, bytes)| bytes.u64_at(layout.module))
         .filter(|&m| m >= kmem.kernel_half())
         .collect();
-    (modules, failed)
+    (modules, walked.failed)
 }
 
 /// The modules at `addresses`, read in one batch; what is no module

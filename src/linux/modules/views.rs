@@ -70,6 +70,14 @@ pub struct ModuleViews {
     pub partly_seen: Vec<Module>,
     /// Entries of `/sys/module` that are built-in modules.
     pub built_in: usize,
+    /// Entries of `/sys/module` that are files, not a module's directory
+    /// (6.12's `compression`).
+    pub sysfs_files: usize,
+    /// Levels of `/sys/module`'s red-black tree read, a device call each:
+    /// the sysfs view costs these and four more (the kset's pointer, the
+    /// kset, its directory, the entries' owners), and is the deepest view
+    /// where the kernel has some sixty built-in modules.
+    pub sysfs_levels: usize,
     /// The kernel's taint mask (`/proc/sys/kernel/tainted`), or why it
     /// could not be read.
     pub kernel_taint: Result<u64, String>,
@@ -118,6 +126,8 @@ impl Kernel {
             read: vec![ModuleView::List],
             partly_seen: Vec::new(),
             built_in: 0,
+            sysfs_files: 0,
+            sysfs_levels: 0,
             kernel_taint: taint,
             notes: self.module_notes(),
             failed: extra_failed,
@@ -137,6 +147,8 @@ impl Kernel {
             Ok(found) => {
                 views.read.push(ModuleView::Sysfs);
                 views.built_in = found.built_in;
+                views.sysfs_files = found.files;
+                views.sysfs_levels = found.levels;
                 views.failed.extend(found.failed.iter().cloned());
                 Some(found.modules)
             }

@@ -27,19 +27,36 @@ pub(crate) struct Objects {
     pub what: &'static str,
 }
 
+/// What a walk of a tree read.
+#[derive(Debug, Default)]
+pub(crate) struct Walked {
+    /// Each object read (its address and bytes), level by level.
+    pub objects: Vec<(u64, Vec<u8>)>,
+    /// What could not be read or was not followed, and why.
+    pub failed: Vec<StructureFailure>,
+    /// The tree held more than the walk's limit.
+    pub more: bool,
+    /// Levels read, a batch each: what the walk cost in device calls
+    /// (the tree's height, where nothing was cut).
+    pub levels: usize,
+}
+
 /// Every object of the tree whose root node is `root` (an `rb_node`
-/// address), with its bytes, and what was cut: no more than `max` (the
-/// last value returned is `true` when the tree held more).
+/// address), with its bytes, and what was cut: no more than `max`.
 pub(crate) async fn objects(
     kmem: &KernelMemory<'_>,
     layout: &RbLayout,
     objects: Objects,
     root: u64,
     max: usize,
-) -> (Vec<(u64, Vec<u8>)>, Vec<StructureFailure>, bool) {
-    let mut found = Vec::new();
-    let mut failed = Vec::new();
-    let mut at_limit = false;
+) -> Walked {
+    let mut walked = Walked::default();
+    let Walked {
+        objects: found,
+        failed,
+        more: at_limit,
+        levels,
+    } = &mut walked;
     let object_of = |node: u64| node.wrapping_sub(objects.node);
     let mut level = match root {
         0 => Vec::new(),
@@ -60,6 +77,7 @@ pub(crate) async fn objects(
             ));
             break;
         }
+        *levels += 1;
         let read = futures::future::join_all(
             level
                 .iter()
@@ -85,7 +103,7 @@ pub(crate) async fn objects(
                 }
                 let child = object_of(child);
                 if seen.len() >= max {
-                    if !at_limit {
+                    if !*at_limit {
                         failed.push(StructureFailure::new(
                             child,
                             format!(
@@ -94,7 +112,7 @@ pub(crate) async fn objects(
                             ),
                         ));
                     }
-                    at_limit = true;
+                    *at_limit = true;
                     break;
                 }
                 if seen.insert(child) {
@@ -113,5 +131,5 @@ pub(crate) async fn objects(
         }
         level = next;
     }
-    (found, failed, at_limit)
+    walked
 }

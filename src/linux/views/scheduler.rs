@@ -166,7 +166,15 @@ async fn runnable(
         )
         .await;
         let mut groups = Vec::new();
-        for (&(cpu, _), (found, failed, _)) in roots.iter().zip(trees) {
+        for (
+            &(cpu, _),
+            rbtree::Walked {
+                objects: found,
+                failed,
+                ..
+            },
+        ) in roots.iter().zip(trees)
+        {
             left = left.saturating_sub(found.len());
             for f in failed {
                 out.fail(
