@@ -502,3 +502,61 @@ fn a_quoted_path_with_an_apostrophe_keeps_the_arguments_after_it() {
     assert_eq!(a[..], image.bytes(0x10_0010, 16)[..], "the map applies");
     assert_eq!(b[..], image.bytes(0x10_2010, 16)[..], "the map applies");
 }
+
+/// Set for the child process of
+/// [`an_inventory_dropped_first_leaves_the_plugins_log_working`].
+const LOG_CHILD: &str = "LEECHIO_TEST_LOG_CHILD";
+
+/// Two inventories in one program load the plugin once. The first to
+/// create a connector gave the plugin its logger, which that inventory
+/// owns; after it goes, the plugin (still loaded for the other) must log
+/// through nothing it freed: memory of that size is filled with garbage
+/// before the other's connector logs. Run in a child process, whose
+/// inventories come in this order and no other test's.
+#[test]
+fn an_inventory_dropped_first_leaves_the_plugins_log_working() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "--nocapture", "log_child"])
+        .env(LOG_CHILD, "1")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{text}", out.status);
+    assert!(text.contains("1 passed"), "{text}");
+}
+
+#[test]
+#[ignore = "run by an_inventory_dropped_first_leaves_the_plugins_log_working in a child process"]
+fn log_child() {
+    assert!(
+        std::env::var_os(LOG_CHILD).is_some(),
+        "run by its parent test"
+    );
+    let image = Image::new(16 * MIB);
+    let args: ConnectorArgs = format!("\"{}\"", image.device()).parse().unwrap();
+    drop(inventory()); // The log capture; its inventory is not used.
+    let mut kept = Inventory::empty();
+    kept.add_dir(plugin_dir()).unwrap();
+    {
+        let mut first = Inventory::empty();
+        first.add_dir(plugin_dir()).unwrap();
+        first
+            .instantiate_connector("leechcore", None, Some(&args))
+            .unwrap();
+    }
+    // The size of memflow's `PluginLogger` (a level, three function
+    // pointers, an atomic pointer), and some beside it, all 0xff.
+    let garbage: Vec<Box<[u8]>> = (0..4096)
+        .map(|i| vec![0xff; 24 + i % 48].into_boxed_slice())
+        .collect();
+    LOG.lock().unwrap().clear();
+    kept.instantiate_connector("leechcore", None, Some(&args))
+        .unwrap();
+    drop(garbage);
+    assert!(
+        logged("leechcore: opened"),
+        "{:?}",
+        LOG.lock().unwrap_or_else(|e| e.into_inner())
+    );
+}

@@ -13,6 +13,7 @@ mod args;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod args;
+mod descriptors;
 mod os_args;
 pub mod os_plugin;
 
@@ -94,8 +95,8 @@ impl PhysicalMemory for LeechCoreConnector {
     }
 }
 
-/// Opens the device the arguments name.
-#[connector(name = "leechcore", help_fn = "help", target_list_fn = "target_list")]
+/// Opens the device the arguments name (memflow's `create` for
+/// `leechcore` calls it; see `descriptors.rs`).
 pub fn create_connector(args: &ConnectorArgs) -> Result<LeechCoreConnector> {
     guarded_connector("create_connector", || open(args))
 }

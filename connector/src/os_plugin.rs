@@ -11,13 +11,8 @@ use crate::{guarded, os_args};
 /// The plugin's name, as memflow's chains give it (`-o linux_btf`).
 pub const NAME: &str = "linux_btf";
 
-/// Finds the kernel in the connector's memory.
-#[os(
-    name = "linux_btf",
-    help_fn = "help",
-    accept_input = true,
-    return_wrapped = true
-)]
+/// Finds the kernel in the connector's memory (memflow's `create` for
+/// `linux_btf` calls it; see `descriptors.rs`).
 pub fn create_os(
     args: &OsArgs,
     connector: Option<ConnectorInstanceArcBox<'static>>,
