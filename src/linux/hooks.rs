@@ -22,6 +22,7 @@ use std::fmt;
 use futures::join;
 
 use crate::linux::kmem::{Fields, KernelMemory};
+use crate::linux::modules::ModuleTree;
 use crate::linux::structures::StructureFailure;
 use crate::linux::{Kernel, Module};
 
@@ -105,6 +106,13 @@ pub struct Hooks {
     pub notes: Vec<String>,
     /// What could not be read.
     pub failed: Vec<StructureFailure>,
+    /// Nodes of the module address tree read (a module has one for each
+    /// kind of its memory: one or two before 6.4, up to seven after).
+    pub module_tree_nodes: usize,
+    /// Levels of that tree read, a device call each: the hooks cost the
+    /// deeper of these and one more (the tree's root), and the module
+    /// list's calls (its head and one per two modules).
+    pub module_tree_levels: usize,
 }
 
 impl Kernel {
@@ -173,9 +181,11 @@ impl Kernel {
                 _ => None,
             }
         };
-        let ((tables, symbols), (listed, hidden, failed), ftrace) =
+        let ((tables, symbols), (listed, hidden, failed, tree), ftrace) =
             join!(tables, self.known_modules(), ftrace);
         hooks.failed = failed;
+        hooks.module_tree_nodes = tree.nodes;
+        hooks.module_tree_levels = tree.levels;
         let inside = |target: u64| {
             (stext..etext).contains(&target)
                 || listed
@@ -273,14 +283,12 @@ impl Kernel {
 
     /// The modules on the list, and those only the address tree has
     /// (hidden), with what failed.
-    async fn known_modules(&self) -> (Vec<Module>, Vec<Module>, Vec<StructureFailure>) {
+    async fn known_modules(&self) -> (Vec<Module>, Vec<Module>, Vec<StructureFailure>, ModuleTree) {
         let (list, tree) = join!(self.modules_async(), self.module_tree());
         let mut failed = list.failed;
         let listed: BTreeSet<u64> = list.modules.iter().map(|m| m.address).collect();
-        let unlisted: Vec<u64> = match tree {
-            Ok((tree, _)) => tree.difference(&listed).copied().collect(),
-            Err(_) => Vec::new(),
-        };
+        let tree = tree.unwrap_or_default();
+        let unlisted: Vec<u64> = tree.modules.difference(&listed).copied().collect();
         let hidden = match (&self.offsets.modules, unlisted.is_empty()) {
             (Ok(layout), false) => {
                 let kmem = self.kernel_memory();
@@ -291,7 +299,7 @@ impl Kernel {
             }
             _ => Vec::new(),
         };
-        (list.modules, hidden, failed)
+        (list.modules, hidden, failed, tree)
     }
 
     /// What lies at `target`, when something known does: `symbols` by

@@ -35,6 +35,7 @@ pub(crate) use sysfs::KSET_SYMBOL;
 pub(crate) use taint::TAINT_SYMBOL;
 pub use taint::{kernel_taint_letters, module_taint_letters};
 pub(crate) use tree::read_modules as read_hidden;
+pub(crate) use tree::ModuleTree;
 pub use views::{ModuleView, ModuleViews};
 
 /// The kernel symbol of the list's head (`kernel/module/main.c`).

@@ -167,7 +167,12 @@ const WALKS: [Walk; 9] = [
             let checked = hooks.checked.iter().map(|(t, n)| format!("{t} {n}"));
             let outside = hooks.outside.iter().map(|h| format!("{h:?}"));
             Read {
-                workload: format!("{} system calls", hooks.checked.first().map_or(0, |c| c.1)),
+                workload: format!(
+                    "{} system calls (the module tree {} nodes in {} levels)",
+                    hooks.checked.first().map_or(0, |c| c.1),
+                    hooks.module_tree_nodes,
+                    hooks.module_tree_levels
+                ),
                 items: by_place(checked.chain(outside)),
             }
         },

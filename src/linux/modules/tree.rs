@@ -24,12 +24,23 @@ use super::{max_modules, module, TREE_SYMBOL};
 /// (`MOD_MEM_NUM_TYPES` is 7 in 6.4; two layouts before).
 const NODES_PER_MODULE: usize = 16;
 
+/// What the module address tree held.
+#[derive(Debug, Default)]
+pub(crate) struct ModuleTree {
+    /// The distinct modules of its nodes.
+    pub modules: BTreeSet<u64>,
+    /// What of it could not be read.
+    pub failed: Vec<StructureFailure>,
+    /// Nodes read: a module has one for each kind of its memory.
+    pub nodes: usize,
+    /// Levels read, a device call each.
+    pub levels: usize,
+}
+
 impl Kernel {
     /// The distinct modules the address tree holds, and what of it could
     /// not be read; an error when there is no tree to read.
-    pub(crate) async fn module_tree(
-        &self,
-    ) -> Result<(BTreeSet<u64>, Vec<StructureFailure>), String> {
+    pub(crate) async fn module_tree(&self) -> Result<ModuleTree, String> {
         let layout = self
             .offsets
             .module_tree
@@ -52,12 +63,15 @@ pub(crate) async fn walk(
     layout: &ModTreeLayout,
     root: u64,
     max: usize,
-) -> (BTreeSet<u64>, Vec<StructureFailure>) {
+) -> ModuleTree {
     let top = match kmem.read_vec(root + layout.root, 8).await {
         Ok(bytes) => bytes.u64_at(0).unwrap_or(0),
         Err(why) => {
             let why = format!("the module address tree's root: {why}");
-            return (BTreeSet::new(), vec![StructureFailure::new(root, why)]);
+            return ModuleTree {
+                failed: vec![StructureFailure::new(root, why)],
+                ..ModuleTree::default()
+            };
         }
     };
     let objects = rbtree::Objects {
@@ -72,7 +86,12 @@ pub(crate) async fn walk(
         .filter_map(|(_, bytes)| bytes.u64_at(layout.module))
         .filter(|&m| m >= kmem.kernel_half())
         .collect();
-    (modules, walked.failed)
+    ModuleTree {
+        modules,
+        failed: walked.failed,
+        nodes: walked.objects.len(),
+        levels: walked.levels,
+    }
 }
 
 /// The modules at `addresses`, read in one batch; what is no module

@@ -133,10 +133,10 @@ impl Kernel {
             failed: extra_failed,
         };
         let tree = match tree {
-            Ok((tree, failed)) => {
+            Ok(tree) => {
                 views.read.push(ModuleView::AddressTree);
-                views.failed.extend(failed);
-                Some(tree)
+                views.failed.extend(tree.failed);
+                Some(tree.modules)
             }
             Err(why) => {
                 views.failed.push(StructureFailure::new(0, why));
