@@ -916,7 +916,7 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
         (
             "modules: list, address tree, sysfs, parameters",
             "engine: Kernel::module_views",
-            module_views_calls(&row(
+            module_views_calls(row(
                 "modules: list, address tree, sysfs, parameters",
                 "engine: Kernel::module_views",
             )),
@@ -925,7 +925,7 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
         (
             "hooks: system-call table, ftrace callbacks",
             "engine: Kernel::hooks",
-            hooks_calls(&row(
+            hooks_calls(row(
                 "hooks: system-call table, ftrace callbacks",
                 "engine: Kernel::hooks",
             )),

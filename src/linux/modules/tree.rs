@@ -159,14 +159,17 @@ mod tests {
         f.put(nodes[3], 0x40_0000);
         let root = f.alloc(64);
         f.put(root + LAYOUT.root, rb(nodes[0]));
-        let ((modules, failed), calls) = f.read(async |kmem| walk(kmem, &LAYOUT, root, 100).await);
-        assert_eq!(modules.into_iter().collect::<Vec<_>>(), [module]);
+        let (tree, calls) = f.read(async |kmem| walk(kmem, &LAYOUT, root, 100).await);
+        assert_eq!(tree.modules.into_iter().collect::<Vec<_>>(), [module]);
+        let failed = tree.failed;
         assert_eq!(failed.len(), 1, "{failed:?}");
         assert_eq!(failed[0].address, nodes[0]);
-        // The root's pointer, then three levels.
-        assert_eq!(calls, 4);
+        // The root's pointer, then three levels of the four nodes.
+        assert_eq!((tree.nodes, tree.levels), (4, 3));
+        assert_eq!(calls, 1 + tree.levels as u64);
         // At most 2 nodes: cut and said.
-        let ((_, failed), _) = f.read(async |kmem| walk(kmem, &LAYOUT, root, 2).await);
+        let (tree, _) = f.read(async |kmem| walk(kmem, &LAYOUT, root, 2).await);
+        let failed = tree.failed;
         assert!(
             failed.iter().any(|f| f.reason.contains("more than 2")),
             "{failed:?}"
@@ -177,8 +180,9 @@ mod tests {
     fn an_unreadable_root_is_a_failure_not_an_empty_tree() {
         let f = FakeMemory::new(1 << 16);
         let past = crate::linux::fake_memory::DIRECT + (1 << 20);
-        let ((modules, failed), _) = f.read(async |kmem| walk(kmem, &LAYOUT, past, 100).await);
-        assert!(modules.is_empty());
+        let (tree, _) = f.read(async |kmem| walk(kmem, &LAYOUT, past, 100).await);
+        let failed = tree.failed;
+        assert!(tree.modules.is_empty() && tree.levels == 0);
         assert_eq!(failed.len(), 1);
         assert!(
             failed[0]
