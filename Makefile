@@ -52,9 +52,16 @@ unit: plugin ffi cli
 install: deps plugin ffi cli
 	scripts/install.sh "$(MEMFLOW_PLUGINS)" "$(PREFIX)"
 
-## test: set-up, then formatting, lints, every test, the unit tests under
-## Miri (see `make miri`), and every fuzz target for a minute (see `make fuzz`)
-test: setup check unit miri
+## test: set-up, then formatting, lints, every test, then the unit tests
+## under Miri (see `make miri`) beside every fuzz target for a minute (see
+## `make fuzz`): each of those two keeps one core busy, so they share the
+## machine's two rather than take turns
+test: setup check unit
+	@$(MAKE) --no-print-directory -j2 miri fuzz-minute
+
+# Each fuzz target for a minute, as `make test` runs them.
+.PHONY: fuzz-minute
+fuzz-minute:
 	@scripts/fuzz.sh 60
 
 ## fresh: `make test` then `make demo` on a fresh Debian in a chroot, 12
