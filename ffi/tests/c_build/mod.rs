@@ -10,6 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+// The tests of tests/ that include this module include tests/common too,
+// and with it this file again.
+#[allow(clippy::duplicate_mod)]
 #[path = "../../../tests/common/release.rs"]
 mod release;
 
