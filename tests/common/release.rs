@@ -1,9 +1,9 @@
 //! The release builds some tests load or install: the memflow plugin,
 //! libleechio, the command line. A test that needs one builds it itself,
 //! with the command `make plugin`, `make ffi` or `make cli` runs, so it
-//! never tests a build older than the sources
-//! (after `make unit` built them, cargo finds nothing to do). Included by
-//! `tests/common` and by `ffi/tests/c_build`.
+//! never tests a build older than the sources (after `make unit` built
+//! them, cargo finds nothing to do). Included by `tests/common` and by
+//! `ffi/tests/c_build`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,9 +12,9 @@ use std::sync::Mutex;
 /// `ROOT/target/release/`, after `cargo build --release -p PACKAGE` ran
 /// in this test process: on its own, as `make plugin` (PACKAGE
 /// `memflow-leechcore`), `make ffi` (`leechio-ffi`) and `make cli`
-/// (`leechio-cli`) build it, so no
-/// feature of the tests' dependencies (memflow's `dummy_mem`) reaches
-/// it. Tests that ask at once wait for the one build.
+/// (`leechio-cli`) build it, so no feature of the tests' dependencies
+/// (memflow's `dummy_mem`) reaches it. Tests that ask at once wait for
+/// the one build.
 pub fn release_dir(root: &Path, package: &str) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let target = root.join("target");
