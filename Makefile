@@ -47,8 +47,10 @@ cli:
 ## unit: the whole test suite, every test run: the build fails if
 ## anything `make setup` installs is missing (LEECHIO_REQUIRE_LAB), where
 ## `cargo test` alone would ignore the tests that need it
+# (Set for the release builds too, so a missing set-up stops the first one.)
+unit: export LEECHIO_REQUIRE_LAB = 1
 unit: plugin ffi cli
-	LEECHIO_REQUIRE_LAB=1 $(CARGO) test --workspace
+	$(CARGO) test --workspace
 
 ## install: the product and only what it needs (deps): the plugin with
 ## LeechCore beside it where memflow looks (MEMFLOW_PLUGINS); the `leechio`
