@@ -21,9 +21,11 @@ deps:
 ## the guest kernels, gdb, valgrind, drgn, Rust nightly (idempotent; as root)
 setup:
 	@scripts/setup.sh
-# Cargo cannot watch for a file that is not there yet: the next build looks
-# for the set-up again (build/lab.rs).
-	@touch build/lab.rs
+# Cargo cannot watch for a file that is not there yet: when the set-up put
+# something new in target/, the next build looks for it again (build/lab.rs);
+# otherwise nothing is rebuilt.
+	@[ -z "$$(find target/leechcore target/guest target/drgn -newer build/lab.rs -print -quit 2>/dev/null)" ] || \
+	  touch build/lab.rs
 
 ## check: formatting, lints, and no Rust file over 500 lines outside tests
 ## (tests.rs files and tests/ folders): a longer one is split by concern
