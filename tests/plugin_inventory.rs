@@ -525,6 +525,7 @@ const LOG_CHILD: &str = "LEECHIO_TEST_LOG_CHILD";
 /// before the other's connector logs. Run in a child process, whose
 /// inventories come in this order and no other test's.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_inventory_dropped_first_leaves_the_plugins_log_working() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "--nocapture", "log_child"])
