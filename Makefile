@@ -21,6 +21,11 @@ deps:
 ## the guest kernels, gdb, valgrind, drgn, Rust nightly (idempotent; as root)
 setup:
 	@scripts/setup.sh
+# Cargo cannot watch for a file that is not there yet: when the set-up put
+# something new in target/, the next build looks for it again (build/lab.rs);
+# otherwise nothing is rebuilt.
+	@[ -z "$$(find target/leechcore target/guest target/drgn -newer build/lab.rs -print -quit 2>/dev/null)" ] || \
+	  touch build/lab.rs
 
 ## check: formatting, lints, and no Rust file over 500 lines outside tests
 ## (tests.rs files and tests/ folders): a longer one is split by concern
@@ -41,7 +46,11 @@ plugin:
 cli:
 	$(CARGO) build --release -p leechio-cli
 
-## unit: the whole test suite, without set-up
+## unit: the whole test suite, every test run: the build fails if
+## anything `make setup` installs is missing (LEECHIO_REQUIRE_LAB), where
+## `cargo test` alone would ignore the tests that need it
+# (Set for the release builds too, so a missing set-up stops the first one.)
+unit: export LEECHIO_REQUIRE_LAB = 1
 unit: plugin ffi cli
 	$(CARGO) test --workspace
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs `make install` (which must install the product and nothing of the
-# test set-up), then the README's two commands, `make test` then `make demo`, on a fresh
+# test set-up), `cargo test` (which must pass without the set-up, ignoring
+# the tests that need it), then the README's two commands, `make test` then
+# `make demo`, on a fresh
 # Debian in a chroot: the minimal base system plus make, git and
 # ca-certificates, no Rust, no Python, nothing the project installs. It
 # catches what a green run on a machine that already has it all hides: an
@@ -113,6 +115,14 @@ done
 in_root bash -c 'leechio --version >/dev/null && test -f /usr/local/share/man/man1/leechio-ps.1 &&
     test -f /usr/local/lib/libleechio.so && test -f /root/.local/lib/memflow/libmemflow_leechcore.so' ||
     { say "make install left out the command line, its man pages, libleechio or the plugin"; exit 1; }
+# Before the set-up, `cargo test` passes, counting the tests that need it
+# as ignored, and says once what is missing.
+say "cargo test, with no set-up"
+bare_log=$root/root/cargo-test-no-setup.log
+in_root bash -c 'cd /root/leechio && PATH=$HOME/.cargo/bin:$PATH cargo test --workspace' >"$bare_log" 2>&1 ||
+    { tail -n 80 "$bare_log"; say "cargo test failed with no set-up (log: $bare_log)"; exit 1; }
+grep -q 'ignored, needs `make setup`' "$bare_log" && grep -q 'the test set-up is missing' "$bare_log" ||
+    { say "cargo test with no set-up ignored no test, or did not say what is missing (log: $bare_log)"; exit 1; }
 say "make test"
 in_root bash -c 'cd /root/leechio && make test'
 say "make demo"

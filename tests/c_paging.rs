@@ -184,12 +184,14 @@ fn programs_find_the_paging_mode(guest: SharedGuest, expected: Paging) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn c_and_cpp_programs_find_4_level_paging_on_the_4_level_guest() {
     programs_find_the_paging_mode(shared_guest(), Paging::FourLevel);
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn c_and_cpp_programs_find_5_level_paging_on_a_la57_guest() {
     programs_find_the_paging_mode(shared_la57_guest(), Paging::FiveLevel);

@@ -20,6 +20,7 @@ use common::qemu::shared_guest;
 const LIST_CALLS: u64 = 11;
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn c_program_lists_the_processes_of_a_guest_image() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();

@@ -43,6 +43,7 @@ async fn follow(mem: &Memory, start: u64, depth: usize) -> Result<u64, PartialEr
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_design_example_is_five_leechcore_calls() {
     let image = Image::new(32 * MIB);
     image.poke(0x2000, &0x3008u64.to_le_bytes());
@@ -65,6 +66,7 @@ fn the_design_example_is_five_leechcore_calls() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_thousand_joined_reads_are_one_leechcore_call() {
     let image = Image::new(32 * MIB);
     let (mem, device) = engine(&image);
@@ -78,6 +80,7 @@ fn a_thousand_joined_reads_are_one_leechcore_call() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_hundred_chains_of_depth_eight_are_eight_leechcore_calls() {
     let image = Image::new(32 * MIB);
     let starts: Vec<u64> = (0..100u64).map(|i| i * 0x1008).collect();
@@ -92,6 +95,7 @@ fn a_hundred_chains_of_depth_eight_are_eight_leechcore_calls() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_read_of_seventeen_pages_is_one_leechcore_call() {
     let image = Image::new(32 * MIB);
     let (mem, device) = engine(&image);
@@ -102,6 +106,7 @@ fn a_read_of_seventeen_pages_is_one_leechcore_call() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_read_across_a_hole_in_the_memory_map_fails_exactly_there() {
     let image = Image::new(32 * MIB);
     let (mem, device) = engine(&image);
@@ -128,6 +133,7 @@ fn a_read_across_a_hole_in_the_memory_map_fails_exactly_there() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn scoped_reads_and_writes_use_the_callers_buffers_in_one_leechcore_call_each() {
     let image = Image::new(32 * MIB);
     let writable = DeviceConfig::new(format!("file://file={},write=1", image.path.display()));
@@ -173,6 +179,7 @@ fn scoped_reads_and_writes_use_the_callers_buffers_in_one_leechcore_call_each() 
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn flushes_ask_the_device_nothing_but_their_reads_until_its_map_changes() {
     let image = Image::new(32 * MIB);
     let (mem, device) = engine(&image);

@@ -27,6 +27,7 @@ fn random_entry(rng: &mut fastrand::Rng, size: u64) -> (u64, usize) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn random_scatter_entries_equal_the_image_bytes() {
     let image = Image::new(48 * MIB);
     let device = image.open();
@@ -65,6 +66,7 @@ fn random_scatter_entries_equal_the_image_bytes() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn entries_past_the_end_fail_alone_and_leave_their_buffers_untouched() {
     let image = Image::new(32 * MIB);
     let device = image.open();
@@ -104,6 +106,7 @@ fn entries_past_the_end_fail_alone_and_leave_their_buffers_untouched() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn entries_that_break_the_scatter_rules_are_refused_without_a_call() {
     let image = Image::new(16 * MIB);
     let device = image.open();
@@ -135,6 +138,7 @@ fn raw_open(lib: &sys::Library, device: &str) -> sys::HANDLE {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn small_reads_that_break_lc_read_succeed_through_scatter() {
     let image = Image::new(16 * MIB);
     let device = image.open();
@@ -166,6 +170,7 @@ fn small_reads_that_break_lc_read_succeed_through_scatter() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn memory_map_round_trips_remaps_and_limits_reads() {
     let image = Image::new(32 * MIB);
     let device = image.open();
@@ -249,6 +254,7 @@ fn memory_map_round_trips_remaps_and_limits_reads() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn maps_of_hundreds_of_ranges_and_remaps_to_0_are_set_as_given() {
     let image = Image::new(16 * MIB);
     let device = image.open();
@@ -289,6 +295,7 @@ fn maps_of_hundreds_of_ranges_and_remaps_to_0_are_set_as_given() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_image_of_part_pages_ends_at_its_last_whole_page() {
     let image = Image::new(16 * MIB + 0x800);
     let device = image.open();
@@ -312,6 +319,7 @@ fn an_image_of_part_pages_ends_at_its_last_whole_page() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_failed_reopen_leaves_no_handle_to_use() {
     let image = Image::new(16 * MIB);
     let config = DeviceConfig::new(format!("file://file={},write=1", image.path.display()));
@@ -334,6 +342,7 @@ fn a_failed_reopen_leaves_no_handle_to_use() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn info_reports_the_file_device() {
     let image = Image::new(16 * MIB);
     let device = image.open();
@@ -347,6 +356,7 @@ fn info_reports_the_file_device() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn writes_land_exactly_and_read_only_devices_refuse_them() {
     let image = Image::new(16 * MIB);
     let original = read_file_at(&image.path, 0, image.size as usize);
@@ -388,6 +398,7 @@ fn writes_land_exactly_and_read_only_devices_refuse_them() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn bad_input_gives_clear_errors() {
     let open = |device: &str| {
         LeechCore::open(&DeviceConfig::new(device))
@@ -469,6 +480,7 @@ fn bad_input_gives_clear_errors() {
 /// order. Writes of every shape, read back in the same session and then
 /// from the file, must match a model of the memory.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn writes_to_a_file_device_are_read_back_at_once_and_land_in_order() {
     let image = Image::new(16 * MIB);
     let mut model = read_file_at(&image.path, 0, image.size as usize);
@@ -525,6 +537,7 @@ fn writes_to_a_file_device_are_read_back_at_once_and_land_in_order() {
 /// still open and no call after it: another program reading the image
 /// sees what was written.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_returned_write_is_in_the_file_for_other_readers() {
     let image = Image::new(16 * MIB);
     let config = DeviceConfig::new(format!("file://file={},write=1", image.path.display()));
@@ -549,6 +562,7 @@ fn a_returned_write_is_in_the_file_for_other_readers() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_users_max_address_cuts_reads_writes_and_the_map() {
     let image = Image::new(32 * MIB);
     let original = read_file_at(&image.path, 0, image.size as usize);
@@ -616,6 +630,7 @@ fn a_users_max_address_cuts_reads_writes_and_the_map() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn bad_settings_and_devices_are_named_as_the_cause() {
     let image = Image::new(16 * MIB);
     let mut config = DeviceConfig::new(image.device());
@@ -665,6 +680,7 @@ fn bad_settings_and_devices_are_named_as_the_cause() {
 /// device: each read sees exactly the writes queued before it, and the
 /// file ends up holding the writes in program order.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn dense_queued_reads_and_writes_on_a_file_device_keep_program_order() {
     let image = Image::new(16 * MIB);
     let mut model = read_file_at(&image.path, 0, image.size as usize);

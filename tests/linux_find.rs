@@ -95,6 +95,7 @@ fn check_against_guest(kernel: &Kernel, guest: &Guest) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn finds_the_kernel_of_a_live_guest() {
     let guest = shared_guest();
     let (mem, device) = engine(guest.open());
@@ -129,6 +130,7 @@ fn find_in_a_guest_booted_with(options: GuestOptions) -> (Guest, Kernel) {
 /// the CPU's CR4 agree with. (4-level with KASLR: the other build's test
 /// below.)
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn finds_the_kernel_with_5_level_paging_and_kaslr_on() {
     let (_guest, kernel) = find_in_a_guest_booted_with(GuestOptions {
         memory: GuestMemory::Mib256,
@@ -176,6 +178,7 @@ fn assert_answer(answer: Result<u64, BtfError>, expected: Option<u64>, what: &st
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn finds_the_kernel_of_another_build_with_other_struct_layouts() {
     let (cloud_guest, cloud) = find_in_a_guest_booted_with(GuestOptions {
         memory: GuestMemory::Mib256,
@@ -236,6 +239,7 @@ fn finds_the_kernel_of_another_build_with_other_struct_layouts() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn finds_the_kernel_in_a_memory_image_of_the_guest() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();
@@ -256,6 +260,7 @@ fn image_device(dir: &Path, name: &str, bytes: &[u8]) -> LeechCore {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_process_dtb_as_hint_skips_low_memory() {
     let guest = shared_guest();
     let (mem, device) = engine(guest.open());
@@ -287,6 +292,7 @@ fn a_process_dtb_as_hint_skips_low_memory() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_cache_skips_the_search_and_is_checked_against_memory() {
     let guest = shared_guest();
     let (mem, device) = engine(guest.open());
@@ -327,6 +333,7 @@ fn the_cache_skips_the_search_and_is_checked_against_memory() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_kernel_without_btf_names_the_cause_and_takes_a_btf_file() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();
@@ -370,6 +377,7 @@ fn a_kernel_without_btf_names_the_cause_and_takes_a_btf_file() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn memory_that_only_looks_like_a_kernel_is_refused() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();

@@ -95,6 +95,7 @@ fn check_maps(guest: &Guest, mem: &Memory, device: &LeechCore, kernel: &Kernel) 
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn maps_of_a_live_guest_as_its_proc_says() {
     let guest = shared_guest();
     let (mem, device) = engine(guest.open());
@@ -139,6 +140,7 @@ fn check_a_guest_booted_with(options: GuestOptions) {
 
 /// With KASLR, on a CPU with 5-level paging on (`-cpu max`).
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn maps_with_5_level_paging_and_kaslr_on() {
     check_a_guest_booted_with(GuestOptions {
         kaslr: true,
@@ -148,6 +150,7 @@ fn maps_with_5_level_paging_and_kaslr_on() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn maps_of_another_build_with_other_struct_layouts() {
     check_a_guest_booted_with(GuestOptions {
         kernel: GuestKernel::Cloud,
@@ -156,6 +159,7 @@ fn maps_of_another_build_with_other_struct_layouts() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn maps_of_a_memory_image_of_the_guest() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();

@@ -939,12 +939,14 @@ fn check_guest(guest: &Guest) -> (u64, u64) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn lists_the_processes_of_a_live_guest() {
     let guest = shared_guest();
     assert_eq!(check_guest(&guest), (LIST_CALLS, FILES_CALLS));
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn lists_the_processes_from_nothing_in_under_forty_calls() {
     let guest = shared_guest();
     let (mem, device) = engine(guest.open());
@@ -964,12 +966,14 @@ fn lists_the_processes_from_nothing_in_under_forty_calls() {
 /// With KASLR, on a CPU with 5-level paging on: the command lines are read
 /// through each process's 5-level tables, one level more.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn lists_the_processes_with_5_level_paging_and_kaslr_on() {
     let guest = common::qemu::shared_la57_guest();
     assert_eq!(check_guest(&guest), (LIST_CALLS + 1, FILES_CALLS));
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn lists_the_processes_of_another_kernel_build() {
     let guest = Guest::start_with(GuestOptions {
         kaslr: true,
@@ -980,6 +984,7 @@ fn lists_the_processes_of_another_kernel_build() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn lists_a_few_hundred_processes_in_twelve_calls() {
     let guest = Guest::start_with_processes(GuestOptions::default(), EXTRA_PROCESSES);
     let sleepers = guest
@@ -1002,6 +1007,7 @@ fn image_device(dir: &Path, name: &str, bytes: &[u8]) -> LeechCore {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn lists_the_processes_in_a_memory_image_of_the_guest() {
     list_the_processes_in_an_image_of(&shared_guest());
 }
@@ -1009,6 +1015,7 @@ fn lists_the_processes_in_a_memory_image_of_the_guest() {
 /// An image of a guest whose CPU ran with 5-level paging (and KASLR): the
 /// mode is found in the image's tables alone, with no CPU to ask.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn lists_the_processes_in_a_memory_image_of_a_5_level_guest() {
     let guest = common::qemu::shared_la57_guest();
     list_the_processes_in_an_image_of(&guest);
@@ -1064,6 +1071,7 @@ fn peek(image: &[u8], pa: u64) -> u64 {
 /// one, and an fd whose file pointer is no kernel address. Each is cut and
 /// reported; the rest is listed as before.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn loops_and_torn_structures_are_cut_and_reported() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();
@@ -1196,6 +1204,7 @@ fn loops_and_torn_structures_are_cut_and_reported() {
 /// A running guest changes under the walk: it still ends, and every user
 /// process is there.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn lists_the_processes_of_a_running_guest() {
     let guest = shared_guest();
     let (mem, _) = engine(guest.open());
@@ -1242,6 +1251,7 @@ fn views_hiding(device: &LeechCore, kernel: &Kernel, calls: u64, want: &[Hidden]
 /// still in the others, in as many calls as before; once put back,
 /// nothing hides. Then `sleep 100001` hidden from the pid table alone.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_process_unlinked_from_the_task_list_and_a_thread_from_its_group_are_found() {
     let guest = shared_guest();
     let (mem, device) = engine(guest.open());

@@ -36,6 +36,7 @@ fn image(dir: &Path, name: &str, bytes: &[u8]) -> Memory {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn vmcoreinfo_is_the_text_of_the_guests_own_note() {
     let guest = shared_guest();
     let mem = Memory::new(guest.open());
@@ -65,6 +66,7 @@ fn vmcoreinfo_is_the_text_of_the_guests_own_note() {
 /// 5-level paging: its text, whole, with the offset and the mode the
 /// guest has.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn vmcoreinfo_of_a_5_level_guest_with_kaslr_agrees_with_the_kernel() {
     let guest = shared_la57_guest();
@@ -81,6 +83,7 @@ fn vmcoreinfo_of_a_5_level_guest_with_kaslr_agrees_with_the_kernel() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn memory_without_the_kernels_vmcoreinfo_says_why() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();

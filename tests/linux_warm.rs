@@ -94,6 +94,7 @@ fn rows(kernel: &Kernel) -> Vec<(u32, String)> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn a_warm_ps_takes_twelve_calls_and_reads_no_btf() {
     let guest = shared_guest();

@@ -475,6 +475,7 @@ fn all_examples(target: &Target) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn memflows_examples_on_the_live_guest() {
     let _one = one_at_a_time();
@@ -483,6 +484,7 @@ fn memflows_examples_on_the_live_guest() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn memflows_examples_on_an_image_of_the_guest() {
     let _one = one_at_a_time();
@@ -506,6 +508,7 @@ fn memflows_examples_on_an_image_of_the_guest() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn memflows_examples_with_kaslr_and_5_level_paging() {
     let _one = one_at_a_time();
@@ -517,6 +520,7 @@ fn memflows_examples_with_kaslr_and_5_level_paging() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn memflows_examples_on_another_kernel_build() {
     let _one = one_at_a_time();
@@ -532,6 +536,7 @@ fn memflows_examples_on_another_kernel_build() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn memflows_process_list_over_memflow_qemu_from_crates_io() {
     let _one = one_at_a_time();

@@ -175,6 +175,7 @@ fn the_connectors_library_holds_the_os_plugin_and_its_help_lists_its_arguments()
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn bad_arguments_no_connector_and_no_kernel_are_one_clear_error() {
     let _one = one_at_a_time();
@@ -195,6 +196,7 @@ fn bad_arguments_no_connector_and_no_kernel_are_one_clear_error() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn lists_the_processes_of_an_image_of_the_guest_in_few_calls() {
     let image = image();
@@ -232,6 +234,7 @@ fn image_os() -> OsInstanceArcBox<'static> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn a_process_reads_through_its_own_page_tables_a_batch_a_level() {
     let image = image();
@@ -275,6 +278,7 @@ fn a_process_reads_through_its_own_page_tables_a_batch_a_level() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn maps_and_mapped_files_of_processes_match_their_proc_maps() {
     let _image = image();
@@ -320,6 +324,7 @@ fn maps_and_mapped_files_of_processes_match_their_proc_maps() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn the_kernel_and_its_modules_match_proc_modules_and_kallsyms() {
     let _image = image();
@@ -407,6 +412,7 @@ fn the_kernel_and_its_modules_match_proc_modules_and_kallsyms() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn a_process_that_exits_between_the_list_and_the_open_is_a_clean_error() {
     let image = image();
@@ -470,6 +476,7 @@ fn a_process_that_exits_between_the_list_and_the_open_is_a_clean_error() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: processes and files
 fn a_32_bit_process_is_x86_32_and_so_is_its_executable() {
     let _image = image();

@@ -17,6 +17,7 @@ use memflow::prelude::v1::*;
 const CHILD: &str = "LEECHIO_SCAN_CHILD_DEVICE";
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_installed_plugin_is_scanned_and_loads_leechcore_beside_itself() {
     let home = tempfile::tempdir().unwrap();
     let dest = home.path().join(".local/lib/memflow");
@@ -100,6 +101,10 @@ fn scan_in_a_fresh_home() {
 /// the plugin into `plugins` and the rest under `prefix`.
 fn install(plugins: &Path, prefix: &Path) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // The release builds the script installs.
+    for package in ["memflow-leechcore", "leechio-ffi", "leechio-cli"] {
+        common::release::release_dir(&root, package);
+    }
     let run = Command::new(root.join("scripts/install.sh"))
         .arg(plugins)
         .arg(prefix)
@@ -146,6 +151,7 @@ fn listed_commands(leechio: &Path) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: runs scripts and programs
 fn the_prefix_gets_the_command_line_its_man_pages_and_the_c_library_and_nothing_else() {
     let home = tempfile::tempdir().unwrap();

@@ -27,6 +27,7 @@ fn the_plugin_exports_only_the_leechcore_connector() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn random_pages_and_sub_page_reads_equal_the_image() {
     let image = Image::new(32 * MIB);
     for cache in [false, true] {
@@ -63,6 +64,7 @@ fn random_pages_and_sub_page_reads_equal_the_image() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_batch_is_one_leechcore_call() {
     let image = Image::new(32 * MIB);
     // memflow's default page cache re-chunks batches itself; the plugin's
@@ -88,6 +90,7 @@ fn a_batch_is_one_leechcore_call() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_read_past_the_end_reports_exact_byte_counts() {
     let image = Image::new(16 * MIB);
     let mut conn = connect(&format!("leechcore:\"{}\"", image.device())).unwrap();
@@ -103,6 +106,7 @@ fn a_read_past_the_end_reports_exact_byte_counts() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn writes_land_exactly_on_a_writable_image() {
     let image = Image::new(16 * MIB);
     let original = read_file_at(&image.path, 0, image.size as usize);
@@ -132,6 +136,7 @@ fn writes_land_exactly_on_a_writable_image() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn memflow_virtual_reads_over_the_plugin_match_dummy_os() {
     let mut os = DummyOs::with_seed(DummyMemory::new(32 << 20), 7);
     let mut rng = fastrand::Rng::with_seed(8);
@@ -167,6 +172,7 @@ fn memflow_virtual_reads_over_the_plugin_match_dummy_os() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn max_address_cuts_reads_and_the_metadata() {
     let image = Image::new(16 * MIB);
     let limit = 0x10_0000u64;
@@ -205,6 +211,7 @@ fn max_address_cuts_reads_and_the_metadata() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_rawtcp_server_reads_through_the_inventory_and_a_silent_one_is_cut() {
     let image = Image::new(16 * MIB);
     let server = RawTcpServer::start(&image.path, &[]);
@@ -238,6 +245,7 @@ fn a_rawtcp_server_reads_through_the_inventory_and_a_silent_one_is_cut() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn wrong_devices_and_arguments_name_the_cause() {
     let image = Image::new(16 * MIB);
     let dev = image.device();
@@ -293,6 +301,7 @@ fn wrong_devices_and_arguments_name_the_cause() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn bad_arguments_and_a_missing_leechcore_give_errors_and_log_why() {
     let image = Image::new(16 * MIB);
 
@@ -368,6 +377,7 @@ fn bad_arguments_and_a_missing_leechcore_give_errors_and_log_why() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_repeated_key_reaches_the_host_as_an_error_naming_it() {
     // A host that keeps its connector settings in memflow's serde form:
     // the repeat reaches the plugin, as it does not through memflow's
@@ -465,6 +475,7 @@ fn help_and_target_list_come_through_the_inventory() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_quoted_path_with_an_apostrophe_keeps_the_arguments_after_it() {
     // memflow parses `memmap="…o'brien…",max_entries=1` right; the plugin
     // must not read the `'` as the start of a quote and swallow the rest.
@@ -514,6 +525,7 @@ const LOG_CHILD: &str = "LEECHIO_TEST_LOG_CHILD";
 /// before the other's connector logs. Run in a child process, whose
 /// inventories come in this order and no other test's.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_inventory_dropped_first_leaves_the_plugins_log_working() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "--nocapture", "log_child"])

@@ -36,6 +36,7 @@ fn read(conn: &mut ConnectorInstanceArcBox<'static>, addr: u64, len: usize) -> O
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_os_layers_map_narrows_only_the_instance_it_is_set_on() {
     let image = Image::new(16 * MIB);
     let (lo, hi) = (2 * MIB, 4 * MIB);
@@ -90,6 +91,7 @@ fn an_os_layers_map_narrows_only_the_instance_it_is_set_on() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_os_layers_map_moves_reads_and_writes_of_its_instance_only() {
     let image = Image::new(16 * MIB);
     let mut conn = connect(&format!(
@@ -130,6 +132,7 @@ fn an_os_layers_map_moves_reads_and_writes_of_its_instance_only() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_users_memory_map_wins_over_the_os_layers_on_every_clone() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();

@@ -96,6 +96,7 @@ fn random_page(rng: &mut fastrand::Rng, map: &MemoryMap) -> u64 {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn every_page_of_the_memory_map_equals_pmemsave() {
     let guest = shared_guest();
     let device = guest.open();
@@ -127,6 +128,7 @@ fn every_page_of_the_memory_map_equals_pmemsave() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn random_sub_page_entries_equal_xp() {
     let guest = shared_guest();
     let device = guest.open();
@@ -164,6 +166,7 @@ fn random_sub_page_entries_equal_xp() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn engine_reads_at_any_address_and_length_equal_pmemsave_in_one_call() {
     let guest = shared_guest();
     let device = Arc::new(guest.open());
@@ -199,6 +202,7 @@ fn engine_reads_at_any_address_and_length_equal_pmemsave_in_one_call() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn reads_outside_the_memory_map_fail_alone_and_leave_buffers_untouched() {
     let guest = shared_guest();
     let device = guest.open();
@@ -254,6 +258,7 @@ impl Drop for Restore<'_> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn scatter_writes_are_visible_to_the_monitor_and_leave_neighbours_alone() {
     let guest = shared_guest();
     let device = Arc::new(guest.open());
@@ -312,6 +317,7 @@ fn scatter_writes_are_visible_to_the_monitor_and_leave_neighbours_alone() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn fpga_emulation_delays_every_call() {
     let guest = shared_guest();
     const LATENCY_NS: u64 = 3_000_000;
@@ -408,6 +414,7 @@ fn wait_until_the_second_has_left(left: Duration) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_4_gib_guest_has_ram_above_4_gib_and_every_sampled_page_equals_pmemsave() {
     let guest = Guest::start(GuestMemory::Gib4);
     // Sparse: only what the guest touched takes memory.
@@ -475,6 +482,7 @@ fn a_4_gib_guest_has_ram_above_4_gib_and_every_sampled_page_equals_pmemsave() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_killed_guest_never_hangs_reads_and_cannot_be_reopened() {
     let guest = Guest::start(GuestMemory::Mib256);
     let device = Arc::new(guest.open());
@@ -589,6 +597,7 @@ fn a_killed_guest_never_hangs_reads_and_cannot_be_reopened() {
 /// Where the guest stops when a test panics, and when the test process is
 /// killed outright (the helper below, run as a child process).
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_guest_is_cleaned_up_after_a_panic_and_after_its_process_is_killed() {
     // A panic while the guest runs: unwinding drops it.
     let (tx, rx) = mpsc::channel();
@@ -667,6 +676,7 @@ fn helper_hold_a_guest_until_killed() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn guest_sh_refuses_a_folder_that_exists_and_leaves_it_be() {
     // guest.sh removes its folder when the guest stops: given one that
     // holds something, it must not take it.
@@ -690,6 +700,7 @@ fn guest_sh_refuses_a_folder_that_exists_and_leaves_it_be() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn guest_lib_cleans_up_when_its_messages_cannot_be_written() {
     // What demo.sh and bench.sh do, killed once the guest runs, with a
     // standard error that fails every write, as a terminal does after a

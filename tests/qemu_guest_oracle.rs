@@ -264,6 +264,7 @@ fn check_symbols_with_the_monitor(guest: &Guest) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_default_guest_says_what_its_proc_says() {
     let guest = shared_guest();
     check_oracle(&guest);
@@ -278,6 +279,7 @@ fn the_default_guest_says_what_its_proc_says() {
 /// in ~500 boots, and with the physical base once in ~50,000: the test asks
 /// that one of the two moved, and that the direct map moved.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_kaslr_guest_moves_the_kernel() {
     let guest = kaslr_guest();
     check_oracle(guest);
@@ -293,6 +295,7 @@ fn the_kaslr_guest_moves_the_kernel() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_cloud_guest_is_another_build_of_the_kernel() {
     let cloud = cloud_guest();
     check_oracle(cloud);
@@ -316,6 +319,7 @@ fn the_cloud_guest_is_another_build_of_the_kernel() {
 /// Every page of the pattern is in the guest's RAM, byte for byte as the
 /// oracle describes it (the RAM file itself, not LeechCore, is read).
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_pattern_is_in_the_guests_ram() {
     let guest = shared_guest();
     let pattern = guest.pattern();

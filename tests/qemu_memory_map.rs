@@ -55,6 +55,7 @@ fn open_behind_a_monitor(served: Served) -> Arc<Served> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_memory_map_leechcore_got_cut_short_is_replaced_by_qemus_whole_map() {
     let served = open_behind_a_monitor(Served::default());
     // Asked once, before LeechCore connected.
@@ -62,6 +63,7 @@ fn a_memory_map_leechcore_got_cut_short_is_replaced_by_qemus_whole_map() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn qemus_map_is_asked_again_after_opening_when_the_first_question_fails() {
     let served = open_behind_a_monitor(Served {
         errors_first: 1,
@@ -72,6 +74,7 @@ fn qemus_map_is_asked_again_after_opening_when_the_first_question_fails() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_os_layers_map_is_laid_over_qemus_remapping() {
     use memflow::prelude::v1::{Address, MemoryView, PhysicalMemory, PhysicalMemoryMapping};
     let guest = guest(Served::default());
@@ -107,6 +110,7 @@ fn an_os_layers_map_is_laid_over_qemus_remapping() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_monitor_that_does_not_greet_is_refused_not_waited_for() {
     // A QMP socket whose QEMU serves another client (or is stopped): the
     // connection is accepted and nothing is said. LeechCore would wait
@@ -133,6 +137,7 @@ fn a_monitor_that_does_not_greet_is_refused_not_waited_for() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_ram_file_cut_short_fails_reads_instead_of_killing_the_process() {
     let guest = guest(Served::default());
     let device = LeechCore::open(&DeviceConfig::new(&guest.device)).unwrap();

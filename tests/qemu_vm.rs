@@ -218,11 +218,13 @@ fn unmapped(rng: &mut fastrand::Rng, layout: &Layout, mappings: &[Mapping], n: u
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_thousand_kernel_addresses_translate_and_read_as_the_monitor_says_in_five_calls() {
     translate_and_read_a_thousand_kernel_addresses(shared_guest());
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_a_thousand_kernel_addresses_translate_and_read_in_six_calls() {
     translate_and_read_a_thousand_kernel_addresses(shared_la57_guest());
 }
@@ -433,11 +435,13 @@ fn assert_aliases_map_as_the_monitor_says(guest: &Guest, aliases: &[Alias]) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn large_and_small_pages_translate_with_the_entries_the_tables_hold() {
     translate_pages_of_each_size(shared_guest());
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_pages_translate_with_the_entries_the_tables_hold() {
     translate_pages_of_each_size(shared_la57_guest());
 }

@@ -39,6 +39,7 @@ fn within<T: Send + 'static>(within: Duration, f: impl FnOnce() -> T + Send + 's
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn reads_over_tcp_equal_the_image() {
     let image = Image::new(16 * MIB);
     let server = RawTcpServer::start(&image.path, &[]);
@@ -79,6 +80,7 @@ fn reads_over_tcp_equal_the_image() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_server_that_never_answers_fails_the_open_at_the_limit() {
     let image = Image::new(16 * MIB);
     let limit = Duration::from_secs(1);
@@ -104,6 +106,7 @@ fn a_server_that_never_answers_fails_the_open_at_the_limit() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_server_that_stops_answering_fails_that_call_at_the_limit_and_every_later_one_at_once() {
     let image = Image::new(16 * MIB);
     let server = RawTcpServer::start(&image.path, &["--stall-at", "0x800000"]);
@@ -164,6 +167,7 @@ fn a_server_that_stops_answering_fails_that_call_at_the_limit_and_every_later_on
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_slow_transfer_is_not_silence() {
     let image = Image::new(16 * MIB);
     // Each read's answer takes 2.5 s, sent in 16 pieces: never silent for

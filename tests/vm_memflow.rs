@@ -44,6 +44,7 @@ fn addresses(rng: &mut fastrand::Rng, base: u64, size: u64, n: usize) -> Vec<u64
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn translations_and_reads_match_memflow_dummy_os() {
     let mut os = DummyOs::with_seed(DummyMemory::new(IMAGE_SIZE), 0x1eec);
     let mut rng = fastrand::Rng::with_seed(11);
@@ -164,6 +165,7 @@ unsafe impl x86_64::structures::paging::FrameAllocator<x86_64::structures::pagin
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn large_pages_match_the_x86_64_crate_and_memflow() {
     use x86_64::structures::paging::{
         Mapper, OffsetPageTable, Page, PageTable, PageTableFlags as F, PhysFrame, Size1GiB,

@@ -26,15 +26,12 @@ fn leechio(args: &[&str]) -> Output {
     leechio_command().args(args).output().expect("run leechio")
 }
 
-/// The program under test, with the plugin that `make plugin` built for
-/// its bench (the test program lies in target/debug/, the plugin in
-/// target/release/).
+/// The program under test, with the plugin built as `make plugin` builds
+/// it, for its bench (the test program lies in target/debug/, the plugin
+/// in target/release/).
 fn leechio_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leechio"));
-    cmd.env(
-        "LEECHIO_PLUGINS",
-        common::repo_root().join("target/release"),
-    );
+    cmd.env("LEECHIO_PLUGINS", common::plugin::plugin_dir());
     cmd
 }
 
@@ -64,6 +61,7 @@ fn assert_refused(o: &Output, needle: &str) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn info_reports_the_device_and_its_memory_map() {
     let image = Image::new(16 * MIB);
     let o = leechio(&["-d", &image.device(), "info", "--json"]);
@@ -82,6 +80,7 @@ fn info_reports_the_device_and_its_memory_map() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn read_prints_the_bytes_and_question_marks_for_unreadable_ones() {
     let image = Image::new(16 * MIB);
     let o = leechio(&["-d", &image.device(), "read", "0x1233", "0x25", "--json"]);
@@ -122,6 +121,7 @@ fn read_prints_the_bytes_and_question_marks_for_unreadable_ones() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_read_past_the_top_of_the_address_space_names_the_addresses_it_asked_for() {
     let image = Image::new(16 * MIB);
     let o = leechio(&["-d", &image.device(), "read", "0xfffffffffffffff8", "24"]);
@@ -318,6 +318,7 @@ fn spaces_image() -> SpacesImage {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn translate_agrees_with_the_x86_64_crate() {
     let SpacesImage {
         _dir,
@@ -372,6 +373,7 @@ fn translate_agrees_with_the_x86_64_crate() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn spaces_finds_every_root_and_that_they_share_the_kernel_half() {
     let SpacesImage {
         _dir, device, dtbs, ..
@@ -401,6 +403,7 @@ fn spaces_finds_every_root_and_that_they_share_the_kernel_half() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn ps_on_a_target_that_is_not_linux_names_what_is_missing() {
     let SpacesImage { _dir, device, .. } = spaces_image();
     let o = leechio(&["-d", &device, "ps", "--no-cache"]);
@@ -410,6 +413,7 @@ fn ps_on_a_target_that_is_not_linux_names_what_is_missing() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn modules_on_a_target_that_is_not_linux_names_what_is_missing() {
     let SpacesImage { _dir, device, .. } = spaces_image();
     for command in ["modules", "hooks"] {
@@ -421,6 +425,7 @@ fn modules_on_a_target_that_is_not_linux_names_what_is_missing() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn files_on_a_target_that_is_not_linux_names_what_is_missing() {
     let SpacesImage { _dir, device, .. } = spaces_image();
     for args in [
@@ -456,6 +461,7 @@ fn program_headers(elf: &[u8]) -> Vec<(u32, u64, u64, u64, u64)> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_physical_dump_of_no_linux_kernel_says_why_it_has_no_vmcoreinfo_note() {
     let SpacesImage { _dir, device, .. } = spaces_image();
     let dir = tempfile::tempdir().unwrap();
@@ -483,6 +489,7 @@ fn a_physical_dump_of_no_linux_kernel_says_why_it_has_no_vmcoreinfo_note() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
@@ -618,6 +625,7 @@ fn dumps_of_ram_and_of_an_address_space_hold_the_right_bytes() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_last_byte_of_the_address_space_is_read_and_dumped() {
     let SpacesImage {
         _dir, device, dtbs, ..
@@ -672,6 +680,7 @@ fn the_last_byte_of_the_address_space_is_read_and_dumped() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn failed_bytes_are_holes_that_take_no_disk_space() {
     use std::os::unix::fs::MetadataExt;
     let SpacesImage {
@@ -700,6 +709,7 @@ fn failed_bytes_are_holes_that_take_no_disk_space() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_failed_list_that_is_the_output_is_refused() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
@@ -719,6 +729,7 @@ fn a_failed_list_that_is_the_output_is_refused() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn bad_input_gives_a_message_and_a_nonzero_exit() {
     let image = Image::new(16 * MIB);
     let dev = image.device();
@@ -771,6 +782,7 @@ fn bad_input_gives_a_message_and_a_nonzero_exit() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn bench_counts_the_calls_each_path_makes() {
     let SpacesImage {
         _dir, device, dtbs, ..
@@ -851,6 +863,7 @@ fn bench_counts_the_calls_each_path_makes() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn bench_chains_on_a_read_only_device_are_refused_and_change_nothing() {
     let SpacesImage {
         _dir, device, dtbs, ..
@@ -952,6 +965,7 @@ fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_termination_signal_takes_the_bench_chains_out_of_target_memory() {
     let image = Image::new(32 * MIB);
     let before = std::fs::read(&image.path).unwrap();
@@ -992,6 +1006,7 @@ fn a_termination_signal_takes_the_bench_chains_out_of_target_memory() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_closed_stderr_ends_the_bench_only_after_its_chains_are_out() {
     let image = Image::new(32 * MIB);
     let before = std::fs::read(&image.path).unwrap();
@@ -1013,6 +1028,7 @@ fn a_closed_stderr_ends_the_bench_only_after_its_chains_are_out() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn after_a_sigkill_leechio_restore_puts_target_memory_back() {
     let image = Image::new(32 * MIB);
     let before = std::fs::read(&image.path).unwrap();
@@ -1068,6 +1084,7 @@ fn after_a_sigkill_leechio_restore_puts_target_memory_back() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn restore_keeps_the_undo_file_until_the_bytes_are_back() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
@@ -1114,6 +1131,7 @@ fn pattern_bytes(offset: u64, len: usize) -> Vec<u8> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn dump_refuses_to_write_over_its_own_image() {
     let image = Image::new(16 * MIB);
     let path = image.path.to_str().unwrap().to_string();
@@ -1151,6 +1169,7 @@ fn dump_refuses_to_write_over_its_own_image() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn dump_refuses_outputs_that_are_not_regular_files_and_leaves_them_be() {
     use std::os::unix::fs::FileTypeExt;
     let image = Image::new(16 * MIB);
@@ -1196,6 +1215,7 @@ fn dump_refuses_outputs_that_are_not_regular_files_and_leaves_them_be() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn dump_exits_nonzero_only_when_nothing_could_be_read() {
     let SpacesImage {
         _dir, device, dtbs, ..
@@ -1217,6 +1237,7 @@ fn dump_exits_nonzero_only_when_nothing_could_be_read() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_wrong_dtb_gives_a_few_lines_not_one_per_unreadable_table() {
     // Random words as a top-level table: about half are present; of those
     // about half have PS set, which a CPU faults on in a PML4 entry, and
@@ -1291,6 +1312,7 @@ fn a_wrong_dtb_gives_a_few_lines_not_one_per_unreadable_table() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_dump_of_a_root_outside_memory_says_so() {
     let SpacesImage { _dir, device, .. } = spaces_image();
     let dir = tempfile::tempdir().unwrap();
@@ -1306,6 +1328,7 @@ fn a_dump_of_a_root_outside_memory_says_so() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn dump_checks_the_size_of_its_file_before_dumping() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
@@ -1377,6 +1400,7 @@ fn raw_dump_of_2_mib_under_a_1_mib_limit(image: &Image, path: &Path) -> Output {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_dump_whose_first_write_fails_leaves_no_file() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
@@ -1417,6 +1441,7 @@ fn a_dump_whose_first_write_fails_leaves_no_file() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_refused_dump_leaves_existing_files_as_they_were() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
@@ -1456,6 +1481,7 @@ fn a_refused_dump_leaves_existing_files_as_they_were() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_unwritable_failed_list_is_found_before_the_dump() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
@@ -1516,6 +1542,7 @@ impl Drop for SmallDisk {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_disk_filling_up_ends_the_dump_with_a_valid_file() {
     let disk = match SmallDisk::mount(8 * MIB) {
         Ok(disk) => disk,
@@ -1584,6 +1611,7 @@ fn readelf_loads(path: &Path) -> Vec<(u64, u64, u64, u64)> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_unaligned_range_sits_at_an_offset_congruent_to_its_address() {
     let image = Image::new(16 * MIB);
     let dir = tempfile::tempdir().unwrap();
@@ -1627,6 +1655,7 @@ fn read_into_closed_pipe(device: &str, close_stderr: bool) -> (std::process::Exi
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_closed_output_pipe_ends_the_program_quietly() {
     let image = Image::new(16 * MIB);
     let (status, err) = read_into_closed_pipe(&image.device(), false);
@@ -1639,6 +1668,7 @@ fn a_closed_output_pipe_ends_the_program_quietly() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_virtual_read_says_whether_translation_or_the_data_failed() {
     let SpacesImage {
         _dir, device, dtbs, ..
@@ -1723,6 +1753,7 @@ fn bad_numbers_and_a_missing_device_are_named() {
 /// sysfs trees): here, where no board is plugged in, the USB bus's word,
 /// not LeechCore's silence alone.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn an_fpga_board_that_does_not_open_says_why() {
     let o = leechio(&["-d", "fpga", "info"]);
     assert_eq!(o.status.code(), Some(1));

@@ -302,6 +302,7 @@ fn assert_refused(run: &Run, what: &str, cause: &str, cap: i64) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn hostile_btf_is_refused_in_a_file_and_in_memory() {
     let guest = shared_guest();

@@ -158,6 +158,7 @@ fn le(value: u64) -> [u8; 8] {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn a_pid_table_of_millions_of_entries_is_read_within_what_the_target_holds() {
     let (_turn, t, mut image) = start();
@@ -212,6 +213,7 @@ fn a_pid_table_of_millions_of_entries_is_read_within_what_the_target_holds() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn a_parent_that_is_no_task_and_a_thread_of_another_kind_are_not_shown_as_fact() {
     let (_turn, t, mut image) = start();
@@ -279,6 +281,7 @@ fn note_owners(path: &Path) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn a_vmcoreinfo_that_contradicts_the_kernel_found_is_left_out_of_a_dump() {
     let (_turn, t, image) = start();
@@ -319,6 +322,7 @@ fn a_vmcoreinfo_that_contradicts_the_kernel_found_is_left_out_of_a_dump() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn maple_nodes_that_all_name_one_vma_read_it_once() {
     let (_turn, t, mut image) = start();
@@ -402,6 +406,7 @@ fn made_vmas(
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn a_process_with_more_vmas_than_the_kernel_allows_is_cut_there() {
     let (_turn, t, mut image) = start();
@@ -431,6 +436,7 @@ fn a_process_with_more_vmas_than_the_kernel_allows_is_cut_there() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn a_maple_node_layout_with_no_pivots_is_an_error() {
     let (_turn, t, image) = start();
@@ -464,6 +470,7 @@ fn mapped_files(path: &Path) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn files_under_one_path_thousands_of_levels_deep_are_cut_at_path_max() {
     let (_turn, t, mut image) = start();
@@ -578,6 +585,7 @@ fn assert_terminal_safe(text: &str, what: &str) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn names_and_paths_from_the_target_are_escaped_for_the_terminal() {
     let (_turn, t, image) = start();
@@ -767,6 +775,7 @@ fn without_tree_lines(run: &Run) -> String {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn modules_crafted_into_the_list_are_shown_as_lsmod_shows_them() {
     let (_turn, t, mut image) = start();
@@ -843,6 +852,7 @@ fn modules_crafted_into_the_list_are_shown_as_lsmod_shows_them() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn a_module_list_that_loops_or_tears_stops_there_with_what_it_read() {
     let (_turn, t, mut image) = start();
@@ -911,6 +921,7 @@ fn log_text(k: &Kernel, image: &Crafted, start: &[u8]) -> u64 {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn the_kernels_names_and_log_are_escaped_and_torn_records_named_not_shown() {
     let (_turn, t, image) = start();
@@ -994,6 +1005,7 @@ fn the_kernels_names_and_log_are_escaped_and_torn_records_named_not_shown() {
 /// for the count of CPUs are cut and named, and no absence from them is
 /// claimed; every run ends within the deadline and the memory cap.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn check_names_a_task_out_of_the_pid_table_and_cuts_views_that_loop_or_hold_garbage() {
     let (_turn, t, image) = start();
@@ -1053,6 +1065,7 @@ fn check_names_a_task_out_of_the_pid_table_and_cuts_views_that_loop_or_hold_garb
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn impossible_sockets_and_looping_address_lists_are_failures_not_rows() {
     let (_turn, t, image) = start();
@@ -1139,6 +1152,7 @@ fn impossible_sockets_and_looping_address_lists_are_failures_not_rows() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)] // Miri: runs the binary on a guest's image
 fn a_cached_file_of_absurd_size_whose_page_array_turns_back_is_cut_and_named() {
     let (_turn, t, image) = start();
@@ -1229,6 +1243,7 @@ fn a_cached_file_of_absurd_size_whose_page_array_turns_back_is_cut_and_named() {
 /// pointers reported (the callback once), the loop cut and said, exit 1,
 /// within the deadline and memory cap.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 #[cfg_attr(miri, ignore)]
 fn hooks_name_a_rewritten_system_call_and_cut_an_ftrace_list_that_loops() {
     let (_turn, t, mut image) = start();

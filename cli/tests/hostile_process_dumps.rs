@@ -338,6 +338,7 @@ fn failed_list(out: &Path) -> Vec<(u64, u64, String)> {
 
 #[cfg_attr(miri, ignore)]
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_frame_mapped_a_million_times_is_in_the_file_once() {
     let c = crafted();
     let dir = tempfile::tempdir().unwrap();
@@ -396,6 +397,7 @@ fn a_frame_mapped_a_million_times_is_in_the_file_once() {
 
 #[cfg_attr(miri, ignore)]
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_vma_of_15_tib_with_nothing_mapped_costs_nothing_and_is_listed() {
     let c = crafted();
     let dir = tempfile::tempdir().unwrap();
@@ -432,6 +434,7 @@ fn a_vma_of_15_tib_with_nothing_mapped_costs_nothing_and_is_listed() {
 
 #[cfg_attr(miri, ignore)]
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn gdb_and_drgn_read_segments_that_share_their_bytes() {
     let c = crafted();
     let dir = tempfile::tempdir().unwrap();

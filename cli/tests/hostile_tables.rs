@@ -91,6 +91,7 @@ fn half(c: &Value) -> u64 {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_table_pointing_at_itself_everywhere_is_walked_once() {
     let p = 4 * MIB;
     let image = Image::new(16 * MIB, &[(p, vec![p | PRESENT_RW; 512])]);
@@ -159,6 +160,7 @@ fn a_table_pointing_at_itself_everywhere_is_walked_once() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn tables_pointing_at_each_other_are_walked_once() {
     let (a, b) = (4 * MIB, 4 * MIB + 0x1000);
     let image = Image::new(
@@ -180,6 +182,7 @@ fn tables_pointing_at_each_other_are_walked_once() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn memory_where_every_page_looks_like_a_table_stays_cheap() {
     // 32 MiB, every page 512 present entries pointing at random pages of
     // the image: each page a root candidate, 512^4 paths from each.

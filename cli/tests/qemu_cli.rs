@@ -324,6 +324,7 @@ fn failed_list(output: &Path) -> Vec<(u64, u64)> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn spaces_lists_the_cpus_cr3_the_kernels_table_and_the_user_processes() {
     let guest = shared_guest();
     let device = guest.device_string();
@@ -446,6 +447,7 @@ fn lowest_user_page(guest: &Guest, table: u64, level: usize) -> Option<u64> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn translate_gives_the_monitors_translation_and_null_for_unmapped_addresses() {
     let guest = shared_guest();
     let device = guest.device_string();
@@ -539,6 +541,7 @@ fn translate_gives_the_monitors_translation_and_null_for_unmapped_addresses() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn read_shows_the_monitors_bytes_and_question_marks_where_unmapped() {
     let guest = shared_guest();
     let device = guest.device_string();
@@ -634,6 +637,7 @@ fn dump_kernel_tables(guest: &Guest, out: &Path, range: &str) -> (Value, String)
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_dump_of_64_mib_of_the_direct_map_holds_the_monitors_bytes() {
     let guest = shared_guest();
     let ram = guest.ram_map();
@@ -702,6 +706,7 @@ fn a_dump_of_64_mib_of_the_direct_map_holds_the_monitors_bytes() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_dump_of_the_kernel_half_holds_aliased_memory_once_with_the_tables_permissions_for_gdb() {
     let guest = shared_guest();
     let dir = tempfile::tempdir().unwrap();
@@ -813,6 +818,7 @@ fn total_failed(failed: &[(u64, u64)]) -> u64 {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn ctrl_c_or_sigterm_leaves_a_valid_elf_of_what_was_read() {
     let guest = shared_guest();
     // 50 ms per device call and 4 MiB per call: 256 MiB take over 3 s.
@@ -923,6 +929,7 @@ fn dump_until_signalled(
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_dead_guest_gives_a_clear_error_and_never_hangs() {
     let guest = Guest::start(GuestMemory::Mib256);
     let device = guest.device_string();
@@ -957,6 +964,7 @@ fn a_dead_guest_gives_a_clear_error_and_never_hangs() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_guest_dying_during_a_dump_or_a_scan_fails_them() {
     let guest = Guest::start(GuestMemory::Mib256);
     // 100 ms per device call: the dump (4 MiB a call) and the scan take
@@ -1009,6 +1017,7 @@ impl Drop for RemoveOnDrop {
 /// (here the guest script removes it; a guest started by hand keeps it).
 /// The guest is dead all the same: no QEMU, no QMP socket, memory frozen.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_dead_guests_leftover_ram_file_is_not_taken_for_a_live_guest() {
     let guest = Guest::start(GuestMemory::Mib256);
     let device = guest.device_string();
@@ -1033,6 +1042,7 @@ fn a_dead_guests_leftover_ram_file_is_not_taken_for_a_live_guest() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_command_line_shows_the_librarys_warnings_and_with_v_its_notes() {
     let guest = common::qmp_monitor::guest(Default::default());
     let run = |args: &[&str]| {
@@ -1065,6 +1075,7 @@ fn the_command_line_shows_the_librarys_warnings_and_with_v_its_notes() {
 /// of the kernel text the monitor's bytes at the monitor's addresses.
 /// (Read as 4 levels, each of these would be wrong: see the vm tests.)
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_translate_read_and_dump_follow_the_cpus_tables() {
     let guest = common::qemu::shared_la57_guest();
     let device = guest.device_string();

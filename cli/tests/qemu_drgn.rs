@@ -101,6 +101,7 @@ fn hex_bytes(v: &Value) -> Vec<u8> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn drgn_opens_a_physical_dump_as_a_kernel_core_through_its_vmcoreinfo_note() {
     let guest = Guest::start_with(GuestOptions {
         memory: GuestMemory::Mib256,
@@ -115,6 +116,7 @@ fn drgn_opens_a_physical_dump_as_a_kernel_core_through_its_vmcoreinfo_note() {
 /// itself (the note says `pgtable_l5_enabled`), and the direct map the
 /// segments sit at is the 5-level one.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_drgn_opens_a_physical_dump_as_a_kernel_core() {
     let guest = common::qemu::shared_la57_guest();
     drgn_opens_a_physical_dump_of(&guest);

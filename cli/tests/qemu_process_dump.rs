@@ -115,6 +115,7 @@ fn failed_list(core: &Path) -> Vec<(u64, u64, String)> {
 
 #[cfg_attr(miri, ignore)]
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn each_mapped_page_is_in_the_dump_once_with_the_bytes_qemu_has() {
     let guest = shared_guest();
     assert!(
@@ -126,6 +127,7 @@ fn each_mapped_page_is_in_the_dump_once_with_the_bytes_qemu_has() {
 
 #[cfg_attr(miri, ignore)]
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn the_same_with_5_level_paging_and_kaslr() {
     let guest = Guest::start_with(GuestOptions {
         la57: true,

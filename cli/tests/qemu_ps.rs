@@ -55,12 +55,14 @@ fn parse_hex(v: &Value) -> u64 {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn ps_lists_what_the_guests_proc_says() {
     check_ps_lists_what_the_guests_proc_says(shared_guest());
 }
 
 /// On a CPU with 5-level paging on, and KASLR.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_ps_lists_what_the_guests_proc_says() {
     check_ps_lists_what_the_guests_proc_says(shared_la57_guest());
 }
@@ -122,6 +124,7 @@ fn check_ps_lists_what_the_guests_proc_says(guest: SharedGuest) {
 /// task list through the device (put back after), `check` names it, in
 /// text and JSON, and exits 1.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn check_finds_nothing_hiding_until_a_process_is_unlinked_from_the_task_list() {
     let guest = shared_guest();
     let device = guest.device_string();
@@ -194,11 +197,13 @@ fn check_finds_nothing_hiding_until_a_process_is_unlinked_from_the_task_list() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn modules_lists_what_the_guests_proc_modules_says() {
     check_modules_lists_what_the_guests_proc_modules_says(shared_guest());
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_modules_lists_what_the_guests_proc_modules_says() {
     check_modules_lists_what_the_guests_proc_modules_says(shared_la57_guest());
 }
@@ -289,6 +294,7 @@ fn check_modules_lists_what_the_guests_proc_modules_says(guest: SharedGuest) {
 /// still finds it in the address tree and /sys/module, and says it hides
 /// and which views have it.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_module_unlinked_from_the_module_list_and_its_kset_is_reported_hidden() {
     let guest = shared_guest();
     let _paused = guest.pause();
@@ -346,12 +352,14 @@ fn a_module_unlinked_from_the_module_list_and_its_kset_is_reported_hidden() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn hooks_finds_none_until_a_system_call_entry_is_rewritten() {
     check_hooks_finds_none_until_a_system_call_entry_is_rewritten(shared_guest());
 }
 
 /// On a CPU with 5-level paging on, and KASLR.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_hooks_finds_none_until_a_system_call_entry_is_rewritten() {
     check_hooks_finds_none_until_a_system_call_entry_is_rewritten(shared_la57_guest());
 }
@@ -433,12 +441,14 @@ fn json_lines_failing(output: &Output) -> Vec<Value> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn files_lists_every_fd_as_the_guests_proc_says() {
     check_files_lists_every_fd_as_the_guests_proc_says(shared_guest());
 }
 
 /// On a CPU with 5-level paging on, and KASLR.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_files_lists_every_fd_as_the_guests_proc_says() {
     check_files_lists_every_fd_as_the_guests_proc_says(shared_la57_guest());
 }
@@ -526,6 +536,7 @@ fn check_files_lists_every_fd_as_the_guests_proc_says(guest: SharedGuest) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn ps_prints_a_table_one_process_a_line() {
     let guest = shared_guest();
     let device = guest.device_string();
@@ -570,12 +581,14 @@ fn ps_prints_a_table_one_process_a_line() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn ps_tree_threads_creds_and_env_say_what_the_guests_proc_says() {
     check_ps_tree_threads_creds_and_env(shared_guest());
 }
 
 /// On a CPU with 5-level paging on, and KASLR.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_ps_tree_threads_creds_and_env_say_what_the_guests_proc_says() {
     check_ps_tree_threads_creds_and_env(shared_la57_guest());
 }
@@ -701,12 +714,14 @@ fn check_ps_tree_threads_creds_and_env(guest: SharedGuest) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn spaces_names_the_process_of_each_table() {
     check_spaces_names_the_process_of_each_table(shared_guest());
 }
 
 /// On a CPU with 5-level paging on, and KASLR.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_spaces_names_the_process_of_each_table() {
     check_spaces_names_the_process_of_each_table(shared_la57_guest());
 }
@@ -751,16 +766,13 @@ fn check_spaces_names_the_process_of_each_table(guest: SharedGuest) {
 }
 
 /// The rows of one run of `leechio bench --json` on `device` with the
-/// kernel's table `dtb`, memflow's rows from the plugin `make plugin`
-/// built.
+/// kernel's table `dtb`, memflow's rows from the plugin built as `make
+/// plugin` builds it.
 fn bench_rows(device: &str, dtb: &str) -> Vec<Value> {
     let output = leechio_with(
         Command::new(env!("CARGO_BIN_EXE_leechio"))
             .args(["-d", device, "bench", "--runs", "1", "--json", "--dtb", dtb])
-            .env(
-                "LEECHIO_PLUGINS",
-                common::repo_root().join("target/release"),
-            ),
+            .env("LEECHIO_PLUGINS", common::plugin::plugin_dir()),
     );
     json_lines(&output)
 }
@@ -819,6 +831,7 @@ fn hooks_calls(row: &serde_json::Value) -> u64 {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
     let guest = shared_guest();
     let device = guest.device_string();
@@ -974,6 +987,7 @@ fn bench_lists_the_processes_both_ways_alike_and_counts_their_calls() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn bench_on_the_running_guest_calls_no_read_of_the_64_mib_dumps_wrong() {
     // The guest runs: its kernel rewrites pages while the rows read them,
     // some of them only for a moment (a list pointer on two pages of the
@@ -1031,12 +1045,14 @@ fn proc_maps_lines(guest: &Guest, pid: u32) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn maps_prints_what_the_guests_proc_said() {
     check_maps_prints_what_the_guests_proc_said(shared_guest());
 }
 
 /// On a CPU with 5-level paging on, and KASLR.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_maps_prints_what_the_guests_proc_said() {
     check_maps_prints_what_the_guests_proc_said(shared_la57_guest());
 }
@@ -1126,12 +1142,14 @@ fn segment_flags(perms: &str) -> u32 {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files() {
     check_dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files(shared_guest());
 }
 
 /// On a CPU with 5-level paging on, and KASLR.
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files() {
     check_dump_pid_writes_each_vma_with_its_permissions_and_a_note_of_its_files(shared_la57_guest());
 }
@@ -1338,11 +1356,13 @@ fn section_bytes(dump: &str) -> Vec<u8> {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn system_says_what_the_guests_uname_and_proc_say() {
     check_system_says_what_the_guests_uname_and_proc_say(shared_guest());
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_system_says_what_the_guests_uname_and_proc_say() {
     check_system_says_what_the_guests_uname_and_proc_say(shared_la57_guest());
 }
@@ -1389,11 +1409,13 @@ fn check_system_says_what_the_guests_uname_and_proc_say(guest: SharedGuest) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn dmesg_prints_what_the_guests_dmesg_printed() {
     check_dmesg_prints_what_the_guests_dmesg_printed(shared_guest());
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_dmesg_prints_what_the_guests_dmesg_printed() {
     check_dmesg_prints_what_the_guests_dmesg_printed(shared_la57_guest());
 }
@@ -1457,11 +1479,13 @@ fn check_dmesg_prints_what_the_guests_dmesg_printed(guest: SharedGuest) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn sockets_and_interfaces_say_what_the_guests_proc_and_ip_say() {
     check_sockets_and_interfaces(shared_guest());
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_sockets_and_interfaces_say_what_the_guests_proc_and_ip_say() {
     check_sockets_and_interfaces(shared_la57_guest());
 }
@@ -1651,11 +1675,13 @@ fn check_sockets_and_interfaces(guest: SharedGuest) {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn cache_lists_and_writes_the_files_the_guest_left_in_its_page_cache() {
     check_cache_lists_and_writes_the_files_the_guest_left_in_its_page_cache(shared_guest());
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn with_5_level_paging_cache_lists_and_writes_the_files_the_guest_left_in_its_page_cache() {
     check_cache_lists_and_writes_the_files_the_guest_left_in_its_page_cache(shared_la57_guest());
 }

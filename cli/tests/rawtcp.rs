@@ -38,6 +38,7 @@ fn dump(server: &RawTcpServer, timeout: &str, out: &std::path::Path) -> Command 
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_dump_over_tcp_is_byte_exact() {
     let image = Image::new(16 * MIB);
     let server = RawTcpServer::start(&image.path, &[]);
@@ -77,6 +78,7 @@ fn dump_that_stalls(
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_server_killed_mid_dump_ends_the_dump_with_an_error_within_5_s() {
     let image = Image::new(16 * MIB);
     let mut device = String::new();
@@ -100,6 +102,7 @@ fn a_server_killed_mid_dump_ends_the_dump_with_an_error_within_5_s() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_server_that_stops_answering_mid_dump_ends_it_at_the_limit() {
     let image = Image::new(16 * MIB);
     let (took, code, err, file) = dump_that_stalls(&image, "1", |_| {});
@@ -117,6 +120,7 @@ fn a_server_that_stops_answering_mid_dump_ends_it_at_the_limit() {
 }
 
 #[test]
+#[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
 fn a_silent_server_fails_a_cli_command_at_the_limit() {
     let image = Image::new(16 * MIB);
     let server = RawTcpServer::start(&image.path, &["--silent"]);

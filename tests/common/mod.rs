@@ -3,6 +3,28 @@
 //! ([`qemu`]), the memflow plugin ([`plugin`]), a
 //! stand-in rawtcp server ([`rawtcp`]) and a stand-in QMP monitor
 //! ([`qmp_monitor`]).
+//!
+//! # Tests that need the set-up
+//!
+//! `cargo test` passes in a fresh clone. A test that needs anything
+//! `make setup` installs (LeechCore, a guest kernel, QEMU, gdb, valgrind,
+//! drgn, a C compiler), itself or through these helpers, says so where it
+//! is declared:
+//!
+//! ```text
+//! #[test]
+//! #[cfg_attr(not(leechio_lab), ignore = "needs `make setup`")]
+//! ```
+//!
+//! The build script of each package with such tests (`build/lab.rs`) sets
+//! `leechio_lab` when all of the set-up is there; without it, `cargo test`
+//! counts those tests as ignored and says once what is missing. `make unit`
+//! and `make test` (CI) set `LEECHIO_REQUIRE_LAB=1`, which turns a missing
+//! set-up into a failed build: there, every test runs. A test whose
+//! assertions would also hold when LeechCore cannot be loaded (an error it
+//! expects, a file left unchanged) needs the set-up as much as the others.
+//! A test that loads a release build (the plugin, libleechio) builds it
+//! itself ([`release`]), so it needs no `make plugin` or `make ffi` first.
 #![allow(dead_code)]
 
 pub mod bounded;
@@ -14,6 +36,7 @@ pub mod plugin;
 pub mod qemu;
 pub mod qmp_monitor;
 pub mod rawtcp;
+pub mod release;
 
 use std::fs::File;
 use std::io::Write;

@@ -33,7 +33,7 @@ impl log::Log for Capture {
 }
 
 pub fn plugin_dir() -> PathBuf {
-    let dir = super::repo_root().join("target/release");
+    let dir = super::release::release_dir(&super::repo_root(), "memflow-leechcore");
     assert!(
         dir.join("libmemflow_leechcore.so").exists(),
         "{}/libmemflow_leechcore.so is missing: build it with `make plugin`",

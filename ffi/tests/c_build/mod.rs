@@ -1,5 +1,6 @@
 //! Building C and C++ test programs against an installed libleechio:
-//! the release build (`make ffi`, refused when older than its sources),
+//! the release build (built as `make ffi` builds it, refused when older
+//! than its sources),
 //! installed into a prefix by `scripts/install-c.sh`, and programs
 //! compiled against that prefix with `-Wall -Wextra -Werror`. Shared by
 //! the tests of the C API (`ffi/tests/`) and the C test of the Linux
@@ -8,6 +9,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+// The tests of tests/ that include this module include tests/common too,
+// and with it this file again.
+#[allow(clippy::duplicate_mod)]
+#[path = "../../../tests/common/release.rs"]
+mod release;
 
 /// The repository's root (the workspace's, which holds `Cargo.lock`),
 /// from the tests of any package.
@@ -19,12 +26,12 @@ pub fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// The release build of `libleechio.so` and `.a` (`make ffi`, which
-/// `make test` runs first). Not this test run's own build: inside
+/// The release build of `libleechio.so` and `.a` (built here as `make
+/// ffi` builds it). Not this test run's own build: inside
 /// `cargo test --workspace` the library would get memflow with the
 /// `dummy_mem` feature from the dev-dependencies, and export its plugins.
 pub fn build_dir() -> PathBuf {
-    let dir = repo().join("target/release");
+    let dir = release::release_dir(&repo(), "leechio-ffi");
     assert!(
         dir.join("libleechio.so").exists() && dir.join("libleechio.a").exists(),
         "libleechio.so/.a not found in {}: run `make ffi`",
