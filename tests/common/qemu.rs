@@ -613,9 +613,16 @@ impl Guest {
     }
 }
 
-/// Opens LeechCore on a device string, with the reason on failure.
+/// Opens LeechCore on a device string, with the reason on failure. One
+/// open at a time in this process: opening the qemu device talks to the
+/// guest's QMP socket, which serves one client at a time, and the device
+/// refuses a guest whose QMP has not greeted within 5 s; two tests opening
+/// a shared guest at once on a loaded machine could be refused so (seen
+/// in `make unit`). An open takes about a second.
 pub fn open_device(device: &str) -> LeechCore {
+    static OPENING: Mutex<()> = Mutex::new(());
     print_warnings();
+    let _one = OPENING.lock().unwrap_or_else(|e| e.into_inner());
     LeechCore::open(&DeviceConfig::new(device))
         .unwrap_or_else(|e| panic!("LeechCore cannot open {device}: {e}"))
 }
