@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
-use common::linux::{engine, no_cache, sleeper, Unlinked};
+use common::linux::{engine, no_cache, red_black_height_fits, sleeper, Unlinked};
 use common::qemu::{shared_guest, Guest, GuestKernel, GuestOptions};
 use leechio::linux::{
     module_taint_letters, CacheError, DetailsAsked, FileContents, FileKind, FileQuery, HookTable,
@@ -407,11 +407,9 @@ fn check_module_views(kernel: &Kernel, device: &LeechCore, guest: &Guest) {
         "module views: {calls} read calls, /sys/module's tree {} levels deep",
         views.sysfs_levels
     );
-    // A red-black tree of n nodes is h high: 2^h - 1 >= n >= 2^(h/2) - 1.
-    let entries = views.built_in + views.list.modules.len() + views.sysfs_files;
+    let entries = (views.built_in + views.list.modules.len() + views.sysfs_files) as u64;
     assert!(
-        views.sysfs_levels > entries.ilog2() as usize
-            && views.sysfs_levels as f64 <= 2.0 * ((entries + 1) as f64).log2(),
+        red_black_height_fits(entries, entries, views.sysfs_levels as u64),
         "{entries} entries, {} levels",
         views.sysfs_levels
     );
@@ -444,7 +442,7 @@ fn check_hooks(kernel: &Kernel, device: &LeechCore) {
     eprintln!("hooks: {calls} read calls, the module tree {nodes} nodes in {levels} levels");
     assert!(nodes >= 3, "a node at least for each module: {nodes}");
     assert!(
-        levels > nodes.ilog2() as usize && levels as f64 <= 2.0 * ((nodes + 1) as f64).log2(),
+        red_black_height_fits(nodes as u64, nodes as u64, levels as u64),
         "{nodes} nodes, {levels} levels"
     );
     assert_eq!(calls, HOOKS_LIST_CALLS.max(1 + levels as u64));

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::elf_tools::readelf_clean;
-use common::linux::{engine, no_cache, sleeper, Unlinked};
+use common::linux::{engine, no_cache, red_black_height_fits, sleeper, Unlinked};
 use common::qemu::{shared_guest, shared_la57_guest, Guest, SharedGuest};
 use leechio::linux::Kernel;
 use serde_json::Value;
@@ -796,10 +796,9 @@ fn module_views_calls(row: &serde_json::Value) -> u64 {
     };
     let levels = number_before(" levels deep");
     let entries = number_before(" built-in in /sys/module") + 3;
-    // Height h of a red-black tree of n nodes: 2^h - 1 >= n, and
-    // n >= 2^(h/2) - 1.
+    // At most one file beside the directories (6.12's `compression`).
     assert!(
-        levels > u64::from(entries.ilog2()) && levels as f64 <= 2.0 * ((entries + 2) as f64).log2(),
+        red_black_height_fits(entries, entries + 1, levels),
         "{workload}"
     );
     4 + levels
@@ -822,9 +821,7 @@ fn hooks_calls(row: &serde_json::Value) -> u64 {
         panic!("{workload}")
     };
     assert!(
-        nodes >= 3
-            && levels > u64::from(nodes.ilog2())
-            && levels as f64 <= 2.0 * ((nodes + 1) as f64).log2(),
+        nodes >= 3 && red_black_height_fits(nodes, nodes, levels),
         "{workload}"
     );
     3.max(1 + levels)

@@ -91,3 +91,11 @@ impl Drop for Unlinked<'_> {
         }
     }
 }
+
+/// Whether a red-black tree of between `min_nodes` and `max_nodes` nodes
+/// can be `levels` high: 2^h - 1 >= n >= 2^(h/2) - 1 for height h.
+pub fn red_black_height_fits(min_nodes: u64, max_nodes: u64, levels: u64) -> bool {
+    min_nodes > 0
+        && levels > u64::from(min_nodes.ilog2())
+        && levels as f64 <= 2.0 * ((max_nodes + 1) as f64).log2()
+}
